@@ -1,0 +1,3 @@
+from guestbench.cli import main
+
+raise SystemExit(main())
