@@ -1,0 +1,81 @@
+"""The backend interface: how to tell whether a backend can run here, and how to configure a handle.
+
+A backend never launches anything itself: the worker launches, so that every launch has a deadline.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+QEMU = "qemu-system-x86_64"
+
+
+@dataclass
+class Availability:
+    """Whether a backend can be used here, and the specific reason when it cannot."""
+
+    usable: bool
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class HandleConfig:
+    """What the worker needs to make a libguestfs handle for this backend (JSON-serialisable)."""
+
+    libguestfs_backend: str
+    settings: list[str]
+    hv: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Backend:
+    """One way of running appliances. Subclasses override the checks and the handle configuration."""
+
+    name: str = ""
+    summary: str = ""
+
+    def preconditions(self) -> Availability:
+        """Cheap checks that need no launch (binaries, devices, daemons)."""
+        raise NotImplementedError
+
+    def handle_config(self, cache_dir: Path) -> HandleConfig:
+        raise NotImplementedError
+
+    def probe_key(self) -> dict[str, Any]:
+        """What a cached launch verdict depends on: when any of it changes, probe again."""
+        return {}
+
+    def explain(self, reason: str, timed_out: bool) -> str:
+        """Turn a launch failure into a specific, actionable reason for this backend."""
+        return reason
+
+    # Resources a killed worker can leave behind outside its process group (libvirt domains).
+    def snapshot(self) -> Any:
+        return None
+
+    def cleanup_since(self, snapshot: Any) -> list[str]:
+        return []
+
+
+def qemu_path() -> str | None:
+    return shutil.which(QEMU) or (f"/usr/bin/{QEMU}" if Path(f"/usr/bin/{QEMU}").exists() else None)
+
+
+def libguestfs_available() -> str | None:
+    """None when the libguestfs Python bindings import here, else the reason."""
+    try:
+        import guestfs  # noqa: F401
+    except ImportError as e:
+        return (f"the libguestfs Python bindings do not import ({e}); install python3-guestfs and run guestbench "
+                "from a venv made with /usr/bin/python3 -m venv --system-site-packages (make run does this)")
+    return None

@@ -1,0 +1,145 @@
+"""libguestfs's direct backend: libguestfs runs qemu itself, with TCG or KVM forced."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from guestbench import host
+from guestbench.backends.base import Availability, Backend, HandleConfig, libguestfs_available, qemu_path
+
+# qemu aborts on PVM hosts when it sets IA32_ARCH_CAPABILITIES (MSR 0x10a) for `-cpu max`.
+MSR_QUIRK_FEATURE = "-arch-capabilities"
+
+
+class Tcg(Backend):
+    name = "tcg"
+    summary = "libguestfs direct backend, qemu with TCG software emulation forced (no hardware virtualization)"
+
+    def preconditions(self) -> Availability:
+        if (why := libguestfs_available()) is not None:
+            return Availability(False, why)
+        qemu = qemu_path()
+        if qemu is None:
+            return Availability(False, "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
+        return Availability(True, "qemu with TCG", {"qemu": qemu})
+
+    def handle_config(self, cache_dir: Path) -> HandleConfig:
+        return HandleConfig("direct", ["force_tcg"])
+
+    def probe_key(self) -> dict[str, Any]:
+        v = host.versions()
+        return {"libguestfs": v.get("libguestfs"), "qemu": v.get("qemu"), "kernel": v.get("kernel")}
+
+
+class Kvm(Backend):
+    name = "kvm"
+    summary = "libguestfs direct backend, qemu with KVM forced (hardware or nested virtualization)"
+
+    def preconditions(self) -> Availability:
+        if (why := libguestfs_available()) is not None:
+            return Availability(False, why)
+        qemu = qemu_path()
+        if qemu is None:
+            return Availability(False, "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
+        dev = host.kvm_device()
+        details: dict[str, Any] = {"qemu": qemu, "kvm": dev}
+        if not dev["present"]:
+            virt = host.virtualization()
+            hint = ("this is a VM whose hypervisor offers no nested virtualization"
+                    if virt.get("nested_level") else "load kvm_intel or kvm_amd, and enable VT-x/AMD-V in firmware")
+            return Availability(False, f"/dev/kvm does not exist: {hint}", details)
+        if not dev["accessible"]:
+            return Availability(False, "/dev/kvm is not readable and writable by this user (add it to group kvm)",
+                                details)
+        quirk = msr_quirk_needed(qemu)
+        details["msr_quirk"] = quirk
+        if quirk == "unfixable":
+            return Availability(False, "qemu with KVM aborts at start-up even with -cpu ...,-arch-capabilities",
+                                details)
+        return Availability(True, f"/dev/kvm served by {dev['flavour']}", details)
+
+    def handle_config(self, cache_dir: Path) -> HandleConfig:
+        qemu = qemu_path()
+        assert qemu is not None
+        hv = None
+        if msr_quirk_needed(qemu) == "needed":
+            hv = str(write_quirk_wrapper(cache_dir, qemu))
+        return HandleConfig("direct", ["force_kvm"], hv=hv)
+
+    def probe_key(self) -> dict[str, Any]:
+        v = host.versions()
+        return {"libguestfs": v.get("libguestfs"), "qemu": v.get("qemu"), "kernel": v.get("kernel"),
+                "kvm": host.kvm_device().get("flavour")}
+
+    def explain(self, reason: str, timed_out: bool) -> str:
+        return explain_kvm_failure(reason, timed_out)
+
+
+def explain_kvm_failure(reason: str, timed_out: bool) -> str:
+    """Say why KVM failed in terms a user can act on, using what /dev/kvm really is."""
+    flavour = host.kvm_device().get("flavour")
+    if flavour == "kvm_pvm":
+        what = ("/dev/kvm is served by kvm_pvm (PVM, software nested virtualization), which runs only guest "
+                "kernels built for PVM; the stock appliance kernel")
+        if timed_out:
+            return f"{reason}: {what} hangs in early boot"
+        return f"{reason} ({what} cannot run here)"
+    return reason
+
+
+@lru_cache(maxsize=None)
+def msr_quirk_needed(qemu: str) -> str:
+    """'not-needed', 'needed' or 'unfixable': start qemu paused with KVM and `-cpu max`, then quit by QMP.
+
+    On PVM hosts qemu aborts at once (`failed to set MSR 0x10a`); without the
+    IA32_ARCH_CAPABILITIES feature it gets past that. Takes about a second.
+    """
+    if _qemu_kvm_starts(qemu, "max"):
+        return "not-needed"
+    if _qemu_kvm_starts(qemu, f"max,{MSR_QUIRK_FEATURE}"):
+        return "needed"
+    return "unfixable"
+
+
+def _qemu_kvm_starts(qemu: str, cpu: str) -> bool:
+    qmp = '{"execute":"qmp_capabilities"}\n{"execute":"quit"}\n'
+    try:
+        proc = subprocess.run([qemu, "-machine", "pc,accel=kvm", "-cpu", cpu, "-display", "none", "-nodefaults",
+                               "-no-user-config", "-S", "-qmp", "stdio"], input=qmp, capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def write_quirk_wrapper(cache_dir: Path, qemu: str) -> Path:
+    """A tiny qemu wrapper (LIBGUESTFS_HV) that appends -arch-capabilities to every -cpu model.
+
+    Plain sh so that it adds no measurable time to launches. Rewritten only when it changes,
+    because libguestfs caches its qemu probes keyed on the program's file.
+    """
+    path = cache_dir / "hv" / "qemu-kvm-no-arch-capabilities"
+    text = (
+        "#!/bin/sh\n"
+        "# Written by guestbench: qemu with KVM, minus the IA32_ARCH_CAPABILITIES MSR that PVM hosts reject.\n"
+        "n=$#\n"
+        "cpu_next=0\n"
+        'for a in "$@"; do\n'
+        f'  if [ "$cpu_next" = 1 ]; then a="$a,{MSR_QUIRK_FEATURE}"; cpu_next=0; fi\n'
+        '  [ "$a" = "-cpu" ] && cpu_next=1\n'
+        '  set -- "$@" "$a"\n'
+        "done\n"
+        'shift "$n"\n'
+        f'exec {qemu} "$@"\n'
+    )
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, path)
+    return path

@@ -1,0 +1,151 @@
+"""libguestfs's libvirt backend: libvirtd starts qemu from a transient domain libguestfs defines."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from guestbench import host
+from guestbench.backends.base import Availability, Backend, HandleConfig, libguestfs_available, qemu_path
+from guestbench.backends.direct import explain_kvm_failure
+
+URI = "qemu:///system"
+# libguestfs names its transient domains "guestfs-" + 16 random characters.
+DOMAIN_PREFIX = "guestfs-"
+DAEMONS = ("virtlogd", "libvirtd")
+
+
+def _open() -> Any:
+    import libvirt
+
+    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)  # keep libvirt from printing to stderr
+    return libvirt.open(URI)
+
+
+def connect_error() -> str | None:
+    """None when libvirtd answers on qemu:///system, else libvirt's error message."""
+    try:
+        conn = _open()
+    except ImportError:
+        return "the libvirt Python bindings do not import (apt-get install python3-libvirt)"
+    except Exception as e:  # libvirt.libvirtError
+        return " ".join(str(e).split())
+    conn.close()
+    return None
+
+
+def ensure_daemons(wait_s: float = 15.0) -> str | None:
+    """Start virtlogd and libvirtd when they are not running and we may (root); None when libvirt answers.
+
+    There is no systemd on these machines, so the daemons are started directly, detached.
+    """
+    if connect_error() is None:
+        return None
+    missing = [d for d in DAEMONS if shutil.which(d) is None and not Path(f"/usr/sbin/{d}").exists()]
+    if missing:
+        return f"{' and '.join(missing)} not installed (apt-get install libvirt-daemon-system)"
+    if os.geteuid() != 0:
+        return ("libvirtd is not running and guestbench is not root; run as root: virtlogd -d && libvirtd -d "
+                "(or systemctl start libvirtd)")
+    for d in DAEMONS:
+        if subprocess.run(["pgrep", "-x", d], capture_output=True).returncode != 0:
+            exe = shutil.which(d) or f"/usr/sbin/{d}"
+            subprocess.run([exe, "-d"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=30, start_new_session=True)
+    deadline = time.monotonic() + wait_s
+    err = connect_error()
+    while err is not None and time.monotonic() < deadline:
+        time.sleep(0.3)
+        err = connect_error()
+    return None if err is None else f"started virtlogd and libvirtd but {URI} does not answer: {err}"
+
+
+def guestfs_domains() -> set[str]:
+    """Names of libguestfs's domains that libvirt knows now (running or defined)."""
+    try:
+        conn = _open()
+    except Exception:
+        return set()
+    try:
+        return {d.name() for d in conn.listAllDomains() if d.name().startswith(DOMAIN_PREFIX)}
+    finally:
+        conn.close()
+
+
+def destroy_domains(names: set[str]) -> list[str]:
+    """Destroy (and undefine, if persistent) the given domains; return those that were removed."""
+    if not names:
+        return []
+    removed = []
+    conn = _open()
+    try:
+        for name in sorted(names):
+            try:
+                dom = conn.lookupByName(name)
+            except Exception:
+                continue
+            try:
+                if dom.isActive():
+                    dom.destroy()
+                if dom.isPersistent():
+                    dom.undefine()
+                removed.append(name)
+            except Exception:
+                pass
+    finally:
+        conn.close()
+    return removed
+
+
+class _LibvirtBackend(Backend):
+    settings: list[str] = []
+
+    def preconditions(self) -> Availability:
+        if (why := libguestfs_available()) is not None:
+            return Availability(False, why)
+        if qemu_path() is None:
+            return Availability(False, "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
+        err = ensure_daemons()
+        if err is not None:
+            return Availability(False, err)
+        return Availability(True, f"libvirtd answers on {URI}", {"uri": URI})
+
+    def handle_config(self, cache_dir: Path) -> HandleConfig:
+        return HandleConfig("libvirt", list(self.settings), env={"LIBGUESTFS_BACKEND": f"libvirt:{URI}"})
+
+    def probe_key(self) -> dict[str, Any]:
+        v = host.versions()
+        return {"libguestfs": v.get("libguestfs"), "qemu": v.get("qemu"), "libvirt": v.get("libvirt"),
+                "kernel": v.get("kernel"), "kvm": host.kvm_device().get("flavour")}
+
+    def snapshot(self) -> Any:
+        return guestfs_domains()
+
+    def cleanup_since(self, snapshot: Any) -> list[str]:
+        return destroy_domains(guestfs_domains() - set(snapshot or ()))
+
+
+class LibvirtTcg(_LibvirtBackend):
+    name = "libvirt-tcg"
+    summary = "libguestfs libvirt backend (transient domain via libvirtd), TCG forced"
+    settings = ["force_tcg"]
+
+
+class LibvirtKvm(_LibvirtBackend):
+    name = "libvirt-kvm"
+    summary = "libguestfs libvirt backend (transient domain via libvirtd), KVM forced"
+    settings = ["force_kvm"]
+
+    def preconditions(self) -> Availability:
+        dev = host.kvm_device()
+        if not dev["present"]:
+            return Availability(False, "/dev/kvm does not exist, so libvirt cannot run a kvm domain",
+                                {"kvm": dev})
+        return super().preconditions()
+
+    def explain(self, reason: str, timed_out: bool) -> str:
+        return explain_kvm_failure(reason, timed_out)

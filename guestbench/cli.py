@@ -1,0 +1,209 @@
+"""Command line: `guestbench scenario FILE`, `guestbench doctor`, `guestbench show RESULTS.json`.
+
+Bad input of any kind ends in one line on stderr and exit status 2; a signal ends the run with the
+results kept and exit status 128 + signal number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from guestbench import __version__, host, probe, report
+from guestbench.backends import BACKENDS
+from guestbench.errors import Interrupted, UserError
+from guestbench.measurements import MEASUREMENTS
+from guestbench.paths import make_run_dir, remove_tree
+from guestbench.results import load_results
+from guestbench.scenario import apply_overrides, help_text, load_scenario
+from guestbench.supervisor import Supervisor
+
+EXIT_USAGE = 2
+EXIT_INTERNAL = 70
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (no usage dump) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"guestbench: command line: {message}; see '{self.prog} --help'\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def _measurement_help() -> str:
+    return "\n".join(f"  {m.name}: timed = {m.timed}" for m in MEASUREMENTS.values())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="guestbench", description="Which hypervisor backend should my libguestfs appliances run "
+                "on, here, and what will it cost me?")
+    p.add_argument("--version", action="version", version=f"guestbench {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("scenario", help="run a YAML scenario file", formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Run every measurement of a scenario on every selected, usable backend, save "
+                       "every sample in results/, and print the comparison.", epilog=help_text())
+    s.add_argument("file", help="scenario YAML file, e.g. scenarios/startup.yaml")
+    s.add_argument("--backend", help=f"comma-separated backends to measure ({', '.join(BACKENDS)})")
+    s.add_argument("--measurement", help="comma-separated labels of the scenario's measurements to run")
+    s.add_argument("--repetitions", type=int, help="measured samples per backend and measurement")
+    s.add_argument("--warmup", type=int, help="discarded samples taken first")
+    s.add_argument("--timeout", help="limit for one launch, seconds (e.g. 300, 5min)")
+    s.add_argument("--sample-timeout", help="limit for one timed operation, seconds")
+    s.add_argument("--size", help="bytes moved per sample for every measurement with a size (e.g. 500MB, 64MiB)")
+    s.add_argument("--memsize", help="appliance memory (MiB, or e.g. 2GiB)")
+    _add_output(s)
+    s.add_argument("--results", default="results", help="directory for the results file (default: results)")
+    s.add_argument("--reprobe", action="store_true", help="ignore cached backend verdicts and probe again")
+    s.add_argument("--probe-timeout", type=float, help="limit for a backend's probe launch, seconds")
+    s.add_argument("-v", "--verbose", action="store_true",
+                   help="show the appliance console and the exact hypervisor command line")
+
+    d = sub.add_parser("doctor", help="which backends work here, why not, versions, host fingerprint")
+    d.add_argument("--json", action="store_true", help="print JSON")
+    d.add_argument("--backend", help=f"comma-separated backends to check ({', '.join(BACKENDS)})")
+    d.add_argument("--refresh", action="store_true", help="probe again instead of reusing cached verdicts")
+    d.add_argument("--probe-timeout", type=float, help="limit for a backend's probe launch, seconds")
+    d.add_argument("-v", "--verbose", action="store_true", help="show probe launches' console")
+
+    sh = sub.add_parser("show", help="print a saved results file again")
+    sh.add_argument("file", help="results JSON file written by guestbench scenario")
+    _add_output(sh)
+    return p
+
+
+def _add_output(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--json", dest="format", action="store_const", const="json", help="print a summary as JSON")
+    g.add_argument("--markdown", dest="format", action="store_const", const="markdown", help="print Markdown")
+    g.add_argument("--csv", dest="format", action="store_const", const="csv",
+                   help=f"print CSV with the header {report.CSV_HEADER}")
+    p.set_defaults(format="table")
+
+
+def _print_report(doc: dict[str, Any], fmt: str) -> None:
+    if fmt == "json":
+        sys.stdout.write(json.dumps(report.to_summary_json(doc), indent=2, allow_nan=False) + "\n")
+    elif fmt == "markdown":
+        sys.stdout.write(report.to_markdown(doc))
+    elif fmt == "csv":
+        sys.stdout.write(report.to_csv(doc))
+    else:
+        report.render(doc, Console(width=max(Console().width, 160)))
+
+
+def cmd_scenario(args: argparse.Namespace) -> int:
+    from guestbench.runner import RunOptions, exit_status, run_scenario
+
+    sc = load_scenario(args.file)
+    sc = apply_overrides(sc, backend=args.backend, measurement=args.measurement, repetitions=args.repetitions,
+                         warmup=args.warmup, timeout=args.timeout, sample_timeout=args.sample_timeout,
+                         size=args.size, memsize=args.memsize)
+    results_dir = Path(args.results)
+    if results_dir.exists() and not results_dir.is_dir():
+        raise UserError("is not a directory; allowed: a directory for results files", source="command line",
+                        key=f"--results {args.results}")
+    opts = RunOptions(results_dir=results_dir, verbose=args.verbose, reprobe=args.reprobe,
+                      probe_timeout=args.probe_timeout, command=tuple(["guestbench", *sys.argv[1:]]))
+    err = Console(stderr=True)
+    try:
+        rf = run_scenario(sc, opts, err)
+    except Interrupted as e:
+        err.print(f"[yellow]interrupted[/]: samples taken so far are kept in the results file "
+                  f"(status 'interrupted')")
+        raise e
+    doc = dict(rf.doc)
+    doc["_path"] = str(rf.path)
+    _print_report(doc, args.format)
+    err.print(f"results: {rf.path}", highlight=False)
+    return exit_status(rf.doc)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    names = list(BACKENDS)
+    if args.backend:
+        from guestbench.scenario import _Checker
+
+        names = list(_Checker("command line").backends("--backend", args.backend))
+    fp = host.fingerprint()
+    verdicts: dict[str, Any] = {}
+    run_dir = make_run_dir()
+    err = Console(stderr=True)
+    sup = Supervisor(verbose=args.verbose)
+    try:
+        with err.status("") as status:
+            for name in names:
+                status.update(f"checking {name}")
+                verdicts[name] = probe.check(BACKENDS[name], sup, run_dir, refresh=args.refresh,
+                                             timeout=args.probe_timeout).to_dict()
+    finally:
+        remove_tree(run_dir)
+    if args.json:
+        print(json.dumps({"host": fp, "backends": verdicts}, indent=2))
+    else:
+        _print_doctor(fp, verdicts)
+    return 0 if any(v["usable"] for v in verdicts.values()) else 1
+
+
+def _print_doctor(fp: dict[str, Any], verdicts: dict[str, Any]) -> None:
+    con = Console()
+    t = Table(title="backends", show_lines=False)
+    for c in ("backend", "usable", "why", "verdict from"):
+        t.add_column(c)
+    for name, v in verdicts.items():
+        d = v.get("details") or {}
+        origin = (f"cached probe {d.get('probed_utc', '')}" if d.get("cached")
+                  else "probe launch just now" if "probe_timeout_s" in d else "preconditions")
+        t.add_row(name, "[green]yes[/]" if v["usable"] else "[red]no[/]", v["reason"], origin)
+    con.print(t)
+    virt = fp.get("virtualization") or {}
+    vers = fp.get("versions") or {}
+    h = Table(title="host", show_header=False)
+    h.add_column("key")
+    h.add_column("value")
+    h.add_row("cpu", f"{fp.get('cpu_model')} × {fp.get('cores')} cores")
+    h.add_row("memory", f"{(fp.get('memory_bytes') or 0) / 2**30:.1f} GiB")
+    h.add_row("os / kernel", f"{fp.get('os')} / {fp.get('kernel')}")
+    h.add_row("virtualization", str(virt.get("summary")))
+    for k in ("libguestfs", "qemu", "libvirt", "uml", "supermin", "python", "guestbench"):
+        h.add_row(k, str(vers.get(k)))
+    h.add_row("git commit", str((fp.get("guestbench") or {}).get("git_commit")))
+    con.print(h)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    doc = load_results(args.file)
+    doc["_path"] = args.file
+    _print_report(doc, args.format)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"scenario": cmd_scenario, "doctor": cmd_doctor, "show": cmd_show}[args.command](args)
+    except UserError as e:
+        sys.stderr.write(f"guestbench: {e}\n")
+        return e.exit_status
+    except Interrupted as e:
+        return 128 + e.signum
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # a bug, not bad input: one line, the traceback only with -v
+        if getattr(args, "verbose", False):
+            traceback.print_exc()
+        sys.stderr.write(f"guestbench: internal error: {type(e).__name__}: {e} (run with -v for the traceback)\n")
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,15 @@
+"""Registry of measurements, by the name used in scenario files."""
+
+from __future__ import annotations
+
+from guestbench.measurements.base import Measurement
+from guestbench.measurements.startup import Startup
+from guestbench.measurements.upload import Upload
+from guestbench.measurements.upload_no_write import UploadNoWrite
+from guestbench.measurements.write_no_upload import WriteNoUpload
+
+MEASUREMENTS: dict[str, Measurement] = {m.name: m for m in (Startup(), Upload(), UploadNoWrite(), WriteNoUpload())}
+
+
+def get(name: str) -> Measurement:
+    return MEASUREMENTS[name]

@@ -1,0 +1,149 @@
+"""The measurement interface: what a measurement accepts, what it times, and how it runs in the worker.
+
+A measurement is split so that the clock covers exactly one thing: ``add_drives`` and ``after_launch``
+and ``prepare`` are never timed; ``timed`` is (for ``startup``, the launch itself is the timed part).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from guestbench.units import SIZE_HELP, format_size, parse_size
+
+FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
+DISK_FORMATS = ("raw", "qcow2")
+# libguestfs's add_drive accepts exactly these two cache modes.
+CACHE_MODES = ("writeback", "unsafe")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One scenario parameter of a measurement: its default and how to check a user's value."""
+
+    name: str
+    kind: str  # "size" | "choice"
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+
+    def parse(self, value: object) -> Any:
+        """Return the normalised value or raise ValueError saying what is allowed."""
+        if self.kind == "size":
+            return parse_size(value)
+        if self.kind == "choice":
+            if not isinstance(value, str) or value not in self.choices:
+                raise ValueError(f"{value!r} is not allowed; allowed: {', '.join(self.choices)}")
+            return value
+        raise AssertionError(self.kind)
+
+    def allowed(self) -> str:
+        return SIZE_HELP if self.kind == "size" else "one of " + ", ".join(self.choices)
+
+    def show(self, value: Any) -> str:
+        return format_size(value) if self.kind == "size" else str(value)
+
+
+def size_param(name: str, default: str, help: str) -> Param:
+    return Param(name, "size", parse_size(default), help)
+
+
+def choice_param(name: str, default: str, choices: tuple[str, ...], help: str) -> Param:
+    return Param(name, "choice", default, help, choices)
+
+
+DISK_SIZE = size_param("disk_size", "1GiB", "size of the disk image created on the host for the filesystem")
+FILESYSTEM = choice_param("filesystem", "ext2", FILESYSTEMS, "filesystem made fresh before every sample")
+FORMAT = choice_param("format", "raw", DISK_FORMATS, "disk image format on the host (sparse)")
+CACHE = choice_param("cache", "writeback", CACHE_MODES,
+                     "libguestfs cache mode of the disk: writeback honours flush/fsync, unsafe ignores it")
+
+
+@dataclass
+class CellContext:
+    """What the worker hands a measurement: parameters, where to put files, the payload, a logger."""
+
+    params: dict[str, Any]
+    workdir: Path
+    payload: Path | None
+    payload_sha256: str | None
+    memsize_mib: int | None
+    log: Callable[[str], None] = field(default=lambda _msg: None)
+
+
+class Measurement:
+    """Base class; subclasses set the metadata and override the worker-side steps."""
+
+    name: str = ""
+    summary: str = ""  # one line for --help listings
+    timed: str = ""  # exactly what the clock covers; printed under every table
+    params: tuple[Param, ...] = ()
+    times_launch: bool = False  # True: each sample is a fresh launch, and the launch is what is timed
+    moves_bytes: bool = False  # True: `size` bytes move per sample; MB/s is reported
+    needs_payload: bool = False  # True: a host file of `size` random bytes is made before the cell
+
+    # ---- host side ----
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def defaults(self) -> dict[str, Any]:
+        return {p.name: p.default for p in self.params}
+
+    def nbytes(self, params: dict[str, Any]) -> int | None:
+        return int(params["size"]) if self.moves_bytes else None
+
+    def cache_mode(self, params: dict[str, Any]) -> str | None:
+        return params.get("cache")
+
+    def check(self, params: dict[str, Any], memsize_mib: int | None) -> list[tuple[str, str]]:
+        """Cross-parameter checks; returns (key, message) problems."""
+        problems: list[tuple[str, str]] = []
+        if "size" in params and "disk_size" in params:
+            # Leave room for filesystem metadata and journal.
+            need = params["size"] + params["size"] // 10 + 64 * 2**20
+            if params["disk_size"] < need:
+                problems.append(("disk_size", f"{format_size(params['disk_size'])} is too small for size "
+                                 f"{format_size(params['size'])}; allowed: at least size + 10% + 64MiB"))
+        return problems
+
+    def describe(self, params: dict[str, Any]) -> str:
+        shown = ", ".join(f"{p.name}={p.show(params[p.name])}" for p in self.params if p.name in params)
+        return f"{self.name}({shown})" if shown else self.name
+
+    # ---- worker side (run inside guestbench.worker, one appliance at a time) ----
+    def add_drives(self, g: Any, ctx: CellContext) -> None:
+        """Add the drives this measurement needs to a fresh handle, before launch (not timed)."""
+
+    def after_launch(self, g: Any, ctx: CellContext) -> None:
+        """One-off set-up after a launch (not timed)."""
+
+    def prepare(self, g: Any, ctx: CellContext) -> None:
+        """Per-sample set-up, e.g. a fresh filesystem (not timed)."""
+
+    def timed_op(self, g: Any, ctx: CellContext) -> None:
+        """The timed operation (not used when ``times_launch``)."""
+
+    def verify(self, g: Any, ctx: CellContext) -> dict[str, Any] | None:
+        """Check once per cell that the data really arrived; return a verification record."""
+        return None
+
+
+def create_disk(g: Any, ctx: CellContext, name: str = "disk") -> Path:
+    """Create a sparse image on the host disk in the cell's work dir and add it to the handle."""
+    path = ctx.workdir / f"{name}.{ctx.params['format']}"
+    if path.exists():
+        path.unlink()
+    g.disk_create(str(path), ctx.params["format"], ctx.params["disk_size"])
+    g.add_drive(str(path), format=ctx.params["format"], cachemode=ctx.params["cache"])
+    return path
+
+
+def fresh_filesystem(g: Any, ctx: CellContext) -> None:
+    """Unmount, make a new filesystem on the whole disk and mount it at / (the appliance's /sysroot)."""
+    g.umount_all()
+    g.mkfs(ctx.params["filesystem"], "/dev/sda")
+    g.mount("/dev/sda", "/")

@@ -1,0 +1,38 @@
+"""Where guestbench keeps things on the host: a cache (payloads, probe verdicts, wrappers) and run temp dirs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+RUN_PREFIX = "guestbench-run-"
+
+
+def cache_dir() -> Path:
+    """$GUESTBENCH_CACHE, else $XDG_CACHE_HOME/guestbench, else ~/.cache/guestbench."""
+    env = os.environ.get("GUESTBENCH_CACHE")
+    if env:
+        base = Path(env)
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        base = (Path(xdg) if xdg else Path.home() / ".cache") / "guestbench"
+    base.mkdir(parents=True, exist_ok=True)
+    return base
+
+
+def temp_root() -> Path:
+    """Disk images go on the host disk (not a tmpfs), in /var/tmp unless $GUESTBENCH_TMPDIR says otherwise."""
+    return Path(os.environ.get("GUESTBENCH_TMPDIR", "/var/tmp"))
+
+
+def make_run_dir() -> Path:
+    """A private directory for one run; traversable so that libvirt's qemu user can reach images in it."""
+    d = Path(tempfile.mkdtemp(prefix=RUN_PREFIX, dir=temp_root()))
+    os.chmod(d, 0o755)
+    return d
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

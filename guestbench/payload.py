@@ -1,0 +1,43 @@
+"""Incompressible host files to upload, generated once per size and kept in the cache."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from guestbench.paths import cache_dir
+
+CHUNK = 8 * 2**20
+
+
+def payload(size: int) -> tuple[Path, str]:
+    """Return (path, sha256) of a file of `size` random bytes; made atomically, reused when intact."""
+    d = cache_dir() / "payloads"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"random-{size}.bin"
+    sums = d / f"random-{size}.sha256"
+    if path.exists() and sums.exists() and path.stat().st_size == size:
+        return path, sums.read_text().strip()
+    rng = np.random.default_rng(size)  # random bytes compress to nothing; seeded so reruns match
+    h = hashlib.sha256()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            left = size
+            while left:
+                block = rng.bytes(min(CHUNK, left))
+                h.update(block)
+                f.write(block)
+                left -= len(block)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    digest = h.hexdigest()
+    sums.write_text(digest + "\n")
+    return path, digest

@@ -1,0 +1,97 @@
+"""Is a backend usable here? Preconditions first, then one real launch under a deadline; verdicts cached.
+
+The cache key is what the verdict depends on (versions, kernel, /dev/kvm flavour), so a qemu or kernel
+update re-probes by itself; `--reprobe` forces it. Preconditions (daemons, devices) are always live.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from guestbench.backends import Availability, Backend
+from guestbench.measurements import get as get_measurement
+from guestbench.paths import cache_dir
+from guestbench.results import atomic_write_json, utc_now
+from guestbench.supervisor import Supervisor, stderr_reason, workdir_for
+
+CACHE_FILE = "probes.json"
+CACHE_TTL_S = 7 * 24 * 3600
+# A working backend launches in seconds with KVM and in under a minute with TCG on these machines.
+PROBE_TIMEOUT_S = {"tcg": 240.0, "kvm": 60.0, "libvirt-tcg": 240.0, "libvirt-kvm": 60.0}
+DEFAULT_PROBE_TIMEOUT_S = 240.0
+
+
+def _load_cache() -> dict[str, Any]:
+    try:
+        data = json.loads((cache_dir() / CACHE_FILE).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def cached_verdict(backend: Backend, key: dict[str, Any]) -> Availability | None:
+    entry = _load_cache().get(backend.name)
+    if not entry or entry.get("key") != key or time.time() - entry.get("when", 0) > CACHE_TTL_S:
+        return None
+    details = dict(entry.get("details") or {})
+    details["cached"] = True
+    details["probed_utc"] = entry.get("probed_utc")
+    return Availability(bool(entry["usable"]), entry["reason"], details)
+
+
+def store_verdict(backend: Backend, key: dict[str, Any], av: Availability) -> None:
+    data = _load_cache()
+    data[backend.name] = {"key": key, "usable": av.usable, "reason": av.reason, "details": av.details,
+                          "when": time.time(), "probed_utc": utc_now()}
+    atomic_write_json(cache_dir() / CACHE_FILE, data)
+
+
+def launch_probe(backend: Backend, supervisor: Supervisor, run_dir: Path, timeout: float) -> Availability:
+    """Launch the stock appliance once on this backend, killing it if it overruns `timeout`."""
+    workdir = workdir_for(run_dir, f"probe-{backend.name}")
+    m = get_measurement("startup")
+    request = {
+        "measurement": "startup", "params": m.defaults(), "iterations": ["cold"],
+        "backend": backend.handle_config(cache_dir()).to_dict(), "appliance": {},
+        "timeout": timeout, "sample_timeout": timeout, "workdir": str(workdir),
+        "verbose": supervisor.verbose, "verify": False,
+    }
+    got: dict[str, Any] = {}
+
+    def on_message(msg: dict[str, Any]) -> None:
+        if msg["t"] == "sample":
+            got["launch_s"] = msg["s"]
+        elif msg["t"] == "failure":
+            got["failure"] = msg["reason"]
+
+    ex = supervisor.run_worker(request, backend, on_message)
+    if "launch_s" in got:
+        return Availability(True, f"launched in {got['launch_s']:.1f} s (probe)",
+                            {"probe_launch_s": got["launch_s"]})
+    if ex.kind == "timeout":
+        why = f"probe launch did not finish within {timeout:g} s and was killed"
+        return Availability(False, backend.explain(why, True), {"timed_out": True})
+    reason = got.get("failure") or ex.reason or stderr_reason(ex.stderr_tail) or "launch failed"
+    return Availability(False, backend.explain(f"probe launch failed: {reason}", False))
+
+
+def check(backend: Backend, supervisor: Supervisor, run_dir: Path, *, refresh: bool = False,
+          timeout: float | None = None) -> Availability:
+    """Full verdict for one backend: live preconditions, then a cached or fresh launch probe."""
+    pre = backend.preconditions()
+    if not pre.usable:
+        return pre
+    key = backend.probe_key()
+    if not refresh:
+        cached = cached_verdict(backend, key)
+        if cached is not None:
+            cached.details = {**pre.details, **cached.details}
+            return cached
+    limit = timeout or PROBE_TIMEOUT_S.get(backend.name, DEFAULT_PROBE_TIMEOUT_S)
+    av = launch_probe(backend, supervisor, run_dir, limit)
+    av.details = {**pre.details, **av.details, "probe_timeout_s": limit}
+    store_verdict(backend, key, av)
+    return av

@@ -1,0 +1,467 @@
+"""Render a results document (see `guestbench.results`) as a terminal report, Markdown, CSV or summary JSON.
+
+Every figure is printed next to what it timed, the backend and cache mode, n and its spread, so that no
+output can be quoted as a bare number. Results files may be partial (interrupted or still running): every
+key is read defensively and missing data is shown as "–" or as the cell's status, never as a crash.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from guestbench import units
+from guestbench.stats import CI_METHOD, OUTLIER_METHOD, Summary, spread_warnings, summarize
+
+CSV_HEADER = "backend,placement,measurement,n,failures,median_s,mean_s,stdev_s,ci_low_s,ci_high_s,mb_per_s"
+"""Stable contract for scripts: never reorder or rename these columns."""
+
+COLUMNS = ("backend", "placement", "cache", "n", "failures", "median s", "mean ± stdev s", "95% CI s",
+           "min–max s", "MB/s", "× fastest")
+NONE = "–"
+SAMPLES_NOTE = "n counts measured samples (warm-ups excluded)"
+
+
+@dataclass
+class Row:
+    """One cell of the results document, with the figures every output needs."""
+
+    backend: str
+    placement: str
+    measurement: str
+    label: str
+    timed: str
+    cache_mode: str | None
+    bytes: int | None
+    n: int
+    failures: int
+    summary: Summary | None
+    mb_per_s: float | None
+    ratio: float | None
+    cold_s: float | None
+    status: str
+    skip_reason: str | None
+    first_failure: str | None
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """Partial files may hold null where a mapping belongs; treat that as empty."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _number(value: Any) -> float | None:
+    """A finite float, or None: JSON may hold null, and bool is not a number here."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _seconds(cell: dict[str, Any]) -> list[float]:
+    out = []
+    for sample in _list(cell.get("samples")):
+        value = _number(_dict(sample).get("seconds"))
+        if value is not None:
+            out.append(value)
+    return out
+
+
+def _first_failure(cell: dict[str, Any]) -> str | None:
+    failures = _list(cell.get("failures"))
+    if not failures:
+        return None
+    reason = _dict(failures[0]).get("reason")
+    return str(reason) if reason else "no reason recorded"
+
+
+def _cells(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in _list(doc.get("cells")) if isinstance(c, dict)]
+
+
+def _row(cell: dict[str, Any]) -> Row:
+    seconds = _seconds(cell)
+    summary = summarize(seconds) if seconds else None
+    nbytes = cell.get("bytes")
+    nbytes = nbytes if isinstance(nbytes, int) and not isinstance(nbytes, bool) else None
+    throughput = None
+    if nbytes is not None and summary is not None and summary.median > 0:
+        throughput = units.mb_per_s(nbytes, summary.median)
+    measurement = str(cell.get("measurement") or "?")
+    return Row(
+        backend=str(cell.get("backend") or "?"),
+        placement=str(cell.get("placement") or ""),
+        measurement=measurement,
+        label=str(cell.get("label") or measurement),
+        timed=str(cell.get("timed") or ""),
+        cache_mode=cell.get("cache_mode") or None,
+        bytes=nbytes,
+        n=len(seconds),
+        failures=len(_list(cell.get("failures"))),
+        summary=summary,
+        mb_per_s=throughput,
+        ratio=None,
+        cold_s=_number(cell.get("cold_s")),
+        status=str(cell.get("status") or "unknown"),
+        skip_reason=cell.get("skip_reason") or None,
+        first_failure=_first_failure(cell),
+    )
+
+
+def rows(doc: dict[str, Any]) -> list[Row]:
+    """One Row per cell, in file order, with ratios to the fastest median of the same label and placement."""
+    result = [_row(cell) for cell in _cells(doc)]
+    fastest: dict[tuple[str, str], float] = {}
+    for r in result:
+        if r.summary is not None:
+            key = (r.label, r.placement)
+            fastest[key] = min(fastest.get(key, math.inf), r.summary.median)
+    for r in result:
+        best = fastest.get((r.label, r.placement))
+        if r.summary is not None and best:
+            r.ratio = r.summary.median / best
+    return result
+
+
+def _by_label(rs: Iterable[Row]) -> dict[str, list[Row]]:
+    """Rows grouped by measurement label, labels in order of first appearance."""
+    groups: dict[str, list[Row]] = {}
+    for r in rs:
+        groups.setdefault(r.label, []).append(r)
+    return groups
+
+
+def _by_label_placement(rs: Iterable[Row]) -> dict[tuple[str, str], list[Row]]:
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for r in rs:
+        groups.setdefault((r.label, r.placement), []).append(r)
+    return groups
+
+
+def _group_names(rs: list[Row]) -> dict[int, str]:
+    """Name each row by label (plus placement when a label has several) so warnings are unambiguous."""
+    placements: dict[str, set[str]] = {}
+    for r in rs:
+        placements.setdefault(r.label, set()).add(r.placement)
+    return {id(r): f"{r.label} ({r.placement or NONE})" if len(placements[r.label]) > 1 else r.label
+            for r in rs}
+
+
+def _backend_names(group: list[Row]) -> list[str]:
+    """Backend names, qualified by cache mode when a backend appears twice in one comparison."""
+    counts: dict[str, int] = {}
+    for r in group:
+        counts[r.backend] = counts.get(r.backend, 0) + 1
+    return [f"{r.backend} (cache {r.cache_mode or NONE})" if counts[r.backend] > 1 else r.backend
+            for r in group]
+
+
+def _status_warning(r: Row, run_status: Any) -> str | None:
+    if r.status == "skipped":
+        return f"skipped: {r.skip_reason or 'no reason recorded'}"
+    if r.status == "interrupted":
+        return f"interrupted after {r.n} sample(s)"
+    if r.status in ("pending", "running") and run_status not in ("running", None):
+        return f"never finished ({r.status} when the run ended {run_status}), {r.n} sample(s)"
+    return None
+
+
+def _verification_failed(cell: dict[str, Any]) -> str | None:
+    """A transfer whose data did not arrive intact has meaningless timings: say so loudly."""
+    verification = cell.get("verification")
+    if not isinstance(verification, dict) or verification.get("ok") is not False:
+        return None
+    what = verification.get("what") or "check"
+    return f"data verification failed ({what}: host {verification.get('host')}, guest {verification.get('guest')})"
+
+
+def warnings(doc: dict[str, Any]) -> list[str]:
+    """Every reason a reader should distrust or miss a figure: spread, failures, skips, interruptions."""
+    cells = _cells(doc)
+    rs = rows(doc)
+    names = _group_names(rs)
+    out: list[str] = []
+    for group in _by_label_placement(rs).values():
+        summaries = {name: r.summary for name, r in zip(_backend_names(group), group) if r.summary is not None}
+        out.extend(spread_warnings(names[id(group[0])], summaries))
+    for cell, r in zip(cells, rs):
+        prefix = f"{names[id(r)]}: {r.backend}"
+        if r.failures:
+            out.append(f"{prefix}: {r.failures} of {r.n + r.failures} samples failed: {r.first_failure}")
+        for problem in (_status_warning(r, doc.get("status")), _verification_failed(cell)):
+            if problem:
+                out.append(f"{prefix}: {problem}")
+    return out
+
+
+def _scenario_name(doc: dict[str, Any]) -> str:
+    return str(_dict(doc.get("scenario")).get("name") or "unnamed scenario")
+
+
+def _host_line(doc: dict[str, Any]) -> str:
+    host = _dict(doc.get("host"))
+    cpu = host.get("cpu_model") or "unknown CPU"
+    virt = _dict(host.get("virtualization")).get("summary") or "virtualization unknown"
+    return f"{cpu} · {virt}"
+
+
+def unusable_backends(doc: dict[str, Any]) -> dict[str, str]:
+    """Backends the run could not use, with the reason, so absent rows are explained rather than silent."""
+    out: dict[str, str] = {}
+    for name, info in _dict(doc.get("backends")).items():
+        info = _dict(info)
+        if info.get("usable") is False:
+            out[str(name)] = str(info.get("reason") or "no reason recorded")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- formatting
+
+
+def fmt_seconds(x: float | None) -> str:
+    """Three significant figures (11.9, 0.412, 147), whole seconds from 1000 s up, "–" when missing."""
+    if x is None or math.isnan(x):
+        return NONE
+    if abs(x) >= 999.5:
+        return f"{x:.0f}"
+    text = f"{x:#.3g}"
+    if "e" in text:
+        return f"{x:.3g}"
+    return text.rstrip(".")
+
+
+def fmt_mb_per_s(x: float | None) -> str:
+    return NONE if x is None else f"{x:.1f}"
+
+
+def fmt_ratio(r: Row) -> str:
+    if r.ratio is None:
+        return NONE
+    if math.isclose(r.ratio, 1.0):
+        return "1.00 (fastest)"
+    return f"{r.ratio:.2f}×"
+
+
+def _no_data(r: Row) -> str:
+    """What to show instead of numbers for a cell without samples: its status and why."""
+    parts: list[str] = []
+    if r.status == "skipped":
+        parts.append(f"skipped: {r.skip_reason or 'no reason recorded'}")
+    elif r.status != "done":
+        parts.append(r.status)
+    if r.first_failure:
+        parts.append(f"{r.failures} failed: {r.first_failure}")
+    return "; ".join(parts) or "no samples"
+
+
+def _figures(r: Row) -> list[str]:
+    """The numeric columns, median s through × fastest."""
+    s = r.summary
+    if s is None:
+        return [_no_data(r)] + [NONE] * 5
+    return [
+        fmt_seconds(s.median),
+        f"{fmt_seconds(s.mean)} ± {fmt_seconds(s.stdev)}",
+        NONE if not s.has_ci else f"{fmt_seconds(s.ci_low)}–{fmt_seconds(s.ci_high)}",
+        f"{fmt_seconds(s.min)}–{fmt_seconds(s.max)}",
+        fmt_mb_per_s(r.mb_per_s),
+        fmt_ratio(r),
+    ]
+
+
+def _cells_of(r: Row) -> list[str]:
+    return [r.backend, r.placement or NONE, r.cache_mode or NONE, str(r.n), str(r.failures), *_figures(r)]
+
+
+def _timed_text(group: list[Row]) -> str:
+    """What the clock covered; listed per backend when the backends of one table timed different things."""
+    distinct = list(dict.fromkeys(r.timed for r in group))
+    if len(distinct) == 1:
+        return f"Timed: {distinct[0] or 'not recorded'}."
+    return "Timed: " + "; ".join(f"{r.backend} ({r.placement or NONE}): {r.timed or 'not recorded'}"
+                                 for r in group) + "."
+
+
+def _method_text() -> str:
+    return f"Seconds; {SAMPLES_NOTE}; {CI_METHOD}; outliers by {OUTLIER_METHOD}; MB = 10^6 bytes."
+
+
+def _run_line(doc: dict[str, Any]) -> str:
+    parts = [f"results {doc.get('status') or 'unknown'}",
+             f"started {doc.get('started_utc') or NONE}",
+             f"finished {doc.get('finished_utc') or 'not finished'}"]
+    if doc.get("_path"):
+        parts.append(f"file {doc['_path']}")
+    return " · ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------- CSV
+
+
+def _csv_float(x: float | None) -> str:
+    return "" if x is None or math.isnan(x) else f"{x:.6f}"
+
+
+def _csv_record(r: Row) -> list[str]:
+    s = r.summary
+    stats = [s.median, s.mean, s.stdev, s.ci_low, s.ci_high] if s else [None] * 5
+    return [r.backend, r.placement, r.label, str(r.n), str(r.failures),
+            *(_csv_float(x) for x in stats), _csv_float(r.mb_per_s)]
+
+
+def to_csv(doc: dict[str, Any]) -> str:
+    """Header `CSV_HEADER` plus one line per cell; empty fields where a figure does not exist."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_HEADER.split(","))
+    for r in rows(doc):
+        writer.writerow(_csv_record(r))
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------- Markdown
+
+
+def _md(text: str) -> str:
+    """Keep user text from breaking table syntax."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(group: list[Row]) -> list[str]:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_md(c) for c in _cells_of(r)) + " |" for r in group]
+    return lines
+
+
+def _md_bullets(items: Iterable[str]) -> list[str]:
+    bullets = [f"- {_md(item)}" for item in items]
+    return bullets or ["None."]
+
+
+def to_markdown(doc: dict[str, Any]) -> str:
+    """A self-contained report: one table per measurement, what it timed, what is missing and why."""
+    lines = [f"# guestbench: {_md(_scenario_name(doc))}", "",
+             f"Host: {_md(_host_line(doc))}  ", _md(_run_line(doc)), ""]
+    groups = _by_label(rows(doc))
+    if not groups:
+        lines += ["No measurements recorded.", ""]
+    for label, group in groups.items():
+        lines += [f"## {_md(label)}", "", *_md_table(group), "",
+                  f"{_md(_timed_text(group))} {_method_text()}", ""]
+    lines += ["## Backends not measured", "",
+              *_md_bullets(f"{name}: {reason}" for name, reason in unusable_backends(doc).items()), ""]
+    lines += ["## Warnings", "", *_md_bullets(warnings(doc)), ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- JSON
+
+
+def _json_float(x: float | None) -> float | None:
+    """NaN is not JSON; None is."""
+    return None if x is None or math.isnan(x) else x
+
+
+def _row_dict(r: Row) -> dict[str, Any]:
+    s = r.summary
+    figures = {
+        "median_s": s.median if s else None, "mean_s": s.mean if s else None,
+        "stdev_s": s.stdev if s else None, "ci_low_s": s.ci_low if s else None,
+        "ci_high_s": s.ci_high if s else None, "min_s": s.min if s else None,
+        "max_s": s.max if s else None, "cv": s.cv if s else None,
+    }
+    return {
+        "backend": r.backend, "placement": r.placement, "measurement": r.measurement, "label": r.label,
+        "n": r.n, "failures": r.failures,
+        **{k: _json_float(v) for k, v in figures.items()},
+        "outliers": s.outliers if s else None,
+        "bytes": r.bytes, "mb_per_s": _json_float(r.mb_per_s), "ratio": _json_float(r.ratio),
+        "cold_s": _json_float(r.cold_s), "cache_mode": r.cache_mode, "timed": r.timed,
+        "status": r.status, "skip_reason": r.skip_reason, "first_failure": r.first_failure,
+    }
+
+
+def _short_host(doc: dict[str, Any]) -> dict[str, Any]:
+    host = _dict(doc.get("host"))
+    short = {k: host[k] for k in ("hostname", "cores", "memory_bytes", "os", "kernel", "arch") if k in host}
+    versions = _dict(host.get("versions"))
+    tools = {k: versions[k] for k in ("libguestfs", "qemu", "libvirt", "uml") if versions.get(k)}
+    return {"cpu_model": host.get("cpu_model"),
+            "virtualization": _dict(host.get("virtualization")).get("summary"), **short, "versions": tools}
+
+
+def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
+    """Recomputed summaries for machines; valid strict JSON (no NaN)."""
+    return {
+        "scenario": _scenario_name(doc),
+        "status": doc.get("status"),
+        "results_file": doc.get("_path"),
+        "host": _short_host(doc),
+        "methods": {"ci": CI_METHOD, "outliers": OUTLIER_METHOD, "mb": "10^6 bytes"},
+        "rows": [_row_dict(r) for r in rows(doc)],
+        "unusable_backends": unusable_backends(doc),
+        "warnings": warnings(doc),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- terminal
+
+
+def _rich_table(label: str, group: list[Row]) -> Table:
+    table = Table(title=Text(label, style="bold"),
+                  caption=Text(f"{_timed_text(group)} {_method_text()}"),
+                  caption_justify="left")
+    for i, name in enumerate(COLUMNS):
+        table.add_column(name, justify="left" if i < 3 else "right", overflow="fold")
+    for r in group:
+        cells = [Text(c) for c in _cells_of(r)]
+        if r.summary is None:
+            cells[5].stylize("red")
+        elif r.ratio is not None and math.isclose(r.ratio, 1.0):
+            cells[-1].stylize("bold green")
+        table.add_row(*cells)
+    return table
+
+
+def _unusable_table(unusable: dict[str, str]) -> Table:
+    table = Table(title=Text("Backends not measured", style="bold"))
+    table.add_column("backend")
+    table.add_column("reason", overflow="fold")
+    for name, reason in unusable.items():
+        table.add_row(Text(name), Text(reason))
+    return table
+
+
+def render(doc: dict[str, Any], console: Console) -> None:
+    """The human report: header, one table per measurement, unusable backends, warnings."""
+    console.print(Text.assemble(("guestbench: ", "bold"), (_scenario_name(doc), "bold cyan")))
+    console.print(Text(_run_line(doc)))
+    console.print(Text(f"host: {_host_line(doc)}"))
+    groups = _by_label(rows(doc))
+    if not groups:
+        console.print(Text("No measurements recorded.", style="yellow"))
+    for label, group in groups.items():
+        console.print()
+        console.print(_rich_table(label, group))
+    unusable = unusable_backends(doc)
+    if unusable:
+        console.print()
+        console.print(_unusable_table(unusable))
+    notes = warnings(doc)
+    if notes:
+        console.print()
+    for note in notes:
+        console.print(Text(f"warning: {note}", style="yellow"))

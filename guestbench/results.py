@@ -1,0 +1,169 @@
+"""Versioned results documents: every raw sample, written atomically after each one.
+
+Layout of a results file (``schema_version`` 1)::
+
+    {
+      "schema": "guestbench-results", "schema_version": 1,
+      "guestbench": {"version": "0.1.0", "git_commit": "abc123" | null},
+      "status": "running" | "complete" | "interrupted" | "failed",
+      "started_utc": "2026-11-21T19:40:00Z", "finished_utc": "..." | null,
+      "command": ["guestbench", "scenario", ...],
+      "scenario": {...the scenario as run, see Scenario.to_dict()},
+      "host": {...host fingerprint, see host.fingerprint()},
+      "backends": {"tcg": {"usable": true, "reason": "...", "details": {...}}, ...},
+      "cells": [
+        {
+          "backend": "tcg", "placement": "host",
+          "measurement": "upload", "label": "upload",
+          "params": {"size": 524288000, "filesystem": "ext2", ...},
+          "timed": "what exactly the clock covers",
+          "cache_mode": "writeback" | null,
+          "bytes": 524288000 | null,
+          "cold_s": 13.1 | null,            # first launch of the cell (appliance cache check included)
+          "samples": [{"rep": 1, "seconds": 11.2, "utc": "..."}],
+          "warmups": [{"rep": 1, "seconds": 11.9, "utc": "..."}],
+          "failures": [{"rep": 2, "reason": "...", "utc": "..."}],
+          "verification": {"what": "sha256", "host": "..", "guest": "..", "ok": true} | null,
+          "status": "pending" | "running" | "done" | "skipped" | "interrupted",
+          "skip_reason": null | "..."
+        }
+      ]
+    }
+
+Summaries are not stored: they are recomputed from the raw samples by ``stats``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from guestbench.errors import UserError
+
+SCHEMA = "guestbench-results"
+SCHEMA_VERSION = 1
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def atomic_write_json(path: Path, doc: dict[str, Any]) -> None:
+    """Write to a temp file in the same directory, fsync, rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def results_path(directory: Path, scenario_name: str, when: float | None = None) -> Path:
+    """`results/<UTC timestamp>-<scenario>.json`, never overwriting an existing file."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when if when is not None else time.time()))
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", scenario_name).strip("-") or "scenario"
+    path = directory / f"{stamp}-{slug}.json"
+    n = 1
+    while path.exists():
+        n += 1
+        path = directory / f"{stamp}-{slug}-{n}.json"
+    return path
+
+
+class ResultsFile:
+    """The results document of one run, rewritten atomically whenever something is added."""
+
+    def __init__(self, path: Path, doc: dict[str, Any]) -> None:
+        self.path = path
+        self.doc = doc
+        self.save()
+
+    @classmethod
+    def create(cls, path: Path, *, scenario: dict[str, Any], host: dict[str, Any],
+               command: list[str], guestbench: dict[str, Any]) -> "ResultsFile":
+        doc: dict[str, Any] = {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "guestbench": guestbench,
+            "status": "running",
+            "started_utc": utc_now(),
+            "finished_utc": None,
+            "command": command,
+            "scenario": scenario,
+            "host": host,
+            "backends": {},
+            "cells": [],
+        }
+        return cls(path, doc)
+
+    def save(self) -> None:
+        atomic_write_json(self.path, self.doc)
+
+    def set_backend(self, name: str, info: dict[str, Any]) -> None:
+        self.doc["backends"][name] = info
+        self.save()
+
+    def add_cell(self, cell: dict[str, Any]) -> dict[str, Any]:
+        cell.setdefault("samples", [])
+        cell.setdefault("warmups", [])
+        cell.setdefault("failures", [])
+        cell.setdefault("verification", None)
+        cell.setdefault("cold_s", None)
+        cell.setdefault("status", "pending")
+        cell.setdefault("skip_reason", None)
+        self.doc["cells"].append(cell)
+        self.save()
+        return cell
+
+    def finish(self, status: str) -> None:
+        self.doc["status"] = status
+        self.doc["finished_utc"] = utc_now()
+        for cell in self.doc["cells"]:
+            if cell["status"] in ("pending", "running"):
+                cell["status"] = "interrupted" if status == "interrupted" else cell["status"]
+        self.save()
+
+
+def load_results(path: str | Path) -> dict[str, Any]:
+    """Read and sanity-check a results file; any problem is a one-line UserError."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise UserError("no such results file", source=str(p)) from None
+    except OSError as e:
+        raise UserError(f"cannot read results file: {e.strerror}", source=str(p)) from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}; expected a guestbench "
+                        "results file", source=str(p)) from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise UserError(f"not a guestbench results file (key 'schema' must be {SCHEMA!r})", source=str(p))
+    version = doc.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise UserError(f"schema_version {version!r} is not supported; this guestbench reads version "
+                        f"{SCHEMA_VERSION}", source=str(p))
+    if not isinstance(doc.get("cells"), list):
+        raise UserError("key 'cells' is missing or not a list", source=str(p))
+    return doc

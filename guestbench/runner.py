@@ -1,0 +1,273 @@
+"""Runs a scenario: check backends, then every measurement on every usable backend, saving each sample.
+
+Cells run one after another (measurement-major, so backends of one measurement are measured close in
+time). A signal stops the run between two instructions: the worker's process tree and any libvirt
+domain are killed, the results file is closed as 'interrupted' with every sample already taken.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, Iterator
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
+from guestbench import host, probe
+from guestbench.backends import BACKENDS, Availability
+from guestbench.errors import Interrupted
+from guestbench.measurements import get as get_measurement
+from guestbench.paths import cache_dir, make_run_dir, remove_tree
+from guestbench.payload import payload
+from guestbench.results import ResultsFile, results_path, utc_now
+from guestbench.scenario import Scenario
+from guestbench.supervisor import Supervisor, WorkerExit, stderr_reason, workdir_for
+
+MAX_WORKER_RESTARTS = 3
+
+
+@dataclass
+class RunOptions:
+    results_dir: Path
+    verbose: bool = False
+    reprobe: bool = False
+    probe_timeout: float | None = None
+    command: tuple[str, ...] = ()
+
+
+class _Signals:
+    """Turn SIGINT/SIGTERM into Interrupted once; later signals are ignored while cleaning up."""
+
+    def __init__(self) -> None:
+        self.old: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        for s in self.old:
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    def __enter__(self) -> "_Signals":
+        for s in (signal.SIGINT, signal.SIGTERM):
+            self.old[s] = signal.signal(s, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, h in self.old.items():
+            signal.signal(s, h)
+
+
+def iterations(sc: Scenario, times_launch: bool) -> list[str]:
+    """'cold' (start-up only: the first launch, reported apart), then warm-ups, then measured reps."""
+    return (["cold"] if times_launch else []) + ["warmup"] * sc.warmup + ["rep"] * sc.repetitions
+
+
+class Runner:
+    def __init__(self, sc: Scenario, opts: RunOptions, console: Console) -> None:
+        self.sc = sc
+        self.opts = opts
+        self.console = console
+        self.supervisor = Supervisor(verbose=opts.verbose, echo=lambda line: console.print(line, markup=False,
+                                                                                           highlight=False))
+        self.results: ResultsFile | None = None
+        self.run_dir: Path | None = None
+
+    # ------------------------------------------------------------------ top level
+    def run(self) -> ResultsFile:
+        fp = host.fingerprint()
+        path = results_path(self.opts.results_dir, self.sc.name)
+        self.results = ResultsFile.create(path, scenario=self.sc.to_dict(), host=fp,
+                                          command=list(self.opts.command), guestbench=fp["guestbench"])
+        self.run_dir = make_run_dir()
+        with _Signals():
+            try:
+                usable = self._check_backends()
+                self._run_cells(usable)
+                self.results.finish("complete")
+            except Interrupted:
+                self.results.finish("interrupted")
+                raise
+            except BaseException:
+                self.results.finish("failed")
+                raise
+            finally:
+                remove_tree(self.run_dir)
+        return self.results
+
+    def _check_backends(self) -> list[str]:
+        assert self.results is not None and self.run_dir is not None
+        names = list(self.sc.backends or BACKENDS)
+        usable = []
+        with self.console.status("") as status:
+            for name in names:
+                status.update(f"checking backend {name} (a real launch under a deadline, or a cached verdict)")
+                av = probe.check(BACKENDS[name], self.supervisor, self.run_dir, refresh=self.opts.reprobe,
+                                 timeout=self.opts.probe_timeout)
+                self.results.set_backend(name, av.to_dict())
+                self._say_backend(name, av)
+                if av.usable:
+                    usable.append(name)
+        return usable
+
+    def _say_backend(self, name: str, av: Availability) -> None:
+        cached = " (cached verdict)" if av.details.get("cached") else ""
+        if av.usable:
+            self.console.print(f"[green]✓[/] {name}: usable — ", av.reason + cached, sep="", highlight=False)
+        else:
+            self.console.print(f"[red]✗[/] {name}: not usable — ", av.reason + cached, sep="", highlight=False)
+
+    # ------------------------------------------------------------------ cells
+    def _plan(self, usable: list[str]) -> Iterator[tuple[dict[str, Any], list[str]]]:
+        assert self.results is not None
+        for spec in self.sc.measurements:
+            m = get_measurement(spec.measurement)
+            for b in usable:
+                cell = self.results.add_cell({
+                    "backend": b, "placement": "host", "measurement": spec.measurement, "label": spec.label,
+                    "params": dict(spec.params), "timed": m.timed, "cache_mode": m.cache_mode(spec.params),
+                    "bytes": m.nbytes(spec.params), "what": m.describe(spec.params),
+                })
+                yield cell, iterations(self.sc, m.times_launch)
+
+    def _run_cells(self, usable: list[str]) -> None:
+        plan = list(self._plan(usable))
+        total = sum(len(its) for _, its in plan)
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+        with Progress(*columns, console=self.console, transient=False) as progress:
+            task = progress.add_task(self.sc.name, total=total)
+            for cell, its in plan:
+                self._run_cell(cell, its, progress, task)
+
+    def _run_cell(self, cell: dict[str, Any], its: list[str], progress: Progress, task: Any) -> None:
+        assert self.results is not None and self.run_dir is not None
+        backend = BACKENDS[cell["backend"]]
+        m = get_measurement(cell["measurement"])
+        workdir = workdir_for(self.run_dir, f"{cell['label']}-{cell['backend']}")
+        payload_path = payload_sum = None
+        if m.needs_payload:
+            progress.update(task, description=f"{cell['backend']} · {cell['label']} · generating payload")
+            payload_path, payload_sum = payload(cell["params"]["size"])
+        counters = {"warmup": 0, "rep": 0, "cold": 0}
+        numbered: list[tuple[str, int]] = []
+        for kind in its:
+            counters[kind] += 1
+            numbered.append((kind, counters[kind]))
+        remaining = list(range(len(its)))
+        launched_ok = False
+        cell["status"] = "running"
+        restarts = 0
+
+        while remaining:
+            index_map = list(remaining)
+            done_here: set[int] = set()
+
+            def on_message(msg: dict[str, Any]) -> None:
+                nonlocal launched_ok
+                t = msg["t"]
+                if t == "begin":
+                    kind, k = numbered[index_map[msg["i"]]]
+                    n = counters[kind]
+                    progress.update(task, description=f"{cell['backend']} · {cell['label']} · {kind} {k}/{n}")
+                elif t == "launched":
+                    launched_ok = True
+                    if msg.get("first") and cell["cold_s"] is None and not m.times_launch:
+                        cell["cold_s"] = msg["s"]
+                        self.results.save()  # type: ignore[union-attr]
+                elif t == "sample":
+                    gi = index_map[msg["i"]]
+                    self._record_sample(cell, numbered[gi], msg["s"])
+                    done_here.add(gi)
+                    progress.advance(task)
+                elif t == "failure":
+                    gi = index_map[msg["i"]]
+                    self._record_failure(cell, numbered[gi], backend.explain(msg["reason"], False))
+                    done_here.add(gi)
+                    progress.advance(task)
+                elif t == "verification":
+                    cell["verification"] = msg["record"]
+                    self.results.save()  # type: ignore[union-attr]
+
+            request = {
+                "measurement": cell["measurement"], "params": cell["params"],
+                "iterations": [its[i] for i in remaining],
+                "backend": backend.handle_config(cache_dir()).to_dict(),
+                "appliance": {"memsize": self.sc.memsize, "smp": self.sc.smp},
+                "timeout": self.sc.timeout, "sample_timeout": self.sc.sample_timeout,
+                "workdir": str(workdir), "verbose": self.opts.verbose,
+                "verify": cell["verification"] is None,
+                "payload": str(payload_path) if payload_path else None, "payload_sha256": payload_sum,
+            }
+            ex = self.supervisor.run_worker(request, backend, on_message)
+            remaining = [i for i in remaining if i not in done_here]
+            if ex.kind == "done" or not remaining:
+                break
+            # The worker was killed at a deadline or died: the iteration under way failed.
+            current = remaining[0] if ex.index is None else index_map[ex.index]
+            if current in remaining:
+                self._record_failure(cell, numbered[current], self._exit_reason(ex, backend))
+                progress.advance(task)
+                remaining.remove(current)
+            restarts += 1
+            if ex.kind == "timeout" and ex.what == "launch" and not launched_ok:
+                self._skip(cell, remaining, progress, task,
+                           f"not run: the launch hung ({self._exit_reason(ex, backend)})")
+                remaining = []
+            elif restarts > MAX_WORKER_RESTARTS and remaining:
+                self._skip(cell, remaining, progress, task, f"not run: the worker failed {restarts} times; "
+                           f"last: {self._exit_reason(ex, backend)}")
+                remaining = []
+        if cell["status"] == "running":
+            cell["status"] = "done"
+        self.results.save()
+
+    # ------------------------------------------------------------------ recording
+    def _record_sample(self, cell: dict[str, Any], it: tuple[str, int], seconds: float) -> None:
+        kind, k = it
+        entry = {"rep": k, "seconds": seconds, "utc": utc_now()}
+        if kind == "cold":
+            cell["cold_s"] = seconds
+        else:
+            cell["samples" if kind == "rep" else "warmups"].append(entry)
+        self.results.save()  # type: ignore[union-attr]
+
+    def _record_failure(self, cell: dict[str, Any], it: tuple[str, int], reason: str) -> None:
+        kind, k = it
+        cell["failures"].append({"kind": kind, "rep": k, "reason": reason, "utc": utc_now()})
+        self.results.save()  # type: ignore[union-attr]
+        self.console.print(f"[yellow]![/] {cell['backend']} · {cell['label']} · {kind} {k} failed: ", reason,
+                           sep="", highlight=False)
+
+    def _skip(self, cell: dict[str, Any], remaining: list[int], progress: Progress, task: Any, reason: str) -> None:
+        cell["status"] = "skipped"
+        cell["skip_reason"] = reason
+        progress.advance(task, len(remaining))
+        self.results.save()  # type: ignore[union-attr]
+
+    @staticmethod
+    def _exit_reason(ex: WorkerExit, backend: Any) -> str:
+        if ex.kind == "timeout":
+            return backend.explain(f"{ex.what} did not finish within {ex.limit_s:g} s; the hypervisor was killed",
+                                   True)
+        detail = ex.reason or stderr_reason(ex.stderr_tail)
+        return backend.explain(f"the worker died ({detail})", False)
+
+
+def run_scenario(sc: Scenario, opts: RunOptions, console: Console | None = None) -> ResultsFile:
+    return Runner(sc, opts, console or Console(stderr=True)).run()
+
+
+def exit_status(doc: dict[str, Any]) -> int:
+    """0 when every measured cell has samples; 1 when some usable backend produced none."""
+    for cell in doc.get("cells", []):
+        if not cell.get("samples"):
+            return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use: guestbench scenario FILE")

@@ -1,0 +1,313 @@
+"""Scenario files: load YAML, validate every key before anything runs, apply command-line overrides.
+
+Every problem is a UserError naming the file, the key path, what is wrong and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from guestbench.backends import BACKENDS
+from guestbench.errors import UserError
+from guestbench.measurements import MEASUREMENTS
+from guestbench.units import parse_size
+
+DEFAULT_REPETITIONS = 5
+DEFAULT_WARMUP = 1
+DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_SAMPLE_TIMEOUT_S = 1800.0
+PLACEMENTS = ("host",)
+
+TOP_KEYS: dict[str, str] = {
+    "name": "string: the scenario's name, used in the results file name",
+    "description": "string: what the scenario is for",
+    "backends": f"list of backends to measure (default: every usable one): {', '.join(BACKENDS)}",
+    "repetitions": f"integer >= 1: measured samples per backend and measurement (default {DEFAULT_REPETITIONS})",
+    "warmup": f"integer >= 0: samples taken first and discarded (default {DEFAULT_WARMUP})",
+    "timeout": f"seconds > 0: limit for one appliance launch; past it the hypervisor is killed "
+               f"(default {DEFAULT_TIMEOUT_S:g})",
+    "sample_timeout": f"seconds > 0: limit for one timed operation and its set-up (default "
+                      f"{DEFAULT_SAMPLE_TIMEOUT_S:g})",
+    "appliance": "mapping: memsize (MiB or a size such as 2GiB), smp (vCPUs)",
+    "measurements": f"non-empty list; each item a measurement name or a mapping with key 'measurement' "
+                    f"({', '.join(MEASUREMENTS)}), an optional 'label', and that measurement's parameters",
+}
+APPLIANCE_KEYS = {"memsize": "appliance RAM: an integer in MiB or a size (e.g. 2GiB)",
+                  "smp": "integer >= 1: appliance vCPUs"}
+
+
+@dataclass(frozen=True)
+class MeasurementSpec:
+    measurement: str
+    label: str
+    params: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"measurement": self.measurement, "label": self.label, "params": dict(self.params)}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    source: str
+    description: str = ""
+    backends: tuple[str, ...] | None = None
+    repetitions: int = DEFAULT_REPETITIONS
+    warmup: int = DEFAULT_WARMUP
+    timeout: float = DEFAULT_TIMEOUT_S
+    sample_timeout: float = DEFAULT_SAMPLE_TIMEOUT_S
+    memsize: int | None = None  # MiB; None = libguestfs's default
+    smp: int | None = None
+    measurements: tuple[MeasurementSpec, ...] = field(default_factory=tuple)
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["backends"] = list(self.backends) if self.backends is not None else None
+        d["measurements"] = [m.to_dict() for m in self.measurements]
+        return d
+
+
+class _Checker:
+    """Carries the source name so that every error says where it comes from."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, key: str, message: str) -> UserError:
+        return UserError(message, source=self.source, key=key)
+
+    def integer(self, key: str, value: object, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(key, f"{value!r} is not an integer; allowed: an integer >= {minimum}")
+        if value < minimum:
+            raise self.fail(key, f"{value} is too small; allowed: an integer >= {minimum}")
+        return value
+
+    def seconds(self, key: str, value: object) -> float:
+        if isinstance(value, str):
+            m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*", value)
+            if m:
+                value = float(m.group(1)) * {None: 1, "s": 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise self.fail(key, f"{value!r} is not a duration; allowed: seconds > 0, e.g. 300, 90s, 5min")
+        return float(value)
+
+    def string(self, key: str, value: object) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(key, f"{value!r} is not a non-empty string")
+        return value
+
+    def backends(self, key: str, value: object) -> tuple[str, ...]:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",")]
+        if not isinstance(value, list):
+            raise self.fail(key, f"{value!r} is not a list; allowed: a list of {', '.join(BACKENDS)}")
+        if not value:
+            raise self.fail(key, f"the list is empty; allowed: one or more of {', '.join(BACKENDS)}")
+        out: list[str] = []
+        for i, b in enumerate(value):
+            if not isinstance(b, str) or b not in BACKENDS:
+                raise self.fail(f"{key}[{i}]", f"unknown backend {b!r}; allowed: {', '.join(BACKENDS)}")
+            if b in out:
+                raise self.fail(f"{key}[{i}]", f"backend {b!r} is listed twice")
+            out.append(b)
+        return tuple(out)
+
+    def memsize(self, key: str, value: object) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            mib = value
+        else:
+            try:
+                nbytes = parse_size(value)
+            except ValueError as e:
+                raise self.fail(key, f"{e}; or an integer number of MiB") from None
+            if nbytes % 2**20:
+                raise self.fail(key, f"{value!r} is not a whole number of MiB")
+            mib = nbytes // 2**20
+        if mib < 256:
+            raise self.fail(key, f"{mib} MiB is too small; allowed: at least 256 (MiB)")
+        return mib
+
+    def measurement(self, key: str, item: object, memsize: int | None) -> MeasurementSpec:
+        allowed = ", ".join(MEASUREMENTS)
+        if isinstance(item, str):
+            item = {"measurement": item}
+        if not isinstance(item, dict):
+            raise self.fail(key, f"{item!r} is neither a measurement name nor a mapping; allowed: {allowed}")
+        name = item.get("measurement")
+        if name is None:
+            raise self.fail(key, f"missing key 'measurement'; allowed: {allowed}")
+        if not isinstance(name, str) or name not in MEASUREMENTS:
+            raise self.fail(f"{key}.measurement", f"unknown measurement {name!r}; allowed: {allowed}")
+        m = MEASUREMENTS[name]
+        params = m.defaults()
+        known = {p.name for p in m.params}
+        for k, v in item.items():
+            if k in ("measurement", "label"):
+                continue
+            if k not in known:
+                ok = ", ".join(["label", *sorted(known)])
+                raise self.fail(f"{key}.{k}", f"unknown parameter for {name}; allowed: {ok}")
+            try:
+                params[k] = m.param(k).parse(v)
+            except ValueError as e:
+                raise self.fail(f"{key}.{k}", str(e)) from None
+        label = item.get("label", name)
+        if not isinstance(label, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", label):
+            raise self.fail(f"{key}.label", f"{label!r} is not allowed; allowed: letters, digits, . _ - "
+                            "(starting with a letter or digit)")
+        for pkey, problem in m.check(params, memsize):
+            raise self.fail(f"{key}.{pkey}", problem)
+        return MeasurementSpec(name, label, params)
+
+    def measurements(self, key: str, value: object, memsize: int | None) -> tuple[MeasurementSpec, ...]:
+        if not isinstance(value, list):
+            raise self.fail(key, f"{type(value).__name__} is not a list; allowed: a non-empty list of "
+                            f"measurements ({', '.join(MEASUREMENTS)})")
+        if not value:
+            raise self.fail(key, f"the list is empty; allowed: one or more of {', '.join(MEASUREMENTS)}")
+        specs = [self.measurement(f"{key}[{i}]", item, memsize) for i, item in enumerate(value)]
+        seen: set[str] = set()
+        for i, s in enumerate(specs):
+            if s.label in seen:
+                raise self.fail(f"{key}[{i}].label", f"label {s.label!r} is used twice; give each item a "
+                                "distinct 'label'")
+            seen.add(s.label)
+        return tuple(specs)
+
+
+def parse_scenario(data: object, source: str) -> Scenario:
+    c = _Checker(source)
+    if not isinstance(data, dict):
+        raise UserError(f"the document is a {type(data).__name__}, not a mapping; allowed keys: "
+                        f"{', '.join(TOP_KEYS)}", source=source)
+    for k in data:
+        if k not in TOP_KEYS:
+            raise c.fail(str(k), f"unknown key; allowed: {', '.join(TOP_KEYS)}")
+    if "name" not in data:
+        raise c.fail("name", "missing; allowed: a non-empty string")
+    if "measurements" not in data:
+        raise c.fail("measurements", "missing; " + TOP_KEYS["measurements"])
+    memsize = smp = None
+    appliance = data.get("appliance")
+    if appliance is not None:
+        if not isinstance(appliance, dict):
+            raise c.fail("appliance", f"{appliance!r} is not a mapping; allowed keys: {', '.join(APPLIANCE_KEYS)}")
+        for k, v in appliance.items():
+            if k == "memsize":
+                memsize = c.memsize("appliance.memsize", v)
+            elif k == "smp":
+                smp = c.integer("appliance.smp", v, 1)
+            else:
+                raise c.fail(f"appliance.{k}", f"unknown key; allowed: {', '.join(APPLIANCE_KEYS)}")
+    return Scenario(
+        name=c.string("name", data["name"]),
+        source=source,
+        description=c.string("description", data["description"]) if "description" in data else "",
+        backends=c.backends("backends", data["backends"]) if "backends" in data else None,
+        repetitions=c.integer("repetitions", data.get("repetitions", DEFAULT_REPETITIONS), 1),
+        warmup=c.integer("warmup", data.get("warmup", DEFAULT_WARMUP), 0),
+        timeout=c.seconds("timeout", data.get("timeout", DEFAULT_TIMEOUT_S)),
+        sample_timeout=c.seconds("sample_timeout", data.get("sample_timeout", DEFAULT_SAMPLE_TIMEOUT_S)),
+        memsize=memsize,
+        smp=smp,
+        measurements=c.measurements("measurements", data["measurements"], memsize),
+    )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    p = Path(path)
+    source = str(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise UserError("no such scenario file; give the path of a YAML file, e.g. scenarios/startup.yaml",
+                        source=source) from None
+    except IsADirectoryError:
+        raise UserError("is a directory; give the path of a YAML scenario file", source=source) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"cannot read: {getattr(e, 'strerror', None) or e}", source=source) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or "syntax error"
+        raise UserError(f"not valid YAML{where}: {problem}", source=source) from None
+    if data is None:
+        raise UserError(f"the file is empty; allowed keys: {', '.join(TOP_KEYS)}", source=source)
+    return parse_scenario(data, source)
+
+
+def apply_overrides(sc: Scenario, **overrides: Any) -> Scenario:
+    """Command-line values replace the file's, validated the same way (source: 'command line')."""
+    c = _Checker("command line")
+    changes: dict[str, Any] = {}
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if "backend" in given:
+        changes["backends"] = c.backends("--backend", given["backend"])
+    if "repetitions" in given:
+        changes["repetitions"] = c.integer("--repetitions", given["repetitions"], 1)
+    if "warmup" in given:
+        changes["warmup"] = c.integer("--warmup", given["warmup"], 0)
+    if "timeout" in given:
+        changes["timeout"] = c.seconds("--timeout", given["timeout"])
+    if "sample_timeout" in given:
+        changes["sample_timeout"] = c.seconds("--sample-timeout", given["sample_timeout"])
+    if "memsize" in given:
+        changes["memsize"] = c.memsize("--memsize", given["memsize"])
+    measurements = sc.measurements
+    if "measurement" in given:
+        wanted = [w.strip() for w in str(given["measurement"]).split(",") if w.strip()]
+        labels = [m.label for m in measurements]
+        for w in wanted:
+            if w not in labels:
+                raise c.fail("--measurement", f"{w!r} is not in this scenario; allowed: {', '.join(labels)}")
+        if not wanted:
+            raise c.fail("--measurement", f"empty; allowed: {', '.join(labels)}")
+        measurements = tuple(m for m in measurements if m.label in wanted)
+    memsize = changes.get("memsize", sc.memsize)
+    if "size" in given:
+        try:
+            size = parse_size(given["size"])
+        except ValueError as e:
+            raise c.fail("--size", str(e)) from None
+        sized = [m for m in measurements if "size" in m.params]
+        if not sized:
+            raise c.fail("--size", "no measurement in this scenario takes a size")
+        new = []
+        for m in measurements:
+            params = dict(m.params)
+            if "size" in params:
+                params["size"] = size
+                if "disk_size" in params:
+                    # grow the image with the payload so that a bigger --size still fits
+                    params["disk_size"] = max(params["disk_size"], size + size // 10 + 64 * 2**20)
+            new.append(MeasurementSpec(m.measurement, m.label, params))
+        measurements = tuple(new)
+    for m in measurements:
+        for pkey, problem in MEASUREMENTS[m.measurement].check(m.params, memsize):
+            raise c.fail(f"--size ({m.label}.{pkey})" if "size" in given else f"{m.label}.{pkey}", problem)
+    changes["measurements"] = measurements
+    changes["overrides"] = {**sc.overrides, **given}
+    return dataclasses.replace(sc, **changes)
+
+
+def help_text() -> str:
+    """The scenario file format, for `guestbench scenario --help`."""
+    lines = ["scenario file keys:"]
+    lines += [f"  {k}: {v}" for k, v in TOP_KEYS.items()]
+    lines += ["", "measurements and their parameters:"]
+    for m in MEASUREMENTS.values():
+        lines.append(f"  {m.name}: {m.summary}")
+        lines.append(f"    timed: {m.timed}")
+        for p in m.params:
+            lines.append(f"    {p.name} (default {p.show(p.default)}): {p.help}; {p.allowed()}")
+    return "\n".join(lines)

@@ -1,0 +1,137 @@
+"""Summaries of repeated timings, and the warnings that stop readers from over-reading them.
+
+Timings of virtual machines are noisy: a median alone invites rankings the data cannot support, so every
+summary carries its spread, a confidence interval and an outlier count, and `spread_warnings` says in words
+when the figures are too unstable or too close to compare.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+CI_METHOD = "95% CI of the mean (Student t)"
+OUTLIER_METHOD = "Tukey fences, 1.5 IQR"
+
+WIDE_CV = 0.10
+"""Coefficient of variation above which a backend's figures are called unstable."""
+
+MIN_N_FOR_OUTLIERS = 4
+"""Quartiles of fewer samples are meaningless, so outliers are only counted from this many on."""
+
+_CONFIDENCE = 0.95
+_TUKEY_K = 1.5
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Statistics of one cell's samples, in seconds.
+
+    `stdev`, `ci_low`, `ci_high` and `cv` need two samples: they are `math.nan` when n < 2
+    (renderers print "–" for them) so that every field stays a float.
+    """
+
+    n: int
+    median: float
+    mean: float
+    stdev: float
+    min: float
+    max: float
+    ci_low: float
+    ci_high: float
+    cv: float
+    outliers: int
+
+    @property
+    def has_ci(self) -> bool:
+        """Whether a confidence interval exists (n >= 2), i.e. whether this summary can be ranked."""
+        return not (math.isnan(self.ci_low) or math.isnan(self.ci_high))
+
+
+def summarize(values: Sequence[float]) -> Summary:
+    """Summarize samples; raise ValueError when there are none, since no figure can describe nothing."""
+    arr = np.asarray(list(values), dtype=float)
+    if arr.size == 0:
+        raise ValueError("cannot summarize an empty list of samples")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("samples must be finite numbers")
+    n = int(arr.size)
+    mean = float(arr.mean())
+    stdev, ci_low, ci_high, cv = math.nan, math.nan, math.nan, math.nan
+    if n >= 2:
+        stdev = float(arr.std(ddof=1))
+        half = _ci_half_width(stdev, n)
+        ci_low, ci_high = mean - half, mean + half
+        cv = stdev / mean if mean != 0 else math.nan
+    return Summary(
+        n=n,
+        median=float(np.median(arr)),
+        mean=mean,
+        stdev=stdev,
+        min=float(arr.min()),
+        max=float(arr.max()),
+        ci_low=ci_low,
+        ci_high=ci_high,
+        cv=cv,
+        outliers=_count_outliers(arr),
+    )
+
+
+def _ci_half_width(stdev: float, n: int) -> float:
+    """Student t rather than normal: guestbench runs few repetitions, where z would overstate confidence."""
+    t = float(scipy_stats.t.ppf(0.5 + _CONFIDENCE / 2, n - 1))
+    return t * stdev / math.sqrt(n)
+
+
+def _count_outliers(arr: np.ndarray) -> int:
+    """Count samples outside the Tukey fences; 0 for tiny samples where quartiles mean nothing."""
+    if arr.size < MIN_N_FOR_OUTLIERS:
+        return 0
+    q1, q3 = np.percentile(arr, [25, 75])
+    iqr = q3 - q1
+    low, high = q1 - _TUKEY_K * iqr, q3 + _TUKEY_K * iqr
+    return int(np.count_nonzero((arr < low) | (arr > high)))
+
+
+def overlaps(a: Summary, b: Summary) -> bool:
+    """Whether the two CIs overlap; False when either has no CI, since that is reported separately."""
+    if not (a.has_ci and b.has_ci):
+        return False
+    return a.ci_low <= b.ci_high and b.ci_low <= a.ci_high
+
+
+def spread_warnings(label: str, summaries: Mapping[str, Summary]) -> list[str]:
+    """Say, per backend, why its figures may mislead, then which rankings against the fastest are unsafe."""
+    out: list[str] = []
+    for name, s in summaries.items():
+        out.extend(_backend_warnings(label, name, s))
+    out.extend(_ranking_warnings(label, summaries))
+    return out
+
+
+def _backend_warnings(label: str, name: str, s: Summary) -> list[str]:
+    if s.n < 2:
+        return [f"{label}: {name} has n={s.n}: no spread, cannot rank"]
+    out: list[str] = []
+    if not math.isnan(s.cv) and s.cv > WIDE_CV:
+        out.append(f"{label}: {name} spread is wide (cv {s.cv:.0%}, n={s.n}): figures are unstable")
+    if s.outliers:
+        out.append(f"{label}: {name} has {s.outliers} outlier(s) of n={s.n}")
+    return out
+
+
+def _ranking_warnings(label: str, summaries: Mapping[str, Summary]) -> list[str]:
+    """Compare against the fastest backend that has a CI: an n=1 "winner" is already flagged as unrankable."""
+    rankable = {name: s for name, s in summaries.items() if s.has_ci}
+    if len(rankable) < 2:
+        return []
+    fastest = min(rankable, key=lambda name: rankable[name].median)
+    return [
+        f"{label}: cannot rank {fastest} vs {name}: their 95% CIs overlap"
+        for name, s in rankable.items()
+        if name != fastest and overlaps(rankable[fastest], s)
+    ]

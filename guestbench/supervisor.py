@@ -1,0 +1,205 @@
+"""Runs workers, enforces their deadlines, and kills the whole process tree when one passes.
+
+The supervisor is the only place that waits on a hypervisor, so it is the only place that needs to
+know how to give up: a deadline passes → every process of the worker (qemu, libguestfs's recovery
+process) is killed, then the backend's out-of-tree leftovers (libvirt domains) are removed.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from guestbench.backends.base import Backend
+
+KILL_GRACE_S = 3.0
+
+
+@dataclass
+class WorkerExit:
+    """How a worker ended: 'done', 'timeout' (killed at a deadline) or 'crash' (died on its own)."""
+
+    kind: str
+    what: str | None = None  # for timeouts: the step that overran (launch, sample, shutdown...)
+    limit_s: float | None = None
+    index: int | None = None  # the iteration under way when it ended
+    reason: str | None = None
+    stderr_tail: list[str] = field(default_factory=list)
+
+
+def _children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = collections.defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # the command name may contain spaces and parentheses: fields start after the last ')'
+        fields = stat[stat.rfind(")") + 2:].split()
+        kids[int(fields[1])].append(int(entry))
+    return kids
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below pid, found before anything is killed (orphans lose their parent link)."""
+    kids = _children_map()
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for c in kids.get(p, []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the worker's process group and any descendant that left it; reap the worker."""
+    if proc.poll() is not None and not descendants(proc.pid):
+        return
+    pids = descendants(proc.pid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for p in pids:
+            try:
+                os.kill(p, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + KILL_GRACE_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not any(_alive(p) for p in pids):
+                return
+            time.sleep(0.05)
+    proc.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Supervisor:
+    """Runs one worker at a time; `current` is what a signal handler must kill."""
+
+    def __init__(self, verbose: bool = False, echo: Callable[[str], None] | None = None) -> None:
+        self.verbose = verbose
+        self.echo = echo or (lambda line: print(line, file=sys.stderr))
+        self.current: subprocess.Popen[bytes] | None = None
+
+    def run_worker(self, request: dict[str, Any], backend: Backend,
+                   on_message: Callable[[dict[str, Any]], None]) -> WorkerExit:
+        """Start a worker for `request`, pass its messages to `on_message`, and enforce deadlines."""
+        snapshot = backend.snapshot()
+        env = dict(os.environ)
+        env.pop("LIBGUESTFS_HV", None)
+        env.pop("LIBGUESTFS_BACKEND", None)
+        env.pop("LIBGUESTFS_BACKEND_SETTINGS", None)
+        env["PYTHONUNBUFFERED"] = "1"
+        proc = subprocess.Popen([sys.executable, "-m", "guestbench.worker"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                env=env, cwd=request["workdir"])
+        self.current = proc
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps(request).encode())
+            proc.stdin.close()
+            return self._pump(proc, on_message)
+        finally:
+            kill_tree(proc)
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+            self.current = None
+            backend.cleanup_since(snapshot)
+
+    def _pump(self, proc: subprocess.Popen[bytes], on_message: Callable[[dict[str, Any]], None]) -> WorkerExit:
+        assert proc.stdout is not None and proc.stderr is not None
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ, "out")
+        sel.register(proc.stderr, selectors.EVENT_READ, "err")
+        buffers = {"out": b"", "err": b""}
+        tail: collections.deque[str] = collections.deque(maxlen=30)
+        deadline: float | None = None
+        what: str | None = None
+        limit: float | None = None
+        index: int | None = None
+        crash_reason: str | None = None
+        done = False
+        open_streams = 2
+        while open_streams and not (done and proc.poll() is not None):
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            events = sel.select(timeout=timeout if timeout is not None else 1.0)
+            if deadline is not None and time.monotonic() >= deadline:
+                return WorkerExit("timeout", what, limit, index, None, list(tail))
+            for key, _ in events:
+                chunk = os.read(key.fileobj.fileno(), 65536)  # type: ignore[union-attr]
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    open_streams -= 1
+                    continue
+                buffers[key.data] += chunk
+                *lines, buffers[key.data] = buffers[key.data].split(b"\n")
+                for raw in lines:
+                    line = raw.decode("utf-8", "replace")
+                    if key.data == "err":
+                        tail.append(line)
+                        if self.verbose:
+                            self.echo(line)
+                        continue
+                    try:
+                        msg = json.loads(line)
+                    except json.JSONDecodeError:
+                        tail.append(line)
+                        continue
+                    t = msg.get("t")
+                    if t == "deadline":
+                        what = msg.get("what")
+                        limit = msg.get("s")
+                        deadline = None if what is None else time.monotonic() + float(msg["s"])
+                    elif t == "begin":
+                        index = msg["i"]
+                    elif t == "done":
+                        done = True
+                    elif t == "crash":
+                        crash_reason = msg.get("reason")
+                    on_message(msg)
+        rc = proc.wait()
+        if done and rc == 0:
+            return WorkerExit("done", index=index, stderr_tail=list(tail))
+        reason = crash_reason or f"worker exited with status {rc}" + (
+            f" while in step '{what}'" if what else "")
+        return WorkerExit("crash", what, limit, index, reason, list(tail))
+
+
+def stderr_reason(tail: list[str]) -> str:
+    """The most telling line of a worker's stderr, for a failure reason."""
+    for line in reversed(tail):
+        low = line.lower()
+        if any(k in low for k in ("error", "fail", "abort", "assert")):
+            return " ".join(line.split())
+    return " ".join(tail[-1].split()) if tail else ""
+
+
+def workdir_for(run_dir: Path, name: str) -> Path:
+    d = run_dir / name
+    d.mkdir(parents=True, exist_ok=True)
+    os.chmod(d, 0o755)
+    return d

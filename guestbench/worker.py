@@ -1,0 +1,203 @@
+"""The worker: runs one cell (backend × measurement) in its own process and reports as JSON lines.
+
+Why a separate process: libguestfs has no launch timeout of its own, and a hung hypervisor (KVM on
+these machines) never returns. The worker runs in its own session, so the supervisor can kill it
+together with its qemu and libguestfs's recovery process, as a process group, when a deadline passes.
+
+Protocol (worker → supervisor, one JSON object per line on the protocol fd):
+  {"t": "begin", "i": index}                       an iteration starts
+  {"t": "deadline", "what": "launch", "s": 300}    the next step must finish within s seconds
+  {"t": "deadline", "what": null}                   no step is under way
+  {"t": "launched", "s": 12.3, "first": true}      a launch finished (first: first launch in this worker)
+  {"t": "sample", "i": index, "s": 11.2}           a timed sample
+  {"t": "failure", "i": index, "reason": "..."}    an iteration failed (the worker goes on)
+  {"t": "verification", "record": {...}}
+  {"t": "done"}
+Request (supervisor → worker, one JSON document on stdin): see ``Supervisor.run_cell``.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from guestbench.measurements import get as get_measurement
+from guestbench.measurements.base import CellContext, Measurement
+
+SHUTDOWN_TIMEOUT_S = 120.0
+
+
+class Channel:
+    """Writes protocol lines on a private fd, so stray prints to stdout cannot corrupt it."""
+
+    def __init__(self) -> None:
+        self.fd = os.dup(1)
+        os.dup2(2, 1)  # anything printed to stdout from now on goes to stderr
+
+    def send(self, **msg: Any) -> None:
+        data = (json.dumps(msg) + "\n").encode()
+        while data:
+            n = os.write(self.fd, data)
+            data = data[n:]
+
+
+class Appliance:
+    """One libguestfs handle, configured for the backend, with its console captured."""
+
+    def __init__(self, req: dict[str, Any], measurement: Measurement, ctx: CellContext) -> None:
+        import guestfs  # imported here so that the supervisor never needs the bindings
+
+        self.verbose = bool(req.get("verbose"))
+        self.console: collections.deque[str] = collections.deque(maxlen=200)
+        cfg = req["backend"]
+        g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
+        self.g = g
+        events = guestfs.EVENT_APPLIANCE | guestfs.EVENT_LIBRARY | guestfs.EVENT_WARNING
+        if self.verbose:
+            events |= guestfs.EVENT_TRACE
+        g.set_event_callback(self._on_event, events)
+        g.set_backend(cfg["libguestfs_backend"])
+        g.set_backend_settings(list(cfg["settings"]))
+        if cfg.get("hv"):
+            g.set_hv(cfg["hv"])
+        if self.verbose:
+            g.set_verbose(True)
+            g.set_trace(True)
+        appliance = req.get("appliance") or {}
+        if appliance.get("memsize"):
+            g.set_memsize(int(appliance["memsize"]))
+        if appliance.get("smp"):
+            g.set_smp(int(appliance["smp"]))
+        g.set_tmpdir(req["workdir"])
+        if req.get("cachedir"):
+            g.set_cachedir(req["cachedir"])
+        measurement.add_drives(g, ctx)
+
+    def _on_event(self, ev: int, eh: int, buf: bytes | str, array: Any) -> None:
+        text = buf.decode("utf-8", "replace") if isinstance(buf, bytes) else str(buf)
+        for line in text.splitlines():
+            line = line.rstrip("\r")
+            if line.strip():
+                self.console.append(line)
+                if self.verbose:
+                    sys.stderr.write(f"[console] {line}\n")
+                    sys.stderr.flush()
+
+    def console_tail(self, n: int = 8) -> list[str]:
+        return list(self.console)[-n:]
+
+    def close(self) -> None:
+        try:
+            self.g.close()
+        except Exception:  # closing a handle whose hypervisor died can raise; the process is gone anyway
+            pass
+
+
+def _reason(exc: BaseException, appliance: Appliance | None) -> str:
+    """One readable reason: the libguestfs error plus the console lines that explain it."""
+    msg = " ".join(str(exc).split())
+    if appliance is not None:
+        hints = [ln for ln in appliance.console_tail(40)
+                 if any(k in ln.lower() for k in ("error", "fail", "assert", "abort", "panic", "qemu", "killed"))]
+        if hints:
+            msg += " | console: " + " / ".join(" ".join(h.split()) for h in hints[-3:])
+    return msg
+
+
+def run(req: dict[str, Any], chan: Channel) -> None:
+    measurement = get_measurement(req["measurement"])
+    workdir = Path(req["workdir"])
+    ctx = CellContext(params=req["params"], workdir=workdir,
+                      payload=Path(req["payload"]) if req.get("payload") else None,
+                      payload_sha256=req.get("payload_sha256"),
+                      memsize_mib=(req.get("appliance") or {}).get("memsize"),
+                      log=lambda m: sys.stderr.write(m + "\n"))
+    timeout = float(req["timeout"])
+    sample_timeout = float(req["sample_timeout"])
+    verify_pending = bool(req.get("verify", True))
+    app: Appliance | None = None
+    first_launch = True
+
+    def launch() -> tuple[Appliance, float]:
+        nonlocal first_launch
+        a = Appliance(req, measurement, ctx)
+        chan.send(t="deadline", what="launch", s=timeout)
+        t0 = time.perf_counter()
+        a.g.launch()
+        a.g.ping_daemon()
+        elapsed = time.perf_counter() - t0
+        chan.send(t="deadline", what=None)
+        chan.send(t="launched", s=elapsed, first=first_launch)
+        first_launch = False
+        return a, elapsed
+
+    def shutdown(a: Appliance) -> None:
+        chan.send(t="deadline", what="shutdown", s=SHUTDOWN_TIMEOUT_S)
+        try:
+            a.g.shutdown()
+        finally:
+            a.close()
+            chan.send(t="deadline", what=None)
+
+    for i, _it in enumerate(req["iterations"]):
+        chan.send(t="begin", i=i)
+        try:
+            if measurement.times_launch:
+                app, elapsed = launch()
+                shutdown(app)
+                app = None
+                chan.send(t="sample", i=i, s=elapsed)
+                continue
+            if app is None:
+                app, _ = launch()
+                chan.send(t="deadline", what="setup", s=sample_timeout)
+                measurement.after_launch(app.g, ctx)
+            chan.send(t="deadline", what="sample", s=sample_timeout)
+            measurement.prepare(app.g, ctx)
+            t0 = time.perf_counter()
+            measurement.timed_op(app.g, ctx)
+            elapsed = time.perf_counter() - t0
+            if verify_pending:
+                record = measurement.verify(app.g, ctx)
+                if record is not None:
+                    chan.send(t="verification", record=record)
+                    verify_pending = False
+                    if not record.get("ok"):
+                        raise RuntimeError(f"verification failed: {record['what']}: host {record['host']} "
+                                           f"!= appliance {record['guest']}")
+            chan.send(t="deadline", what=None)
+            chan.send(t="sample", i=i, s=elapsed)
+        except Exception as exc:  # a failed sample is data, not a crash: report it and go on
+            chan.send(t="deadline", what=None)
+            chan.send(t="failure", i=i, reason=_reason(exc, app))
+            if app is not None:
+                app.close()
+                app = None
+    if app is not None:
+        shutdown(app)
+    chan.send(t="done")
+
+
+def main() -> int:
+    chan = Channel()
+    try:
+        req = json.load(sys.stdin)
+        os.environ["XDG_RUNTIME_DIR"] = req["workdir"]  # libguestfs's socket dir goes with the cell
+        for k, v in (req["backend"].get("env") or {}).items():
+            os.environ[k] = v
+        run(req, chan)
+        return 0
+    except Exception:
+        chan.send(t="crash", reason=traceback.format_exc(limit=5).strip().splitlines()[-1])
+        traceback.print_exc()
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
