@@ -103,6 +103,7 @@ def cmd_scenario(args: argparse.Namespace) -> int:
     from guestbench.runner import RunOptions, exit_status, run_scenario
 
     sc = load_scenario(args.file)
+    _check_probe_timeout(args)
     sc = apply_overrides(sc, backend=args.backend, measurement=args.measurement, repetitions=args.repetitions,
                          warmup=args.warmup, timeout=args.timeout, sample_timeout=args.sample_timeout,
                          size=args.size, memsize=args.memsize)
@@ -126,12 +127,20 @@ def cmd_scenario(args: argparse.Namespace) -> int:
     return exit_status(rf.doc)
 
 
+def _check_probe_timeout(args: argparse.Namespace) -> None:
+    if args.probe_timeout is not None:
+        from guestbench.scenario import Checker
+
+        args.probe_timeout = Checker("command line").seconds("--probe-timeout", args.probe_timeout)
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
+    _check_probe_timeout(args)
     names = list(BACKENDS)
     if args.backend:
-        from guestbench.scenario import _Checker
+        from guestbench.scenario import Checker
 
-        names = list(_Checker("command line").backends("--backend", args.backend))
+        names = list(Checker("command line").backends("--backend", args.backend))
     fp = host.fingerprint()
     verdicts: dict[str, Any] = {}
     run_dir = make_run_dir()
@@ -185,12 +194,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_line(message: str) -> str:
+    """Keep an error to one line even when a user's key or file name holds a line break."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return {"scenario": cmd_scenario, "doctor": cmd_doctor, "show": cmd_show}[args.command](args)
     except UserError as e:
-        sys.stderr.write(f"guestbench: {e}\n")
+        sys.stderr.write(f"guestbench: {_one_line(str(e))}\n")
         return e.exit_status
     except Interrupted as e:
         return 128 + e.signum
@@ -201,7 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # a bug, not bad input: one line, the traceback only with -v
         if getattr(args, "verbose", False):
             traceback.print_exc()
-        sys.stderr.write(f"guestbench: internal error: {type(e).__name__}: {e} (run with -v for the traceback)\n")
+        sys.stderr.write(f"guestbench: internal error: {type(e).__name__}: {_one_line(str(e))} "
+                         "(run with -v for the traceback)\n")
         return EXIT_INTERNAL
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,9 @@ def payload(size: int) -> tuple[Path, str]:
     path = d / f"random-{size}.bin"
     sums = d / f"random-{size}.sha256"
     if path.exists() and sums.exists() and path.stat().st_size == size:
-        return path, sums.read_text().strip()
+        digest = sums.read_text().strip()
+        if re.fullmatch(r"[0-9a-f]{64}", digest):  # an empty or torn checksum file means: make it again
+            return path, digest
     rng = np.random.default_rng(size)  # random bytes compress to nothing; seeded so reruns match
     h = hashlib.sha256()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -39,5 +42,7 @@ def payload(size: int) -> tuple[Path, str]:
         if tmp.exists():
             tmp.unlink()
     digest = h.hexdigest()
-    sums.write_text(digest + "\n")
+    tmp_sums = sums.with_name(f".{sums.name}.{os.getpid()}.tmp")
+    tmp_sums.write_text(digest + "\n")
+    os.replace(tmp_sums, sums)
     return path, digest

@@ -295,6 +295,12 @@ def _timed_text(group: list[Row]) -> str:
                                  for r in group) + "."
 
 
+def _cold_text(group: list[Row]) -> str:
+    """The first launch of each backend, reported once and never sampled (appliance cache check included)."""
+    colds = [f"{r.backend} ({r.placement or NONE}) {fmt_seconds(r.cold_s)} s" for r in group if r.cold_s is not None]
+    return f" Cold first launch, not sampled: {'; '.join(colds)}." if colds else ""
+
+
 def _method_text() -> str:
     return f"Seconds; {SAMPLES_NOTE}; {CI_METHOD}; outliers by {OUTLIER_METHOD}; MB = 10^6 bytes."
 
@@ -360,7 +366,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
         lines += ["No measurements recorded.", ""]
     for label, group in groups.items():
         lines += [f"## {_md(label)}", "", *_md_table(group), "",
-                  f"{_md(_timed_text(group))} {_method_text()}", ""]
+                  f"{_md(_timed_text(group))} {_method_text()}{_md(_cold_text(group))}", ""]
     lines += ["## Backends not measured", "",
               *_md_bullets(f"{name}: {reason}" for name, reason in unusable_backends(doc).items()), ""]
     lines += ["## Warnings", "", *_md_bullets(warnings(doc)), ""]
@@ -422,7 +428,7 @@ def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
 
 def _rich_table(label: str, group: list[Row]) -> Table:
     table = Table(title=Text(label, style="bold"),
-                  caption=Text(f"{_timed_text(group)} {_method_text()}"),
+                  caption=Text(f"{_timed_text(group)} {_method_text()}{_cold_text(group)}"),
                   caption_justify="left")
     for i, name in enumerate(COLUMNS):
         table.add_column(name, justify="left" if i < 3 else "right", overflow="fold")

@@ -153,15 +153,20 @@ def load_results(path: str | Path) -> dict[str, Any]:
         raise UserError("no such results file", source=str(p)) from None
     except OSError as e:
         raise UserError(f"cannot read results file: {e.strerror}", source=str(p)) from None
+    except UnicodeDecodeError:
+        raise UserError("not valid JSON (not UTF-8 text); expected a guestbench results file",
+                        source=str(p)) from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}; expected a guestbench "
                         "results file", source=str(p)) from None
+    except RecursionError:
+        raise UserError("JSON nested too deeply; expected a guestbench results file", source=str(p)) from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise UserError(f"not a guestbench results file (key 'schema' must be {SCHEMA!r})", source=str(p))
     version = doc.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if type(version) is not int or version != SCHEMA_VERSION:
         raise UserError(f"schema_version {version!r} is not supported; this guestbench reads version "
                         f"{SCHEMA_VERSION}", source=str(p))
     if not isinstance(doc.get("cells"), list):

@@ -6,6 +6,7 @@ Every problem is a UserError naming the file, the key path, what is wrong and wh
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +75,7 @@ class Scenario:
         return d
 
 
-class _Checker:
+class Checker:
     """Carries the source name so that every error says where it comes from."""
 
     def __init__(self, source: str) -> None:
@@ -91,13 +92,19 @@ class _Checker:
         return value
 
     def seconds(self, key: str, value: object) -> float:
+        given = value
         if isinstance(value, str):
             m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*", value)
             if m:
                 value = float(m.group(1)) * {None: 1, "s": 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise self.fail(key, f"{value!r} is not a duration; allowed: seconds > 0, e.g. 300, 90s, 5min")
-        return float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                secs = float(value)
+            except OverflowError:
+                secs = math.inf
+            if 0 < secs < math.inf:  # not NaN, not infinite
+                return secs
+        raise self.fail(key, f"{given!r} is not a duration; allowed: seconds > 0, e.g. 300, 90s, 5min")
 
     def string(self, key: str, value: object) -> str:
         if not isinstance(value, str) or not value.strip():
@@ -123,6 +130,8 @@ class _Checker:
     def memsize(self, key: str, value: object) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             mib = value
+        elif isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value, re.ASCII):
+            mib = int(value)  # a bare number is MiB, as in the file (e.g. --memsize 2048)
         else:
             try:
                 nbytes = parse_size(value)
@@ -184,7 +193,7 @@ class _Checker:
 
 
 def parse_scenario(data: object, source: str) -> Scenario:
-    c = _Checker(source)
+    c = Checker(source)
     if not isinstance(data, dict):
         raise UserError(f"the document is a {type(data).__name__}, not a mapping; allowed keys: "
                         f"{', '.join(TOP_KEYS)}", source=source)
@@ -241,6 +250,8 @@ def load_scenario(path: str | Path) -> Scenario:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or "syntax error"
         raise UserError(f"not valid YAML{where}: {problem}", source=source) from None
+    except RecursionError:
+        raise UserError("not valid YAML: nested too deeply", source=source) from None
     if data is None:
         raise UserError(f"the file is empty; allowed keys: {', '.join(TOP_KEYS)}", source=source)
     return parse_scenario(data, source)
@@ -248,7 +259,7 @@ def load_scenario(path: str | Path) -> Scenario:
 
 def apply_overrides(sc: Scenario, **overrides: Any) -> Scenario:
     """Command-line values replace the file's, validated the same way (source: 'command line')."""
-    c = _Checker("command line")
+    c = Checker("command line")
     changes: dict[str, Any] = {}
     given = {k: v for k, v in overrides.items() if v is not None}
     if "backend" in given:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,6 +65,44 @@ def descendants(pid: int) -> list[int]:
             out.append(c)
             todo.append(c)
     return out
+
+
+# libguestfs makes its sockets in <base>/libguestfsXXXXXX (base: /tmp for root, else $XDG_RUNTIME_DIR or /tmp).
+_SOCKDIR_RE = re.compile(r"^(/.+)?/libguestfs[A-Za-z0-9]{6}$")
+
+
+def socket_dirs_of(pids: list[int]) -> list[Path]:
+    """libguestfs socket directories that these processes have sockets bound in.
+
+    Matched through the processes' own open unix sockets (/proc/PID/fd inodes against /proc/net/unix),
+    so a directory of another libguestfs user on the same machine is never touched.
+    """
+    inodes: set[str] = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    dirs: set[Path] = set()
+    try:
+        with open("/proc/net/unix") as f:
+            next(f)
+            for line in f:
+                parts = line.split(None, 7)
+                if len(parts) == 8 and parts[6] in inodes:
+                    parent = os.path.dirname(parts[7].strip())
+                    if _SOCKDIR_RE.match(parent) and os.path.isdir(parent) and not os.path.islink(parent):
+                        dirs.add(Path(parent))
+    except OSError:
+        pass
+    return sorted(dirs)
 
 
 def kill_tree(proc: subprocess.Popen[bytes]) -> None:
@@ -123,7 +163,12 @@ class Supervisor:
             proc.stdin.close()
             return self._pump(proc, on_message)
         finally:
+            # Found before the kill: libguestfs removes its socket directory itself on a clean close,
+            # but a killed worker cannot.
+            sockdirs = socket_dirs_of([proc.pid, *descendants(proc.pid)])
             kill_tree(proc)
+            for d in sockdirs:
+                shutil.rmtree(d, ignore_errors=True)
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 _UNITS: dict[str, int] = {
-    "b": 1,
+    "": 1, "b": 1,
     "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
     "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
 }
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$", re.ASCII)
+MAX_SIZE = 2**63 - 1  # libguestfs sizes are int64
 SIZE_HELP = "an integer byte count or a number with a unit: B, kB, MB, GB (10^3), KiB, MiB, GiB (2^10), e.g. 500MiB"
 
 
@@ -20,25 +22,33 @@ def parse_size(value: object) -> int:
         raise ValueError(f"bad size {value!r}; expected {SIZE_HELP}")
     if isinstance(value, int):
         if value <= 0:
-            raise ValueError(f"bad size {value!r}; must be positive")
+            raise ValueError(f"bad size {value!r}; must be positive; expected {SIZE_HELP}")
+        if value > MAX_SIZE:
+            raise ValueError(f"bad size {value!r}; too large (at most {MAX_SIZE} bytes)")
         return value
     if not isinstance(value, str):
         raise ValueError(f"bad size {value!r}; expected {SIZE_HELP}")
     m = _SIZE_RE.match(value)
     if not m or m.group(2).lower() not in _UNITS:
         raise ValueError(f"bad size {value!r}; expected {SIZE_HELP}")
-    number = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    if number < 1 or number != int(number):
-        raise ValueError(f"bad size {value!r}; must be a positive whole number of bytes")
+    # exact arithmetic: 16.1kB is 16100 bytes, which binary floating point would miss
+    try:
+        number = Fraction(m.group(1)) * _UNITS[m.group(2).lower()]
+    except ValueError:  # more digits than int() converts
+        raise ValueError(f"bad size {value[:40]!r}...; too large (at most {MAX_SIZE} bytes)") from None
+    if number > MAX_SIZE:
+        raise ValueError(f"bad size {value!r}; too large (at most {MAX_SIZE} bytes)")
+    if number < 1 or number.denominator != 1:
+        raise ValueError(f"bad size {value!r}; must be a positive whole number of bytes; expected {SIZE_HELP}")
     return int(number)
 
 
 def format_size(nbytes: int) -> str:
-    """Render bytes the way a user would write them back (exact binary unit when possible)."""
-    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= factor and nbytes % factor == 0:
-            return f"{nbytes // factor}{unit}"
-    for unit, factor in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+    """Render bytes the way a user would write them back: the largest unit that divides exactly
+    (4GB, not 3906250KiB; 1GiB, not 1073741824B)."""
+    units = (("TiB", 2**40), ("TB", 10**12), ("GiB", 2**30), ("GB", 10**9), ("MiB", 2**20), ("MB", 10**6),
+             ("KiB", 2**10), ("kB", 10**3))
+    for unit, factor in units:  # largest factor first
         if nbytes >= factor and nbytes % factor == 0:
             return f"{nbytes // factor}{unit}"
     return f"{nbytes}B"

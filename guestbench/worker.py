@@ -50,7 +50,7 @@ class Channel:
 class Appliance:
     """One libguestfs handle, configured for the backend, with its console captured."""
 
-    def __init__(self, req: dict[str, Any], measurement: Measurement, ctx: CellContext) -> None:
+    def __init__(self, req: dict[str, Any], measurement: Measurement, ctx: CellContext, chan: Channel) -> None:
         import guestfs  # imported here so that the supervisor never needs the bindings
 
         self.verbose = bool(req.get("verbose"))
@@ -100,13 +100,18 @@ class Appliance:
 
 
 def _reason(exc: BaseException, appliance: Appliance | None) -> str:
-    """One readable reason: the libguestfs error plus the console lines that explain it."""
+    """One readable reason: libguestfs's error without its generic advice, plus what the hypervisor said."""
     msg = " ".join(str(exc).split())
+    advice = msg.find(" This usually means")
+    if advice > 0:
+        msg = msg[:advice]
     if appliance is not None:
-        hints = [ln for ln in appliance.console_tail(40)
-                 if any(k in ln.lower() for k in ("error", "fail", "assert", "abort", "panic", "qemu", "killed"))]
-        if hints:
-            msg += " | console: " + " / ".join(" ".join(h.split()) for h in hints[-3:])
+        tail = [" ".join(ln.split()) for ln in appliance.console_tail(40)]
+        telling = [ln for ln in tail if any(k in ln.lower() for k in
+                                            ("error", "fail", "assert", "abort", "panic", "killed", "crash"))]
+        shown = (telling or tail)[-3:]
+        if shown:
+            msg += " | hypervisor/console said: " + " / ".join(shown)
     return msg
 
 
@@ -122,11 +127,12 @@ def run(req: dict[str, Any], chan: Channel) -> None:
     sample_timeout = float(req["sample_timeout"])
     verify_pending = bool(req.get("verify", True))
     app: Appliance | None = None
+    launching: Appliance | None = None  # the handle being launched, so a failed launch's console is kept
     first_launch = True
 
     def launch() -> tuple[Appliance, float]:
-        nonlocal first_launch
-        a = Appliance(req, measurement, ctx)
+        nonlocal first_launch, launching
+        a = launching = Appliance(req, measurement, ctx, chan)
         chan.send(t="deadline", what="launch", s=timeout)
         t0 = time.perf_counter()
         a.g.launch()
@@ -135,6 +141,7 @@ def run(req: dict[str, Any], chan: Channel) -> None:
         chan.send(t="deadline", what=None)
         chan.send(t="launched", s=elapsed, first=first_launch)
         first_launch = False
+        launching = None
         return a, elapsed
 
     def shutdown(a: Appliance) -> None:
@@ -175,10 +182,11 @@ def run(req: dict[str, Any], chan: Channel) -> None:
             chan.send(t="sample", i=i, s=elapsed)
         except Exception as exc:  # a failed sample is data, not a crash: report it and go on
             chan.send(t="deadline", what=None)
-            chan.send(t="failure", i=i, reason=_reason(exc, app))
-            if app is not None:
-                app.close()
-                app = None
+            chan.send(t="failure", i=i, reason=_reason(exc, app or launching))
+            for a in (app, launching):
+                if a is not None:
+                    a.close()
+            app = launching = None
     if app is not None:
         shutdown(app)
     chan.send(t="done")
@@ -188,7 +196,6 @@ def main() -> int:
     chan = Channel()
     try:
         req = json.load(sys.stdin)
-        os.environ["XDG_RUNTIME_DIR"] = req["workdir"]  # libguestfs's socket dir goes with the cell
         for k, v in (req["backend"].get("env") or {}).items():
             os.environ[k] = v
         run(req, chan)

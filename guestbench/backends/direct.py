@@ -82,6 +82,10 @@ class Kvm(Backend):
 def explain_kvm_failure(reason: str, timed_out: bool) -> str:
     """Say why KVM failed in terms a user can act on, using what /dev/kvm really is."""
     flavour = host.kvm_device().get("flavour")
+    if "MSR 0x10a" in reason:
+        return (f"{reason} (qemu aborts when setting IA32_ARCH_CAPABILITIES, MSR 0x10a, which /dev/kvm here "
+                f"({flavour}) rejects; the direct 'kvm' backend drops that CPU feature with a wrapper, "
+                "libvirt's domain XML from libguestfs offers no way to)")
     if flavour == "kvm_pvm":
         what = ("/dev/kvm is served by kvm_pvm (PVM, software nested virtualization), which runs only guest "
                 "kernels built for PVM; the stock appliance kernel")

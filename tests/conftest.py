@@ -1,0 +1,99 @@
+"""Shared test set-up: a private cache and temp root per test session, and leak checks.
+
+Tests launch real appliances (TCG here; User-Mode Linux later). Everything guestbench creates on the
+host lives under GUESTBENCH_TMPDIR, so "nothing leaked" is checkable: no run directory left there,
+and no process whose command line mentions it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_SESSION_TMP = Path(tempfile.mkdtemp(prefix="gbtest-", dir="/var/tmp"))
+os.chmod(_SESSION_TMP, 0o755)
+os.environ["GUESTBENCH_CACHE"] = str(_SESSION_TMP / "cache")
+os.environ["GUESTBENCH_TMPDIR"] = str(_SESSION_TMP / "tmp")
+(_SESSION_TMP / "tmp").mkdir()
+os.chmod(_SESSION_TMP / "tmp", 0o755)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    import shutil
+
+    shutil.rmtree(_SESSION_TMP, ignore_errors=True)
+
+
+def run_dirs() -> list[Path]:
+    return sorted((_SESSION_TMP / "tmp").glob("guestbench-run-*"))
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that mention `text` (qemu's mention their drives' paths)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/cmdline").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state == "Z":
+            continue
+        cmd = raw.replace(b"\0", b" ").decode("utf-8", "replace")
+        if text in cmd and "pytest" not in cmd:
+            found.append(f"{entry}: {cmd[:200]}")
+    return found
+
+
+def hypervisor_processes() -> list[str]:
+    return [p for p in processes_mentioning(str(_SESSION_TMP / "tmp"))]
+
+
+def socket_dirs() -> set[Path]:
+    """libguestfs's socket directories (as root always /tmp/libguestfsXXXXXX)."""
+    return set(Path("/tmp").glob("libguestfs??????"))
+
+
+def wait_no_leftovers(sockdirs_before: set[Path] | None = None, timeout: float = 10.0) -> None:
+    """Assert that no run dir, socket dir or hypervisor of ours is left (allowing a moment for reaping)."""
+    def new_sockdirs() -> set[Path]:
+        return socket_dirs() - sockdirs_before if sockdirs_before is not None else set()
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (run_dirs() or hypervisor_processes() or new_sockdirs()):
+        time.sleep(0.2)
+    assert run_dirs() == [], f"run directories left behind: {run_dirs()}"
+    assert hypervisor_processes() == [], f"processes left behind: {hypervisor_processes()}"
+    assert new_sockdirs() == set(), f"libguestfs socket directories left behind: {new_sockdirs()}"
+
+
+@pytest.fixture
+def no_leftovers():
+    before = socket_dirs()
+    yield
+    wait_no_leftovers(before)
+
+
+def guestbench(*args: str, timeout: float = 900, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI as a user would, in its own process."""
+    return subprocess.run([sys.executable, "-m", "guestbench", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="session")
+def session_tmp() -> Path:
+    return _SESSION_TMP
+
+
+def write_scenario(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

@@ -1,0 +1,102 @@
+"""Backends: the KVM MSR-quirk wrapper, the quirk detection, and launch probes with cached verdicts."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from guestbench import host, probe
+from guestbench.backends import BACKENDS
+from guestbench.backends.direct import MSR_QUIRK_FEATURE, msr_quirk_needed, write_quirk_wrapper
+from guestbench.backends.base import qemu_path
+from guestbench.paths import make_run_dir, remove_tree
+from guestbench.supervisor import Supervisor
+
+from conftest import guestbench
+
+
+def test_quirk_wrapper_rewrites_every_cpu_model_and_nothing_else(tmp_path: Path) -> None:
+    echo = tmp_path / "echo-args"
+    echo.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    echo.chmod(0o755)
+    wrapper = write_quirk_wrapper(tmp_path, str(echo))
+    args = ["-machine", "accel=kvm", "-cpu", "max,la57=off", "-append", "a b  c", "-cpu", "host", "-kernel"]
+    out = subprocess.run([str(wrapper), *args], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["-machine", "accel=kvm", "-cpu", f"max,la57=off,{MSR_QUIRK_FEATURE}", "-append",
+                                "a b  c", "-cpu", f"host,{MSR_QUIRK_FEATURE}", "-kernel"]
+    mtime = wrapper.stat().st_mtime_ns
+    time.sleep(0.01)
+    assert write_quirk_wrapper(tmp_path, str(echo)) == wrapper
+    assert wrapper.stat().st_mtime_ns == mtime, "unchanged wrapper is not rewritten (libguestfs caches probes by it)"
+
+
+@pytest.mark.skipif(not Path("/dev/kvm").exists(), reason="no /dev/kvm on this machine")
+def test_msr_quirk_detection_matches_qemu() -> None:
+    qemu = qemu_path()
+    assert qemu
+    verdict = msr_quirk_needed(qemu)
+    plain = subprocess.run([qemu, "-machine", "pc,accel=kvm", "-cpu", "max", "-display", "none", "-nodefaults",
+                            "-S", "-qmp", "stdio"], input='{"execute":"qmp_capabilities"}\n{"execute":"quit"}\n',
+                           capture_output=True, text=True, timeout=30)
+    if plain.returncode == 0:
+        assert verdict == "not-needed"
+    else:
+        assert verdict in ("needed", "unfixable")
+        if host.kvm_device()["flavour"] == "kvm_pvm":
+            assert "MSR" in plain.stderr and verdict == "needed"
+
+
+@pytest.mark.launch
+def test_tcg_probe_launches_and_its_verdict_is_cached() -> None:
+    run_dir = make_run_dir()
+    try:
+        first = probe.check(BACKENDS["tcg"], Supervisor(), run_dir, refresh=True)
+        assert first.usable, first.reason
+        assert first.details["probe_launch_s"] > 0
+        t0 = time.monotonic()
+        second = probe.check(BACKENDS["tcg"], Supervisor(), run_dir)
+        assert time.monotonic() - t0 < 5, "a cached verdict needs no launch"
+        assert second.usable and second.details.get("cached") is True
+    finally:
+        remove_tree(run_dir)
+
+
+@pytest.mark.launch
+@pytest.mark.skipif(not Path("/dev/kvm").exists(), reason="no /dev/kvm on this machine")
+def test_kvm_verdict_is_specific(no_leftovers) -> None:
+    """On a PVM host the stock appliance hangs: the probe must be killed and say why; elsewhere KVM works."""
+    run_dir = make_run_dir()
+    try:
+        t0 = time.monotonic()
+        av = probe.check(BACKENDS["kvm"], Supervisor(), run_dir, refresh=True, timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        remove_tree(run_dir)
+    assert took < 30 + 25
+    if host.kvm_device()["flavour"] == "kvm_pvm":
+        assert not av.usable
+        assert "30 s" in av.reason and "kvm_pvm" in av.reason and "hangs in early boot" in av.reason
+        assert av.details["msr_quirk"] == "needed"
+    else:
+        assert av.usable, av.reason
+
+
+@pytest.mark.launch
+def test_doctor_json_reports_tcg_and_the_host() -> None:
+    import json
+
+    proc = guestbench("doctor", "--json", "--backend", "tcg")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["backends"]["tcg"]["usable"] is True
+    assert doc["host"]["versions"]["libguestfs"]
+    assert doc["host"]["virtualization"]["summary"]
+
+
+def test_doctor_rejects_unknown_backend() -> None:
+    proc = guestbench("doctor", "--backend", "tcg,bogus")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "bogus" in proc.stderr and "allowed" in proc.stderr

@@ -1,0 +1,112 @@
+"""A whole scenario on TCG for real, at small sizes: all four E1 measurements, results file, outputs."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from guestbench.report import CSV_HEADER
+
+from conftest import guestbench, write_scenario
+
+pytestmark = pytest.mark.launch
+SIZE = 8 * 2**20
+
+
+@pytest.fixture(scope="module")
+def e1_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
+    tmp = tmp_path_factory.mktemp("e1")
+    sc = write_scenario(tmp / "e1.yaml", f"""
+name: e1-small
+repetitions: 2
+warmup: 1
+timeout: 240
+appliance: {{memsize: 768}}
+measurements:
+  - startup
+  - {{measurement: upload, size: {SIZE}, disk_size: 128MiB, filesystem: ext2}}
+  - {{measurement: upload-no-write, size: {SIZE}}}
+  - {{measurement: write-no-upload, size: {SIZE}, disk_size: 128MiB, filesystem: ext4, cache: unsafe}}
+""")
+    proc = guestbench("scenario", str(sc), "--backend", "tcg", "--results", str(tmp / "results"), "--csv")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = list((tmp / "results").glob("*-e1-small.json"))
+    assert len(files) == 1
+    return files[0], json.loads(files[0].read_text()), proc.stdout
+
+
+def test_every_measurement_has_its_samples(e1_run, no_leftovers) -> None:
+    _, doc, _ = e1_run
+    assert doc["status"] == "complete"
+    cells = {c["label"]: c for c in doc["cells"]}
+    assert set(cells) == {"startup", "upload", "upload-no-write", "write-no-upload"}
+    for label, cell in cells.items():
+        assert cell["backend"] == "tcg" and cell["placement"] == "host"
+        assert cell["failures"] == [], cell["failures"]
+        assert [s["rep"] for s in cell["samples"]] == [1, 2]
+        assert [w["rep"] for w in cell["warmups"]] == [1]
+        assert all(0 < s["seconds"] < 240 for s in cell["samples"])
+        assert cell["timed"], "every cell says what was timed"
+        assert cell["cold_s"] and cell["cold_s"] > 0
+    # a start-up sample is a launch: on TCG it takes seconds, far more than a transfer of 8 MiB into RAM
+    assert min(s["seconds"] for s in cells["startup"]["samples"]) > 1.0
+    assert cells["upload"]["bytes"] == SIZE
+    assert cells["write-no-upload"]["cache_mode"] == "unsafe"
+    assert cells["startup"]["bytes"] is None
+
+
+def test_bytes_really_arrived(e1_run) -> None:
+    _, doc, _ = e1_run
+    cells = {c["label"]: c for c in doc["cells"]}
+    for label in ("upload", "upload-no-write"):
+        v = cells[label]["verification"]
+        assert v["ok"] is True and v["host"] == v["guest"] and len(v["guest"]) == 64
+    v = cells["write-no-upload"]["verification"]
+    assert v["ok"] is True and v["guest"] == SIZE
+
+
+def test_results_keep_raw_samples_and_fingerprint(e1_run) -> None:
+    _, doc, _ = e1_run
+    assert doc["schema"] == "guestbench-results" and doc["schema_version"] == 1
+    host = doc["host"]
+    for key in ("cpu_model", "cores", "memory_bytes", "kernel", "virtualization", "versions", "guestbench"):
+        assert key in host
+    assert host["versions"]["libguestfs"] and host["versions"]["qemu"]
+    assert doc["backends"]["tcg"]["usable"] is True
+    assert doc["scenario"]["name"] == "e1-small"
+
+
+def test_csv_contract(e1_run) -> None:
+    _, doc, out = e1_run
+    lines = out.strip().splitlines()
+    assert lines[0] == CSV_HEADER
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["measurement"] for r in rows] == ["startup", "upload", "upload-no-write", "write-no-upload"]
+    cells = {c["label"]: c for c in doc["cells"]}
+    for r in rows:
+        samples = sorted(s["seconds"] for s in cells[r["measurement"]]["samples"])
+        median = (samples[0] + samples[1]) / 2
+        assert float(r["median_s"]) == pytest.approx(median, rel=1e-5)
+        assert r["n"] == "2" and r["failures"] == "0"
+        if r["measurement"] == "startup":
+            assert r["mb_per_s"] == ""
+        else:
+            assert float(r["mb_per_s"]) == pytest.approx(SIZE / median / 1e6, rel=1e-4)
+
+
+@pytest.mark.parametrize("fmt", ["--json", "--markdown", "--csv", None])
+def test_show_reprints_a_saved_run(e1_run, fmt) -> None:
+    path, doc, _ = e1_run
+    proc = guestbench("show", str(path), *([fmt] if fmt else []))
+    assert proc.returncode == 0, proc.stderr
+    if fmt == "--json":
+        summary = json.loads(proc.stdout)
+        assert {r["label"] for r in summary["rows"]} == {c["label"] for c in doc["cells"]}
+    else:
+        for label in ("startup", "upload", "upload-no-write", "write-no-upload"):
+            assert label in proc.stdout
+        assert "tcg" in proc.stdout

@@ -1,0 +1,109 @@
+"""A hung or crashed hypervisor is killed/reported with its reason, and nothing is left behind.
+
+The hypervisors here are real programs given to libguestfs as its qemu (LIBGUESTFS_HV): they pass
+libguestfs's probes to the real qemu, then hang or die at the launch, as KVM does on PVM hosts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guestbench.backends.base import Availability, Backend, HandleConfig
+from guestbench.measurements import get as get_measurement
+from guestbench.paths import make_run_dir, remove_tree
+from guestbench.supervisor import Supervisor, workdir_for
+
+from conftest import hypervisor_processes
+
+HV = Path(__file__).parent / "hv"
+pytestmark = pytest.mark.launch
+
+
+class ScriptBackend(Backend):
+    """The direct backend with a given program as the hypervisor."""
+
+    def __init__(self, script: Path) -> None:
+        self.name = script.stem
+        self.script = script
+
+    def preconditions(self) -> Availability:
+        return Availability(True, "test hypervisor")
+
+    def handle_config(self, cache_dir: Path) -> HandleConfig:
+        return HandleConfig("direct", ["force_tcg"], hv=str(self.script))
+
+
+def run_startup(script: str, timeout: float, iterations: list[str]) -> tuple[Any, list[dict[str, Any]], float]:
+    run_dir = make_run_dir()
+    try:
+        request = {"measurement": "startup", "params": get_measurement("startup").defaults(),
+                   "iterations": iterations, "backend": ScriptBackend(HV / script).handle_config(run_dir).to_dict(),
+                   "appliance": {}, "timeout": timeout, "sample_timeout": timeout,
+                   "workdir": str(workdir_for(run_dir, "cell")), "verbose": False}
+        messages: list[dict[str, Any]] = []
+        t0 = time.monotonic()
+        ex = Supervisor().run_worker(request, ScriptBackend(HV / script), messages.append)
+        return ex, messages, time.monotonic() - t0
+    finally:
+        remove_tree(run_dir)
+
+
+def test_hung_launch_is_killed_at_its_deadline(no_leftovers) -> None:
+    ex, messages, elapsed = run_startup("hang.sh", timeout=8, iterations=["cold", "rep"])
+    assert ex.kind == "timeout"
+    assert ex.what == "launch"
+    assert ex.limit_s == 8
+    assert ex.index == 0
+    assert not [m for m in messages if m["t"] == "sample"]
+    # killed at the deadline, not after the hypervisor gave up by itself
+    assert 8 <= elapsed < 8 + 20, elapsed
+    assert hypervisor_processes() == []
+
+
+def test_crashed_hypervisor_is_a_failure_with_its_reason(no_leftovers) -> None:
+    ex, messages, _ = run_startup("crash.sh", timeout=120, iterations=["cold", "rep"])
+    failures = [m for m in messages if m["t"] == "failure"]
+    assert ex.kind == "done"  # the worker survives a dead hypervisor and goes on
+    assert len(failures) == 2
+    assert "simulated hypervisor crash" in failures[0]["reason"]
+
+
+def test_socket_dirs_are_found_by_the_processes_own_sockets(tmp_path: Path) -> None:
+    """Only a libguestfsXXXXXX directory holding a socket bound by the given process is ever returned."""
+    import socket
+    import subprocess
+    import sys
+
+    from guestbench.supervisor import socket_dirs_of
+
+    ours = tmp_path / "libguestfsAb3xYz"  # libguestfs's own pattern: six characters after the prefix
+    ours.mkdir()
+    elsewhere = tmp_path / "plain"
+    elsewhere.mkdir()
+    code = ("import socket, sys, time\n"
+            "socks = []\n"
+            "for p in sys.argv[1:]:\n"
+            "    s = socket.socket(socket.AF_UNIX); s.bind(p); s.listen(); socks.append(s)\n"
+            "print('ready', flush=True); time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code, str(ours / "guestfsd.sock"), str(elsewhere / "x.sock")],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        assert socket_dirs_of([child.pid]) == [ours]
+        assert socket_dirs_of([os.getpid()]) == []  # sockets of another process do not count
+    finally:
+        child.kill()
+        child.wait()
+    assert socket_dirs_of([child.pid]) == []
+    # the pattern never matches a base directory such as /tmp itself
+    lone = socket.socket(socket.AF_UNIX)
+    lone.bind(str(tmp_path / "libguestfs.sock"))
+    try:
+        assert socket_dirs_of([os.getpid()]) == []
+    finally:
+        lone.close()
