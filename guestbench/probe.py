@@ -39,7 +39,11 @@ def cached_verdict(backend: Backend, key: dict[str, Any]) -> Availability | None
     details = dict(entry.get("details") or {})
     details["cached"] = True
     details["probed_utc"] = entry.get("probed_utc")
-    return Availability(bool(entry["usable"]), entry["reason"], details)
+    reason = entry["reason"]
+    if not entry["usable"] and "failure" in details:
+        # explained now, not when cached, so that a better explanation applies to old verdicts too
+        reason = backend.explain(details["failure"], bool(details.get("timed_out")))
+    return Availability(bool(entry["usable"]), reason, details)
 
 
 def store_verdict(backend: Backend, key: dict[str, Any], av: Availability) -> None:
@@ -73,9 +77,10 @@ def launch_probe(backend: Backend, supervisor: Supervisor, run_dir: Path, timeou
                             {"probe_launch_s": got["launch_s"]})
     if ex.kind == "timeout":
         why = f"probe launch did not finish within {timeout:g} s and was killed"
-        return Availability(False, backend.explain(why, True), {"timed_out": True})
+        return Availability(False, backend.explain(why, True), {"failure": why, "timed_out": True})
     reason = got.get("failure") or ex.reason or stderr_reason(ex.stderr_tail) or "launch failed"
-    return Availability(False, backend.explain(f"probe launch failed: {reason}", False))
+    why = f"probe launch failed: {reason}"
+    return Availability(False, backend.explain(why, False), {"failure": why, "timed_out": False})
 
 
 def check(backend: Backend, supervisor: Supervisor, run_dir: Path, *, refresh: bool = False,

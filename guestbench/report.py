@@ -402,7 +402,7 @@ def _row_dict(r: Row) -> dict[str, Any]:
 
 def _short_host(doc: dict[str, Any]) -> dict[str, Any]:
     host = _dict(doc.get("host"))
-    short = {k: host[k] for k in ("hostname", "cores", "memory_bytes", "os", "kernel", "arch") if k in host}
+    short: dict[str, Any] = {k: host[k] for k in ("hostname", "cores", "memory_bytes", "os", "kernel", "arch") if k in host}
     versions = _dict(host.get("versions"))
     tools = {k: versions[k] for k in ("libguestfs", "qemu", "libvirt", "uml") if versions.get(k)}
     return {"cpu_model": host.get("cpu_model"),

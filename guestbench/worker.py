@@ -121,8 +121,7 @@ def run(req: dict[str, Any], chan: Channel) -> None:
     ctx = CellContext(params=req["params"], workdir=workdir,
                       payload=Path(req["payload"]) if req.get("payload") else None,
                       payload_sha256=req.get("payload_sha256"),
-                      memsize_mib=(req.get("appliance") or {}).get("memsize"),
-                      log=lambda m: sys.stderr.write(m + "\n"))
+                      memsize_mib=(req.get("appliance") or {}).get("memsize"))
     timeout = float(req["timeout"])
     sample_timeout = float(req["sample_timeout"])
     verify_pending = bool(req.get("verify", True))

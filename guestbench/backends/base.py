@@ -71,6 +71,15 @@ def qemu_path() -> str | None:
     return shutil.which(QEMU) or (f"/usr/bin/{QEMU}" if Path(f"/usr/bin/{QEMU}").exists() else None)
 
 
+def common_preconditions() -> Availability | None:
+    """What every backend needs (the libguestfs bindings and qemu); None when both are here."""
+    if (why := libguestfs_available()) is not None:
+        return Availability(False, why)
+    if qemu_path() is None:
+        return Availability(False, "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
+    return None
+
+
 def libguestfs_available() -> str | None:
     """None when the libguestfs Python bindings import here, else the reason."""
     try:

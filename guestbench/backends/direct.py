@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from guestbench import host
-from guestbench.backends.base import Availability, Backend, HandleConfig, libguestfs_available, qemu_path
+from guestbench.backends.base import Availability, Backend, HandleConfig, common_preconditions, qemu_path
 
 # qemu aborts on PVM hosts when it sets IA32_ARCH_CAPABILITIES (MSR 0x10a) for `-cpu max`.
 MSR_QUIRK_FEATURE = "-arch-capabilities"
@@ -20,12 +20,9 @@ class Tcg(Backend):
     summary = "libguestfs direct backend, qemu with TCG software emulation forced (no hardware virtualization)"
 
     def preconditions(self) -> Availability:
-        if (why := libguestfs_available()) is not None:
-            return Availability(False, why)
-        qemu = qemu_path()
-        if qemu is None:
-            return Availability(False, "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
-        return Availability(True, "qemu with TCG", {"qemu": qemu})
+        if (missing := common_preconditions()) is not None:
+            return missing
+        return Availability(True, "qemu with TCG", {"qemu": qemu_path()})
 
     def handle_config(self, cache_dir: Path) -> HandleConfig:
         return HandleConfig("direct", ["force_tcg"])
@@ -40,11 +37,10 @@ class Kvm(Backend):
     summary = "libguestfs direct backend, qemu with KVM forced (hardware or nested virtualization)"
 
     def preconditions(self) -> Availability:
-        if (why := libguestfs_available()) is not None:
-            return Availability(False, why)
+        if (missing := common_preconditions()) is not None:
+            return missing
         qemu = qemu_path()
-        if qemu is None:
-            return Availability(False, "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
+        assert qemu is not None
         dev = host.kvm_device()
         details: dict[str, Any] = {"qemu": qemu, "kvm": dev}
         if not dev["present"]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from guestbench import host
-from guestbench.backends.base import Availability, Backend, HandleConfig, libguestfs_available, qemu_path
+from guestbench.backends.base import Availability, Backend, HandleConfig, common_preconditions
 from guestbench.backends.direct import explain_kvm_failure
 
 URI = "qemu:///system"
@@ -105,10 +105,8 @@ class _LibvirtBackend(Backend):
     settings: list[str] = []
 
     def preconditions(self) -> Availability:
-        if (why := libguestfs_available()) is not None:
-            return Availability(False, why)
-        if qemu_path() is None:
-            return Availability(False, "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
+        if (missing := common_preconditions()) is not None:
+            return missing
         err = ensure_daemons()
         if err is not None:
             return Availability(False, err)

@@ -6,9 +6,9 @@ and ``prepare`` are never timed; ``timed`` is (for ``startup``, the launch itsel
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from guestbench.units import SIZE_HELP, format_size, parse_size
 
@@ -62,14 +62,13 @@ CACHE = choice_param("cache", "writeback", CACHE_MODES,
 
 @dataclass
 class CellContext:
-    """What the worker hands a measurement: parameters, where to put files, the payload, a logger."""
+    """What the worker hands a measurement: parameters, where to put files, the payload."""
 
     params: dict[str, Any]
     workdir: Path
     payload: Path | None
     payload_sha256: str | None
     memsize_mib: int | None
-    log: Callable[[str], None] = field(default=lambda _msg: None)
 
 
 class Measurement:
@@ -147,3 +146,17 @@ def fresh_filesystem(g: Any, ctx: CellContext) -> None:
     g.umount_all()
     g.mkfs(ctx.params["filesystem"], "/dev/sda")
     g.mount("/dev/sda", "/")
+
+
+class DiskMeasurement(Measurement):
+    """A measurement on a file in a fresh filesystem in one disk image on the host disk."""
+
+    params: tuple[Param, ...] = (size_param("size", "100MiB", "bytes moved per sample"), DISK_SIZE, FILESYSTEM,
+                                 FORMAT, CACHE)
+    moves_bytes = True
+
+    def add_drives(self, g: Any, ctx: CellContext) -> None:
+        create_disk(g, ctx)
+
+    def prepare(self, g: Any, ctx: CellContext) -> None:
+        fresh_filesystem(g, ctx)

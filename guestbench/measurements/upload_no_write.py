@@ -4,26 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from guestbench.measurements.base import CellContext, Measurement, size_param
-from guestbench.measurements.upload import TARGET, verify_checksum
+from guestbench.measurements.base import CellContext, size_param
+from guestbench.measurements.upload import TARGET, Upload
 from guestbench.units import format_size
 
 # Room the appliance needs besides the tmpfs contents (kernel, daemon, page cache for the upload).
 APPLIANCE_OVERHEAD_MIB = 384
+LIBGUESTFS_DEFAULT_MEMSIZE_MIB = 1280
 
 
-class UploadNoWrite(Measurement):
+class UploadNoWrite(Upload):
+    """Upload's timed operation and check, with a tmpfs instead of a filesystem on a disk."""
+
     name = "upload-no-write"
     summary = "upload the same bytes into a tmpfs in the appliance: the channel alone, no disk write"
     timed = ("upload() of a host file of incompressible bytes into a tmpfs mounted on the appliance's "
              "/sysroot (RAM), then sync(); nothing is written to any disk; the file is removed before each "
              "sample (not timed)")
     params = (size_param("size", "100MiB", "bytes uploaded per sample"),)
-    moves_bytes = True
-    needs_payload = True
 
     def check(self, params: dict[str, Any], memsize_mib: int | None) -> list[tuple[str, str]]:
-        mem = memsize_mib if memsize_mib is not None else 1280  # libguestfs 1.48's default memsize
+        mem = memsize_mib if memsize_mib is not None else LIBGUESTFS_DEFAULT_MEMSIZE_MIB
         need = params["size"] // 2**20 + APPLIANCE_OVERHEAD_MIB
         if need > mem:
             return [("size", f"{format_size(params['size'])} does not fit in the appliance's RAM (memsize "
@@ -39,11 +40,3 @@ class UploadNoWrite(Measurement):
 
     def prepare(self, g: Any, ctx: CellContext) -> None:
         g.rm_f(TARGET)
-
-    def timed_op(self, g: Any, ctx: CellContext) -> None:
-        assert ctx.payload is not None
-        g.upload(str(ctx.payload), TARGET)
-        g.sync()
-
-    def verify(self, g: Any, ctx: CellContext) -> dict[str, Any] | None:
-        return verify_checksum(g, ctx, TARGET)

@@ -4,26 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from guestbench.measurements.base import (CACHE, DISK_SIZE, FILESYSTEM, FORMAT, CellContext, Measurement,
-                                          create_disk, fresh_filesystem, size_param)
+from guestbench.measurements.base import CellContext, DiskMeasurement
 
 TARGET = "/payload"
 FILL_OCTET = 0x5A  # not zero, so no layer can turn the write into a hole
 
 
-class WriteNoUpload(Measurement):
+class WriteNoUpload(DiskMeasurement):
     name = "write-no-upload"
     summary = "write the same number of bytes inside the appliance to a file on the filesystem, then sync"
     timed = ("fill() — the daemon writes size bytes (0x5a) to a file on a freshly made filesystem in a disk "
              "image on the host disk — then sync(); nothing crosses the channel but the request")
-    params = (size_param("size", "100MiB", "bytes written per sample"), DISK_SIZE, FILESYSTEM, FORMAT, CACHE)
-    moves_bytes = True
-
-    def add_drives(self, g: Any, ctx: CellContext) -> None:
-        create_disk(g, ctx)
-
-    def prepare(self, g: Any, ctx: CellContext) -> None:
-        fresh_filesystem(g, ctx)
 
     def timed_op(self, g: Any, ctx: CellContext) -> None:
         g.fill(FILL_OCTET, ctx.params["size"], TARGET)
