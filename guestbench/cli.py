@@ -23,7 +23,7 @@ from guestbench.measurements import MEASUREMENTS
 from guestbench.paths import make_run_dir, remove_tree
 from guestbench.results import load_results
 from guestbench.scenario import apply_overrides, help_text, load_scenario
-from guestbench.supervisor import Supervisor
+from guestbench.supervisor import Supervisor, TrapSignals
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70
@@ -147,11 +147,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     sup = Supervisor(verbose=args.verbose)
     try:
-        with err.status("") as status:
+        with TrapSignals(), err.status("") as status:
             for name in names:
                 status.update(f"checking {name}")
                 verdicts[name] = probe.check(BACKENDS[name], sup, run_dir, refresh=args.refresh,
                                              timeout=args.probe_timeout).to_dict()
+    except Interrupted:
+        sup.abort()
+        raise
     finally:
         remove_tree(run_dir)
     if args.json:

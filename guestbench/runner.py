@@ -7,18 +7,16 @@ domain are killed, the results file is closed as 'interrupted' with every sample
 
 from __future__ import annotations
 
-import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any, Iterator
 
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
-from guestbench import host, probe
+from guestbench import host, probe, units
 from guestbench.backends import BACKENDS, Availability
 from guestbench.errors import Interrupted
 from guestbench.measurements import get as get_measurement
@@ -26,7 +24,7 @@ from guestbench.paths import cache_dir, make_run_dir, remove_tree
 from guestbench.payload import payload
 from guestbench.results import ResultsFile, results_path, utc_now
 from guestbench.scenario import Scenario
-from guestbench.supervisor import Supervisor, WorkerExit, stderr_reason, workdir_for
+from guestbench.supervisor import Supervisor, TrapSignals, WorkerExit, stderr_reason, workdir_for
 
 MAX_WORKER_RESTARTS = 3
 
@@ -38,27 +36,6 @@ class RunOptions:
     reprobe: bool = False
     probe_timeout: float | None = None
     command: tuple[str, ...] = ()
-
-
-class _Signals:
-    """Turn SIGINT/SIGTERM into Interrupted once; later signals are ignored while cleaning up."""
-
-    def __init__(self) -> None:
-        self.old: dict[int, Any] = {}
-
-    def _handler(self, signum: int, frame: FrameType | None) -> None:
-        for s in self.old:
-            signal.signal(s, signal.SIG_IGN)
-        raise Interrupted(signum)
-
-    def __enter__(self) -> "_Signals":
-        for s in (signal.SIGINT, signal.SIGTERM):
-            self.old[s] = signal.signal(s, self._handler)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for s, h in self.old.items():
-            signal.signal(s, h)
 
 
 def iterations(sc: Scenario, times_launch: bool) -> list[str]:
@@ -83,15 +60,17 @@ class Runner:
         self.results = ResultsFile.create(path, scenario=self.sc.to_dict(), host=fp,
                                           command=list(self.opts.command), guestbench=fp["guestbench"])
         self.run_dir = make_run_dir()
-        with _Signals():
+        with TrapSignals():
             try:
                 usable = self._check_backends()
                 self._run_cells(usable)
                 self.results.finish("complete")
             except Interrupted:
+                self.supervisor.abort()
                 self.results.finish("interrupted")
                 raise
             except BaseException:
+                self.supervisor.abort()
                 self.results.finish("failed")
                 raise
             finally:
@@ -234,6 +213,10 @@ class Runner:
         else:
             cell["samples" if kind == "rep" else "warmups"].append(entry)
         self.results.save()  # type: ignore[union-attr]
+        if not self.console.is_terminal:  # no live progress bar in a log: one line per sample instead
+            rate = f", {units.mb_per_s(cell['bytes'], seconds):.1f} MB/s" if cell.get("bytes") else ""
+            self.console.print(f"{cell['backend']} · {cell['label']} · {kind} {k}: {seconds:.3g} s{rate}",
+                               highlight=False)
 
     def _record_failure(self, cell: dict[str, Any], it: tuple[str, int], reason: str) -> None:
         kind, k = it

@@ -19,9 +19,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any, Callable
 
 from guestbench.backends.base import Backend
+from guestbench.errors import Interrupted
 
 KILL_GRACE_S = 3.0
 
@@ -143,6 +145,7 @@ class Supervisor:
         self.verbose = verbose
         self.echo = echo or (lambda line: print(line, file=sys.stderr))
         self.current: subprocess.Popen[bytes] | None = None
+        self._cleanup: tuple[Backend, Any] | None = None  # backend and its snapshot while a worker runs
 
     def run_worker(self, request: dict[str, Any], backend: Backend,
                    on_message: Callable[[dict[str, Any]], None]) -> WorkerExit:
@@ -157,6 +160,7 @@ class Supervisor:
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                 env=env, cwd=request["workdir"])
         self.current = proc
+        self._cleanup = (backend, snapshot)
         try:
             assert proc.stdin is not None
             proc.stdin.write(json.dumps(request).encode())
@@ -174,6 +178,22 @@ class Supervisor:
                     stream.close()
             self.current = None
             backend.cleanup_since(snapshot)
+            self._cleanup = None
+
+    def abort(self) -> None:
+        """Kill whatever worker is still running and remove its leftovers (a signal may have cut the
+        normal clean-up short). Safe to call at any time, also twice."""
+        proc, cleanup = self.current, self._cleanup
+        if proc is not None:
+            sockdirs = socket_dirs_of([proc.pid, *descendants(proc.pid)])
+            kill_tree(proc)
+            for d in sockdirs:
+                shutil.rmtree(d, ignore_errors=True)
+            self.current = None
+        if cleanup is not None:
+            backend, snapshot = cleanup
+            backend.cleanup_since(snapshot)
+            self._cleanup = None
 
     def _pump(self, proc: subprocess.Popen[bytes], on_message: Callable[[dict[str, Any]], None]) -> WorkerExit:
         assert proc.stdout is not None and proc.stderr is not None
@@ -232,6 +252,27 @@ class Supervisor:
         reason = crash_reason or f"worker exited with status {rc}" + (
             f" while in step '{what}'" if what else "")
         return WorkerExit("crash", what, limit, index, reason, list(tail))
+
+
+class TrapSignals:
+    """Turn SIGINT/SIGTERM into Interrupted once; later signals are ignored while cleaning up."""
+
+    def __init__(self) -> None:
+        self.old: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        for s in self.old:
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    def __enter__(self) -> "TrapSignals":
+        for s in (signal.SIGINT, signal.SIGTERM):
+            self.old[s] = signal.signal(s, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, h in self.old.items():
+            signal.signal(s, h)
 
 
 def stderr_reason(tail: list[str]) -> str:

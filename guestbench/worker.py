@@ -58,6 +58,10 @@ class Appliance:
         cfg = req["backend"]
         g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
         self.g = g
+        # appliance: the hypervisor's and the appliance's console; library: libguestfs's own log, which
+        # in verbose mode holds the exact hypervisor command line
+        self.sources = {guestfs.EVENT_APPLIANCE: "appliance", guestfs.EVENT_LIBRARY: "libguestfs",
+                        guestfs.EVENT_WARNING: "warning", guestfs.EVENT_TRACE: "trace"}
         events = guestfs.EVENT_APPLIANCE | guestfs.EVENT_LIBRARY | guestfs.EVENT_WARNING
         if self.verbose:
             events |= guestfs.EVENT_TRACE
@@ -81,12 +85,13 @@ class Appliance:
 
     def _on_event(self, ev: int, eh: int, buf: bytes | str, array: Any) -> None:
         text = buf.decode("utf-8", "replace") if isinstance(buf, bytes) else str(buf)
+        source = self.sources.get(ev, "event")
         for line in text.splitlines():
             line = line.rstrip("\r")
             if line.strip():
                 self.console.append(line)
                 if self.verbose:
-                    sys.stderr.write(f"[console] {line}\n")
+                    sys.stderr.write(f"[{source}] {line}\n")
                     sys.stderr.flush()
 
     def console_tail(self, n: int = 8) -> list[str]:
