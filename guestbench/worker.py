@@ -136,6 +136,7 @@ def run(req: dict[str, Any], chan: Channel) -> None:
 
     def launch() -> tuple[Appliance, float]:
         nonlocal first_launch, launching
+        chan.send(t="deadline", what="prepare", s=sample_timeout)  # handle and disk images (host side)
         a = launching = Appliance(req, measurement, ctx, chan)
         chan.send(t="deadline", what="launch", s=timeout)
         t0 = time.perf_counter()
