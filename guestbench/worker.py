@@ -201,6 +201,7 @@ def main() -> int:
     chan = Channel()
     try:
         req = json.load(sys.stdin)
+        os.environ["GUESTBENCH_WORKDIR"] = req["workdir"]  # a hypervisor program of ours puts its files there
         for k, v in (req["backend"].get("env") or {}).items():
             os.environ[k] = v
         run(req, chan)

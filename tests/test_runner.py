@@ -17,7 +17,7 @@ from guestbench.backends import BACKENDS
 from guestbench.runner import RunOptions, exit_status, run_scenario
 from guestbench.scenario import parse_scenario
 
-from conftest import ROOT, hypervisor_processes, write_scenario
+from conftest import ROOT, hypervisor_processes, processes_mentioning, write_scenario
 from test_supervisor import HV, ScriptBackend
 
 pytestmark = pytest.mark.launch
@@ -47,7 +47,18 @@ def test_a_hung_launch_skips_the_cell_with_its_reason(hang_backend, tmp_path: Pa
     assert took < 6 + 30
 
 
-def test_a_hypervisor_killed_mid_sample_is_a_failed_sample_and_the_run_goes_on(tmp_path: Path,
+def _hypervisor_pid(backend: str) -> int | None:
+    """The hypervisor process of the run under way: qemu for tcg, the UML kernel's main process for uml."""
+    if backend == "tcg":
+        found = [p for p in hypervisor_processes() if "qemu-system" in p]
+    else:
+        found = processes_mentioning("uml-appliance/")
+    pids = sorted(int(p.split(":")[0]) for p in found)
+    return pids[0] if pids else None
+
+
+@pytest.mark.parametrize("backend", ["tcg", "uml"])
+def test_a_hypervisor_killed_mid_sample_is_a_failed_sample_and_the_run_goes_on(backend: str, tmp_path: Path,
                                                                                 no_leftovers) -> None:
     sc = write_scenario(tmp_path / "kill.yaml", """
 name: kill-mid-run
@@ -58,7 +69,7 @@ measurements:
   - {measurement: upload, size: 48MiB, disk_size: 128MiB}
 """)
     results = tmp_path / "results"
-    proc = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--backend", "tcg",
+    proc = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--backend", backend,
                              "--results", str(results), "--json"], cwd=ROOT, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = None
@@ -68,9 +79,8 @@ measurements:
             files = list(results.glob("*.json")) if results.exists() else []
             doc = json.loads(files[0].read_text()) if files else {"cells": []}
             if doc["cells"] and doc["cells"][0]["cold_s"]:  # launched: the samples are under way
-                qemus = [p for p in hypervisor_processes() if "qemu-system" in p]
-                assert len(qemus) == 1, qemus
-                killed = int(qemus[0].split(":")[0])
+                killed = _hypervisor_pid(backend)
+                assert killed, "no hypervisor process found"
                 os.kill(killed, signal.SIGKILL)
             time.sleep(0.2)
         assert killed, "the appliance never launched"

@@ -1,0 +1,106 @@
+"""User-Mode Linux backend: libguestfs's direct backend with a UML-running hypervisor program."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from guestbench import host
+from guestbench.backends.base import Availability, Backend, HandleConfig, libguestfs_available
+from guestbench.backends.uml.appliance import UML_KERNEL, ApplianceError, appliance_dir, uml_kernel_version
+from guestbench.backends.uml.hv import CHANNEL_ENV
+
+PTRACE_TRACEME = 0
+
+
+def ptrace_allowed() -> str | None:
+    """None when a child may be traced (UML runs its processes under ptrace), else why not."""
+    scope = Path("/proc/sys/kernel/yama/ptrace_scope")
+    if scope.exists() and scope.read_text().strip() == "3":
+        return "ptrace is disabled (kernel.yama.ptrace_scope = 3); UML needs it"
+    libc = ctypes.CDLL(None, use_errno=True)
+    pid = os.fork()
+    if pid == 0:  # child: ask to be traced, report the result through the exit status
+        rc = libc.ptrace(PTRACE_TRACEME, 0, None, None)
+        os._exit(0 if rc == 0 else 1)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        return "ptrace is denied here (seccomp or a security module); UML needs it"
+    return None
+
+
+def shm_problem() -> str | None:
+    """UML maps guest RAM from a file in $TMPDIR (/dev/shm or /tmp): it must allow exec."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        parts = line.split()
+        if len(parts) >= 4 and parts[1] == "/dev/shm" and "noexec" in parts[3].split(","):
+            tmp_noexec = any(p.split()[1] == "/tmp" and "noexec" in p.split()[3].split(",") for p in mounts
+                             if len(p.split()) >= 4)
+            if tmp_noexec:
+                return "/dev/shm and /tmp are both mounted noexec; UML needs an executable TMPDIR for its RAM"
+    return None
+
+
+class Uml(Backend):
+    name = "uml"
+    summary = ("User-Mode Linux: the appliance kernel runs as a host process (no hardware virtualization), "
+               "via a guestbench hypervisor program behind libguestfs's direct backend")
+    channel = "virtio"
+
+    def preconditions(self) -> Availability:
+        if (why := libguestfs_available()) is not None:
+            return Availability(False, why)
+        if not UML_KERNEL.exists() or not os.access(UML_KERNEL, os.X_OK):
+            return Availability(False, f"{UML_KERNEL} is missing (apt-get install user-mode-linux)")
+        version = uml_kernel_version()
+        if version is None:
+            return Availability(False, "UML's kernel modules are missing under /usr/lib/uml/modules")
+        for problem in (ptrace_allowed(), shm_problem()):
+            if problem:
+                return Availability(False, problem)
+        try:
+            appliance = appliance_dir()
+        except ApplianceError as e:
+            return Availability(False, f"cannot build the UML appliance: {e}")
+        return Availability(True, f"UML {version}", {"uml": version, "appliance": str(appliance),
+                                                      "channel": self.channel})
+
+    def handle_config(self, cache_dir: Path) -> HandleConfig:
+        return HandleConfig("direct", [], hv=str(write_hv_wrapper(cache_dir)),
+                            env={"LIBGUESTFS_PATH": str(appliance_dir()), CHANNEL_ENV: self.channel})
+
+    def probe_key(self) -> dict[str, Any]:
+        v = host.versions()
+        return {"libguestfs": v.get("libguestfs"), "uml": uml_kernel_version(), "kernel": v.get("kernel"),
+                "appliance": str(appliance_dir(build=False)) if _built() else None, "channel": self.channel}
+
+
+def _built() -> bool:
+    try:
+        appliance_dir(build=False)
+        return True
+    except ApplianceError:
+        return False
+
+
+def write_hv_wrapper(cache_dir: Path) -> Path:
+    """The program libguestfs runs as its hypervisor: guestbench's UML translator, in this interpreter."""
+    path = cache_dir / "hv" / "uml"
+    text = f'#!/bin/sh\nexec {sys.executable} -m guestbench.backends.uml.hv "$@"\n'
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, path)
+    return path
+
+
+__all__ = ["Uml"]

@@ -1,0 +1,215 @@
+"""A qemu-compatible hypervisor program that runs the libguestfs appliance under User-Mode Linux.
+
+libguestfs 1.48 dropped its UML backend, but its direct backend will run any program as "qemu"
+(LIBGUESTFS_HV). This program passes libguestfs's probe invocations (-help, -version, QMP queries) to
+the real qemu, and turns the launch invocation into a UML command line:
+  drives → ubd devices, the appliance root → a copy-on-write overlay in a private temp dir,
+  `-m` → mem=, the kernel command line (root=, console=, init=), the console → UML's fd console,
+  the daemon channel → a virtio-console port served over vhost-user (or, for comparison, a serial
+  line, which stalls: see README).
+It forwards SIGTERM/SIGINT/SIGHUP to UML, reaps every UML process, and reports UML's exit after a
+clean power-off (status 1) as success, as libguestfs expects of qemu.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+QEMU = "qemu-system-x86_64"
+CHANNEL_ENV = "GUESTBENCH_UML_CHANNEL"  # "virtio" (default) or "serial"
+WORKDIR_ENV = "GUESTBENCH_WORKDIR"  # where the overlay and the vhost socket go (the worker's cell dir)
+PORT_NAME = "org.libguestfs.channel.0"
+SERIAL_LINE = 3  # ssl3 = /dev/ttyS3 in the guest
+# qemu options that take no value; every other option takes exactly one.
+FLAGS = {"-no-user-config", "-nodefaults", "-no-reboot", "-no-hpet", "-enable-kvm", "-nographic", "-S",
+         "-no-acpi", "-no-shutdown"}
+# Parts of libguestfs's kernel command line that mean nothing to UML or that UML gets otherwise.
+DROP_APPEND = re.compile(r"^(root|console|8250\.nr_uarts|edd|lpj|tsc|no_timer_check|cgroup_disable|usbcore\.nousb"
+                         r"|cryptomgr\.notests|panic|udevtimeout|udev\.event-timeout|printk\.time)(=.*)?$")
+
+
+class TranslateError(Exception):
+    """The qemu command line asks for something UML cannot do."""
+
+
+@dataclass
+class Drive:
+    path: str
+    fmt: str
+    appliance: bool
+    readonly: bool
+
+
+@dataclass
+class Launch:
+    """What libguestfs asked qemu for, in UML's terms."""
+
+    kernel: str
+    memory_mib: int
+    append: list[str]
+    drives: list[Drive] = field(default_factory=list)
+    channel_socket: str | None = None
+
+
+def _kv(value: str) -> dict[str, str]:
+    """qemu's key=value,key=value, where ',,' is a literal comma."""
+    out: dict[str, str] = {}
+    for part in re.split(r"(?<!,),(?!,)", value):
+        k, _, v = part.partition("=")
+        out[k] = v.replace(",,", ",")
+    return out
+
+
+def parse(args: list[str]) -> Launch:
+    opts: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in FLAGS or not a.startswith("-"):
+            opts.append((a, None))
+            i += 1
+        else:
+            opts.append((a, args[i + 1] if i + 1 < len(args) else ""))
+            i += 2
+    kernel = next((v for k, v in opts if k == "-kernel"), None)
+    if not kernel:
+        raise TranslateError("no -kernel in the launch command line")
+    mem = next((v for k, v in opts if k == "-m"), "1280") or "1280"
+    launch = Launch(kernel=kernel, memory_mib=int(re.sub(r"[^0-9]", "", mem) or 1280),
+                    append=(next((v for k, v in opts if k == "-append"), "") or "").split())
+    for k, v in opts:
+        if k == "-drive" and v:
+            d = _kv(v)
+            fmt = d.get("format", "raw")
+            if fmt != "raw":
+                raise TranslateError(f"UML's block driver reads raw images only, not {fmt} ({d.get('file')})")
+            launch.drives.append(Drive(d["file"], fmt, d.get("id") == "appliance" or d.get("snapshot") == "on",
+                                       d.get("readonly") == "on"))
+        elif k == "-chardev" and v and "socket" in v:
+            launch.channel_socket = _kv(v.split(",", 1)[1] if v.startswith("socket,") else v).get("path")
+    if launch.channel_socket is None:
+        raise TranslateError("no daemon channel (-chardev socket,path=...) in the launch command line")
+    return launch
+
+
+def uml_command(launch: Launch, tmp: Path, channel: str, channel_fd: int | None, vhost_socket: str | None) -> list[str]:
+    """The UML kernel command line for this launch (the kernel is the fixed appliance's UML binary)."""
+    argv = [launch.kernel, f"mem={launch.memory_mib}M", "con=null", "ssl=null", "con0=fd:0,fd:1"]
+    root_dev = None
+    for n, d in enumerate(launch.drives):
+        if d.appliance:
+            # never write to the shared appliance root: UML makes a copy-on-write file for this launch
+            argv.append(f"ubd{n}={tmp / 'appliance.cow'},{d.path}")
+            root_dev = f"/dev/ubd{chr(ord('a') + n)}"
+        else:
+            argv.append(f"ubd{n}{'r' if d.readonly else ''}={d.path}")
+    if root_dev is None:
+        raise TranslateError("no appliance drive in the launch command line")
+    kept = [a for a in launch.append if not DROP_APPEND.match(a)]
+    argv += [f"root={root_dev}", "rw", "console=tty0", "init=/guestbench-uml-init"]
+    if channel == "serial":
+        argv += [f"ssl{SERIAL_LINE}=fd:{channel_fd}", f"guestfs_channel=/dev/ttyS{SERIAL_LINE}"]
+    else:
+        argv.append(f"virtio_uml.device={vhost_socket}:3")
+    return argv + kept
+
+
+def _uml_cpu() -> int | None:
+    """The host CPU UML is pinned to: the last one this process may use (none when there is only one)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return cpus[-1] if len(cpus) > 1 else None
+
+
+def _shm_tmpdir() -> str | None:
+    """UML keeps guest RAM in a file in $TMPDIR: /dev/shm when it is a tmpfs that allows exec."""
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                dev, mnt, fstype, options = line.split()[:4]
+                if mnt == "/dev/shm" and fstype == "tmpfs" and "noexec" not in options.split(","):
+                    return "/dev/shm"
+    except OSError:
+        pass
+    return None
+
+
+def run(args: list[str]) -> int:
+    launch = parse(args)
+    channel = os.environ.get(CHANNEL_ENV, "virtio")
+    tmp = Path(tempfile.mkdtemp(prefix="uml-", dir=os.environ.get(WORKDIR_ENV) or "/var/tmp"))
+    peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server = None
+    stop = threading.Event()
+    try:
+        assert launch.channel_socket is not None
+        peer.connect(launch.channel_socket)  # libguestfs listens; qemu would connect here too
+        vhost_socket = None
+        thread = None
+        if channel == "virtio":
+            from guestbench.backends.uml.vhost_console import VhostConsole
+
+            vhost_socket = str(tmp / "vhost.sock")
+            server = VhostConsole(vhost_socket, PORT_NAME, peer)
+            thread = threading.Thread(target=server.serve, args=(stop,), name="vhost-console", daemon=True)
+            thread.start()
+        argv = uml_command(launch, tmp, channel, peer.fileno(), vhost_socket)
+        if (cpu := _uml_cpu()) is not None and shutil.which("taskset"):
+            # UML is uniprocessor and hands every guest system call over with ptrace: kept on one host
+            # CPU it runs about 3x faster here than when those hand-offs cross CPUs
+            argv = ["taskset", "-c", str(cpu), *argv]
+        env = dict(os.environ)
+        if (shm := _shm_tmpdir()) is not None:
+            env["TMPDIR"] = shm
+        sys.stderr.write("guestbench-uml: " + " ".join(argv) + "\n")
+        sys.stderr.flush()
+        uml = subprocess.Popen(argv, stdin=0, stdout=1, stderr=2, env=env, start_new_session=True,
+                               pass_fds=(peer.fileno(),) if channel == "serial" else ())
+
+        def forward(signum: int, _frame: object) -> None:
+            # libguestfs stops qemu with SIGTERM after syncing the disks: stop UML and all its processes
+            _kill_group(uml.pid, signal.SIGKILL)
+
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(s, forward)
+        rc = uml.wait()
+        _kill_group(uml.pid, signal.SIGKILL)  # UML's helper processes, if any outlived it
+        # UML exits 1 after a clean power-off, and is killed by us when libguestfs shuts it down
+        return 0 if rc in (0, 1, -signal.SIGKILL) else (rc if rc > 0 else 128 - rc)
+    finally:
+        stop.set()
+        peer.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "-kernel" not in args:
+        # a probe (-help, -version, -machine none -device ?, QMP): the real qemu answers it
+        qemu = shutil.which(QEMU) or f"/usr/bin/{QEMU}"
+        os.execv(qemu, [qemu, *args])
+    try:
+        return run(args)
+    except TranslateError as e:
+        sys.stderr.write(f"guestbench-uml: {e}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
