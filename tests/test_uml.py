@@ -142,3 +142,60 @@ measurements:
         if cell["verification"] is not None:
             assert cell["verification"]["ok"] is True
     assert uml_processes() == []
+
+
+def test_serial_channel_stalls_once_the_guest_tty_throttles(uml_env: dict[str, str], tmp_path: Path) -> None:
+    """Why UML needs the virtio channel: on UML's serial line, small requests work, but a transfer that
+    fills the guest tty's 4 KiB buffer throttles it, UML 6.x takes the line's fd out of its epoll set
+    (line_throttle → deactivate_fd) and unthrottling never puts it back, so later bytes are never read.
+    If this test starts failing, the stock UML kernel no longer stalls: re-measure the serial channel."""
+    import signal
+    import threading
+    import time
+
+    import guestfs
+
+    env = {k: v for k, v in uml_env.items() if k != "hv"}
+    env["GUESTBENCH_UML_CHANNEL"] = "serial"
+    env["GUESTBENCH_WORKDIR"] = str(tmp_path)
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    sockdirs = socket_dirs()
+    g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
+    try:
+        g.set_hv(uml_env["hv"])
+        g.set_tmpdir(str(tmp_path))
+        g.add_drive_scratch(64 * 2**20)
+        g.launch()
+        t0 = time.monotonic()
+        for i in range(50):
+            g.debug("sh", ["true"])  # small requests: each fits in the tty buffer
+        small = time.monotonic() - t0
+        g.debug("sh", ["mount -t tmpfs tmpfs /sysroot"])
+        src = tmp_path / "p.bin"
+        src.write_bytes(os.urandom(1024 * 1024))
+        result: dict[str, object] = {}
+        t = threading.Thread(target=lambda: result.setdefault("r", _try(lambda: g.upload(str(src), "/p"))))
+        t.start()
+        t.join(30)
+        stalled = t.is_alive()
+        os.kill(g.get_pid(), signal.SIGKILL)  # the hypervisor program; its UML dies with its group
+        t.join(30)
+    finally:
+        g.close()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    wait_no_leftovers(sockdirs)
+    assert small < 20, f"50 small requests took {small:.1f} s"
+    assert stalled, f"a 1 MiB upload over the serial line completed ({result}): the stall is gone"
+    assert uml_processes() == []
+
+
+def _try(fn: Any) -> object:
+    try:
+        return fn()
+    except Exception as e:  # the upload is expected to die with its hypervisor
+        return e

@@ -154,14 +154,11 @@ def run(args: list[str]) -> int:
         assert launch.channel_socket is not None
         peer.connect(launch.channel_socket)  # libguestfs listens; qemu would connect here too
         vhost_socket = None
-        thread = None
         if channel == "virtio":
             from guestbench.backends.uml.vhost_console import VhostConsole
 
             vhost_socket = str(tmp / "vhost.sock")
-            server = VhostConsole(vhost_socket, PORT_NAME, peer)
-            thread = threading.Thread(target=server.serve, args=(stop,), name="vhost-console", daemon=True)
-            thread.start()
+            server = VhostConsole(vhost_socket, PORT_NAME, peer)  # listening now; served once UML is started
         argv = uml_command(launch, tmp, channel, peer.fileno(), vhost_socket)
         if (cpu := _uml_cpu()) is not None and shutil.which("taskset"):
             # UML is uniprocessor and hands every guest system call over with ptrace: kept on one host
@@ -172,8 +169,14 @@ def run(args: list[str]) -> int:
             env["TMPDIR"] = shm
         sys.stderr.write("guestbench-uml: " + " ".join(argv) + "\n")
         sys.stderr.flush()
+        # No thread runs yet, so preexec_fn is safe: UML must die with this program even if it is SIGKILLed
+        # (libguestfs's recovery process does that when its own parent dies).
         uml = subprocess.Popen(argv, stdin=0, stdout=1, stderr=2, env=env, start_new_session=True,
-                               pass_fds=(peer.fileno(),) if channel == "serial" else ())
+                               pass_fds=(peer.fileno(),) if channel == "serial" else (),
+                               preexec_fn=_die_with_parent)
+        if server is not None:
+            threading.Thread(target=server.serve, args=(stop,), name="vhost-console", daemon=True).start()
+            server = None  # serve() closes it when it returns
 
         def forward(signum: int, _frame: object) -> None:
             # libguestfs stops qemu with SIGTERM after syncing the disks: stop UML and all its processes
@@ -187,8 +190,20 @@ def run(args: list[str]) -> int:
         return 0 if rc in (0, 1, -signal.SIGKILL) else (rc if rc > 0 else 128 - rc)
     finally:
         stop.set()
+        if server is not None:  # never served: UML did not start
+            server.close()
         peer.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the forked child: get SIGKILL when this program dies, whatever kills it."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _kill_group(pgid: int, sig: int) -> None:

@@ -1,0 +1,67 @@
+"""The qemu → UML command-line translation, on the command line libguestfs 1.48 really gives qemu."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from guestbench.backends.uml.hv import TranslateError, parse, uml_command
+
+QEMU_ARGS = [
+    "-global", "virtio-blk-pci.scsi=off", "-no-user-config", "-nodefaults", "-display", "none",
+    "-machine", "accel=tcg", "-cpu", "max,la57=off", "-m", "768", "-no-reboot", "-rtc", "driftfix=slew",
+    "-no-hpet", "-global", "kvm-pit.lost_tick_policy=discard",
+    "-kernel", "/cache/uml-appliance/abc/kernel", "-initrd", "/cache/uml-appliance/abc/initrd",
+    "-object", "rng-random,filename=/dev/urandom,id=rng0", "-device", "virtio-rng-pci,rng=rng0",
+    "-device", "virtio-scsi-pci,id=scsi",
+    "-drive", "file=/work/a,,b/disk.raw,cache=writeback,format=raw,id=hd0,if=none", "-device", "scsi-hd,drive=hd0",
+    "-drive", "file=/cache/uml-appliance/abc/root,snapshot=on,id=appliance,cache=unsafe,if=none,format=raw",
+    "-device", "scsi-hd,drive=appliance", "-device", "virtio-serial-pci", "-serial", "stdio",
+    "-chardev", "socket,path=/tmp/libguestfsAbCdEf/guestfsd.sock,id=channel0",
+    "-device", "virtserialport,chardev=channel0,name=org.libguestfs.channel.0",
+    "-append", "panic=1 console=ttyS0 edd=off udevtimeout=6000 udev.event-timeout=6000 no_timer_check "
+               "lpj=10384520 printk.time=1 cgroup_disable=memory usbcore.nousb cryptomgr.notests tsc=reliable "
+               "8250.nr_uarts=1 root=UUID=e1b7e273-b56b-43be-84f6-4419e1faeec9 selinux=0 quiet TERM=xterm",
+]
+
+
+def test_parse_reads_what_libguestfs_asked_for() -> None:
+    launch = parse(QEMU_ARGS)
+    assert launch.kernel == "/cache/uml-appliance/abc/kernel"
+    assert launch.memory_mib == 768
+    assert launch.channel_socket == "/tmp/libguestfsAbCdEf/guestfsd.sock"
+    assert [(d.path, d.appliance) for d in launch.drives] == [("/work/a,b/disk.raw", False),
+                                                            ("/cache/uml-appliance/abc/root", True)]
+
+
+def test_virtio_command_line(tmp_path: Path) -> None:
+    argv = uml_command(parse(QEMU_ARGS), tmp_path, "virtio", None, "/x/vhost.sock")
+    assert argv[0] == "/cache/uml-appliance/abc/kernel"
+    assert "mem=768M" in argv
+    assert "ubd0=/work/a,b/disk.raw" in argv
+    assert f"ubd1={tmp_path / 'appliance.cow'},/cache/uml-appliance/abc/root" in argv
+    assert "root=/dev/ubdb" in argv and "rw" in argv and "console=tty0" in argv
+    assert "virtio_uml.device=/x/vhost.sock:3" in argv
+    assert "con0=fd:0,fd:1" in argv and "con=null" in argv and "ssl=null" in argv
+    # libguestfs's own options stay; the ones that mean nothing to UML go
+    assert "selinux=0" in argv and "quiet" in argv and "TERM=xterm" in argv
+    assert not any(a.startswith(("root=UUID", "console=ttyS0", "lpj=", "8250.")) for a in argv)
+    assert not any(a.startswith("guestfs_channel=") for a in argv)  # guestfsd's default port name is used
+
+
+def test_serial_command_line(tmp_path: Path) -> None:
+    argv = uml_command(parse(QEMU_ARGS), tmp_path, "serial", 7, None)
+    assert "ssl3=fd:7" in argv and "guestfs_channel=/dev/ttyS3" in argv
+    assert not any(a.startswith("virtio_uml.device") for a in argv)
+
+
+def test_qcow2_is_refused_with_a_reason() -> None:
+    args = [a.replace("format=raw,id=hd0", "format=qcow2,id=hd0") for a in QEMU_ARGS]
+    with pytest.raises(TranslateError, match="raw images only"):
+        parse(args)
+
+
+def test_probe_invocations_are_not_launches() -> None:
+    with pytest.raises(TranslateError, match="no -kernel"):
+        parse(["-machine", "none", "-device", "?"])
