@@ -167,6 +167,7 @@ def test_serial_channel_stalls_once_the_guest_tty_throttles(uml_env: dict[str, s
         g.set_tmpdir(str(tmp_path))
         g.add_drive_scratch(64 * 2**20)
         g.launch()
+        hv_pid = g.get_pid()  # asked now: a stalled call holds the handle's lock, and get_pid would wait on it
         t0 = time.monotonic()
         for i in range(50):
             g.debug("sh", ["true"])  # small requests: each fits in the tty buffer
@@ -175,11 +176,18 @@ def test_serial_channel_stalls_once_the_guest_tty_throttles(uml_env: dict[str, s
         src = tmp_path / "p.bin"
         src.write_bytes(os.urandom(1024 * 1024))
         result: dict[str, object] = {}
-        t = threading.Thread(target=lambda: result.setdefault("r", _try(lambda: g.upload(str(src), "/p"))))
+        def transfer() -> None:
+            # the upload throttles the tty; the requests after it are what never arrive
+            for i in range(4):
+                g.upload(str(src), f"/p{i}")
+                for _ in range(10):
+                    g.debug("sh", ["true"])
+
+        t = threading.Thread(target=lambda: result.setdefault("r", _try(transfer)))
         t.start()
         t.join(30)
         stalled = t.is_alive()
-        os.kill(g.get_pid(), signal.SIGKILL)  # the hypervisor program; its UML dies with its group
+        os.kill(hv_pid, signal.SIGKILL)  # the hypervisor program: its guardian kills UML's process group
         t.join(30)
     finally:
         g.close()
@@ -190,7 +198,7 @@ def test_serial_channel_stalls_once_the_guest_tty_throttles(uml_env: dict[str, s
                 os.environ[k] = v
     wait_no_leftovers(sockdirs)
     assert small < 20, f"50 small requests took {small:.1f} s"
-    assert stalled, f"a 1 MiB upload over the serial line completed ({result}): the stall is gone"
+    assert stalled, f"4 uploads of 1 MiB and 40 requests over the serial line completed ({result}): no stall"
     assert uml_processes() == []
 
 

@@ -174,6 +174,7 @@ def run(args: list[str]) -> int:
         uml = subprocess.Popen(argv, stdin=0, stdout=1, stderr=2, env=env, start_new_session=True,
                                pass_fds=(peer.fileno(),) if channel == "serial" else (),
                                preexec_fn=_die_with_parent)
+        _start_guardian(uml.pid, tmp)  # before any thread: fork is only safe while single-threaded
         if server is not None:
             threading.Thread(target=server.serve, args=(stop,), name="vhost-console", daemon=True).start()
             server = None  # serve() closes it when it returns
@@ -197,6 +198,33 @@ def run(args: list[str]) -> int:
 
 
 PR_SET_PDEATHSIG = 1
+
+
+def _start_guardian(uml_pgid: int, tmp: Path) -> None:
+    """Fork a process that outlives this program and then removes what UML leaves.
+
+    PDEATHSIG kills UML's main process when this program dies, but UML's helper processes are not its
+    children and would run on as orphans. The guardian holds the read end of a pipe whose write end
+    only this program holds: end of file means this program is gone, however it died (libguestfs's
+    recovery process SIGKILLs qemu). It then kills UML's process group and removes the overlay.
+    """
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # the console socket must not be held open by the guardian
+                os.dup2(devnull, fd)
+            os.closerange(3, r)
+            os.closerange(r + 1, 65536)  # nor the daemon channel: libguestfs must see it close
+            while os.read(r, 1):
+                pass
+            _kill_group(uml_pgid, signal.SIGKILL)
+            shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            os._exit(0)
+    os.close(r)
+    os.set_inheritable(w, False)  # UML must not hold it, or the guardian would wait for UML too
 
 
 def _die_with_parent() -> None:
