@@ -117,8 +117,8 @@ def cmd_scenario(args: argparse.Namespace) -> int:
     try:
         rf = run_scenario(sc, opts, err)
     except Interrupted as e:
-        err.print(f"[yellow]interrupted[/]: samples taken so far are kept in the results file "
-                  f"(status 'interrupted')")
+        err.print("[yellow]interrupted[/]: samples taken so far are kept in the results file "
+                  "(status 'interrupted')")
         raise e
     doc = dict(rf.doc)
     doc["_path"] = str(rf.path)

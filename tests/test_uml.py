@@ -6,6 +6,7 @@ sizes (8 KiB to 4 MiB uploads, downloads, small calls) all complete.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -22,6 +23,21 @@ from guestbench.paths import cache_dir
 from conftest import guestbench, processes_mentioning, socket_dirs, wait_no_leftovers, write_scenario
 
 pytestmark = pytest.mark.launch
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for a handle made in this process, and put the old values back."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def uml_processes() -> list[str]:
@@ -41,27 +57,22 @@ def uml_env() -> Iterator[dict[str, str]]:
 def appliance(uml_env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
     import guestfs
 
-    old = {k: os.environ.get(k) for k in uml_env if k != "hv"}
-    os.environ.update({k: v for k, v in uml_env.items() if k != "hv"})
-    os.environ["GUESTBENCH_WORKDIR"] = str(tmp_path)
+    env = {k: v for k, v in uml_env.items() if k != "hv"}
+    env["GUESTBENCH_WORKDIR"] = str(tmp_path)
     sockdirs = socket_dirs()
-    g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
-    try:
-        g.set_hv(uml_env["hv"])
-        g.set_tmpdir(str(tmp_path))
-        disk = tmp_path / "disk.raw"
-        g.disk_create(str(disk), "raw", 384 * 2**20)
-        g.add_drive(str(disk), format="raw")
-        g.launch()
-        yield g
-        g.shutdown()
-    finally:
-        g.close()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with environment(env):
+        g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
+        try:
+            g.set_hv(uml_env["hv"])
+            g.set_tmpdir(str(tmp_path))
+            disk = tmp_path / "disk.raw"
+            g.disk_create(str(disk), "raw", 384 * 2**20)
+            g.add_drive(str(disk), format="raw")
+            g.launch()
+            yield g
+            g.shutdown()
+        finally:
+            g.close()
     wait_no_leftovers(sockdirs)
     assert uml_processes() == [], uml_processes()
     assert [p for p in tmp_path.iterdir() if p.name.startswith("uml-")] == [], "the UML overlay dir is left"
@@ -158,44 +169,39 @@ def test_serial_channel_stalls_once_the_guest_tty_throttles(uml_env: dict[str, s
     env = {k: v for k, v in uml_env.items() if k != "hv"}
     env["GUESTBENCH_UML_CHANNEL"] = "serial"
     env["GUESTBENCH_WORKDIR"] = str(tmp_path)
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     sockdirs = socket_dirs()
-    g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
-    try:
-        g.set_hv(uml_env["hv"])
-        g.set_tmpdir(str(tmp_path))
-        g.add_drive_scratch(64 * 2**20)
-        g.launch()
-        hv_pid = g.get_pid()  # asked now: a stalled call holds the handle's lock, and get_pid would wait on it
-        t0 = time.monotonic()
-        for i in range(50):
-            g.debug("sh", ["true"])  # small requests: each fits in the tty buffer
-        small = time.monotonic() - t0
-        g.debug("sh", ["mount -t tmpfs tmpfs /sysroot"])
-        src = tmp_path / "p.bin"
-        src.write_bytes(os.urandom(1024 * 1024))
-        result: dict[str, object] = {}
-        def transfer() -> None:
-            # the upload throttles the tty; the requests after it are what never arrive
-            for i in range(4):
-                g.upload(str(src), f"/p{i}")
-                for _ in range(10):
-                    g.debug("sh", ["true"])
+    with environment(env):
+        g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
+        try:
+            g.set_hv(uml_env["hv"])
+            g.set_tmpdir(str(tmp_path))
+            g.add_drive_scratch(64 * 2**20)
+            g.launch()
+            hv_pid = g.get_pid()  # asked now: a stalled call holds the handle's lock, and get_pid would wait on it
+            t0 = time.monotonic()
+            for i in range(50):
+                g.debug("sh", ["true"])  # small requests: each fits in the tty buffer
+            small = time.monotonic() - t0
+            g.debug("sh", ["mount -t tmpfs tmpfs /sysroot"])
+            src = tmp_path / "p.bin"
+            src.write_bytes(os.urandom(1024 * 1024))
+            result: dict[str, object] = {}
 
-        t = threading.Thread(target=lambda: result.setdefault("r", _try(transfer)))
-        t.start()
-        t.join(30)
-        stalled = t.is_alive()
-        os.kill(hv_pid, signal.SIGKILL)  # the hypervisor program: its guardian kills UML's process group
-        t.join(30)
-    finally:
-        g.close()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+            def transfer() -> None:
+                # the upload throttles the tty; the requests after it are what never arrive
+                for i in range(4):
+                    g.upload(str(src), f"/p{i}")
+                    for _ in range(10):
+                        g.debug("sh", ["true"])
+
+            t = threading.Thread(target=lambda: result.setdefault("r", _try(transfer)))
+            t.start()
+            t.join(30)
+            stalled = t.is_alive()
+            os.kill(hv_pid, signal.SIGKILL)  # the hypervisor program: its guardian kills UML's process group
+            t.join(30)
+        finally:
+            g.close()
     wait_no_leftovers(sockdirs)
     assert small < 20, f"50 small requests took {small:.1f} s"
     assert stalled, f"4 uploads of 1 MiB and 40 requests over the serial line completed ({result}): no stall"

@@ -5,6 +5,7 @@ A backend never launches anything itself: the worker launches, so that every lau
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -65,6 +66,20 @@ class Backend:
 
     def cleanup_since(self, snapshot: Any) -> list[str]:
         return []
+
+
+def install_script(path: Path, text: str) -> Path:
+    """Write an executable script, atomically and only when it changed.
+
+    Unchanged scripts keep their mtime: libguestfs caches its hypervisor probes keyed on the file.
+    """
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, path)
+    return path
 
 
 def qemu_path() -> str | None:

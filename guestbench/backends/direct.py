@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from guestbench import host
-from guestbench.backends.base import Availability, Backend, HandleConfig, common_preconditions, qemu_path
+from guestbench.backends.base import (Availability, Backend, HandleConfig, common_preconditions, install_script,
+                                      qemu_path)
 
 # qemu aborts on PVM hosts when it sets IA32_ARCH_CAPABILITIES (MSR 0x10a) for `-cpu max`.
 MSR_QUIRK_FEATURE = "-arch-capabilities"
@@ -119,8 +119,7 @@ def _qemu_kvm_starts(qemu: str, cpu: str) -> bool:
 def write_quirk_wrapper(cache_dir: Path, qemu: str) -> Path:
     """A tiny qemu wrapper (LIBGUESTFS_HV) that appends -arch-capabilities to every -cpu model.
 
-    Plain sh so that it adds no measurable time to launches. Rewritten only when it changes,
-    because libguestfs caches its qemu probes keyed on the program's file.
+    Plain sh so that it adds no measurable time to launches.
     """
     path = cache_dir / "hv" / "qemu-kvm-no-arch-capabilities"
     text = (
@@ -136,10 +135,4 @@ def write_quirk_wrapper(cache_dir: Path, qemu: str) -> Path:
         'shift "$n"\n'
         f'exec {qemu} "$@"\n'
     )
-    if not path.exists() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
-    return path
+    return install_script(path, text)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from guestbench import host
-from guestbench.backends.base import Availability, Backend, HandleConfig, libguestfs_available
+from guestbench.backends.base import Availability, Backend, HandleConfig, install_script, libguestfs_available
 from guestbench.backends.uml.appliance import UML_KERNEL, ApplianceError, appliance_dir, uml_kernel_version
 from guestbench.backends.uml.hv import CHANNEL_ENV
 
@@ -94,13 +94,7 @@ def write_hv_wrapper(cache_dir: Path) -> Path:
     """The program libguestfs runs as its hypervisor: guestbench's UML translator, in this interpreter."""
     path = cache_dir / "hv" / "uml"
     text = f'#!/bin/sh\nexec {sys.executable} -m guestbench.backends.uml.hv "$@"\n'
-    if not path.exists() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
-    return path
+    return install_script(path, text)
 
 
 __all__ = ["Uml"]
