@@ -1,4 +1,5 @@
-"""Command line: `guestbench scenario FILE`, `guestbench doctor`, `guestbench show RESULTS.json`.
+"""Command line: `guestbench scenario FILE`, `guestbench doctor`, `guestbench show RESULTS.json`,
+`guestbench compare BASELINE.json OTHER.json...`.
 
 Bad input of any kind ends in one line on stderr and exit status 2; a signal ends the run with the
 results kept and exit status 128 + signal number.
@@ -16,7 +17,7 @@ from typing import Any, NoReturn, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from guestbench import __version__, host, probe, report
+from guestbench import __version__, compare, host, probe, report
 from guestbench.backends import BACKENDS
 from guestbench.errors import Interrupted, UserError
 from guestbench.measurements import MEASUREMENTS
@@ -76,15 +77,26 @@ def build_parser() -> argparse.ArgumentParser:
     sh = sub.add_parser("show", help="print a saved results file again")
     sh.add_argument("file", help="results JSON file written by guestbench scenario")
     _add_output(sh)
+
+    c = sub.add_parser("compare", help="compare results files against a baseline: did an update slow things down?",
+                       description="Per cell measured in both files: ratio of medians with a bootstrap 95% CI "
+                       "and a Mann-Whitney U p-value. Exit status 1 when a ratio exceeds --fail-above.")
+    c.add_argument("baseline", help="results JSON file to compare against")
+    c.add_argument("others", nargs="+", metavar="other", help="results JSON file(s) to compare with the baseline")
+    c.add_argument("--fail-above", metavar="PCT",
+                   help="a cell is a regression, and the exit status 1, when its median is more than PCT percent "
+                   "above the baseline's (10 and 10%% both mean 10 percent)")
+    c.add_argument("--force", action="store_true", help="compare even when the host fingerprints differ")
+    _add_output(c, compare.CSV_HEADER)
     return p
 
 
-def _add_output(p: argparse.ArgumentParser) -> None:
+def _add_output(p: argparse.ArgumentParser, csv_header: str = report.CSV_HEADER) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--json", dest="format", action="store_const", const="json", help="print a summary as JSON")
     g.add_argument("--markdown", dest="format", action="store_const", const="markdown", help="print Markdown")
     g.add_argument("--csv", dest="format", action="store_const", const="csv",
-                   help=f"print CSV with the header {report.CSV_HEADER}")
+                   help=f"print CSV with the header {csv_header}")
     p.set_defaults(format="table")
 
 
@@ -197,6 +209,31 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    fail_above = None if args.fail_above is None else compare.parse_fail_above(args.fail_above)
+    if args.format == "csv" and len(args.others) > 1:
+        raise UserError("--csv compares one OTHER file (the CSV has no column naming the file); "
+                        "run once per file or use --json", source="command line")
+    base = load_results(args.baseline)
+    others = [(path, load_results(path)) for path in args.others]
+    for warning in compare.gate_hosts(args.baseline, base, others, force=args.force):
+        sys.stderr.write(f"guestbench: warning: {_one_line(warning)}\n")
+    comparisons = [compare.build_comparison(base, doc, args.baseline, path) for path, doc in others]
+    if args.format == "json":
+        sys.stdout.write(json.dumps(compare.to_summary_json(comparisons, fail_above), indent=2, allow_nan=False)
+                         + "\n")
+    elif args.format == "markdown":
+        sys.stdout.write(compare.to_markdown(comparisons, fail_above))
+    elif args.format == "csv":
+        sys.stdout.write(compare.to_csv(comparisons, fail_above))
+    else:
+        compare.render(comparisons, fail_above, Console(width=max(Console().width, 160)))
+    found = compare.regressions(comparisons, fail_above)
+    if found and args.format in ("json", "csv"):
+        sys.stderr.write(f"guestbench: {len(found)} regression(s): {_one_line('; '.join(found))}\n")
+    return 1 if found else 0
+
+
 def _one_line(message: str) -> str:
     """Keep an error to one line even when a user's key or file name holds a line break."""
     return message.replace("\r", "\\r").replace("\n", "\\n")
@@ -205,7 +242,8 @@ def _one_line(message: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"scenario": cmd_scenario, "doctor": cmd_doctor, "show": cmd_show}[args.command](args)
+        return {"scenario": cmd_scenario, "doctor": cmd_doctor, "show": cmd_show,
+                "compare": cmd_compare}[args.command](args)
     except UserError as e:
         sys.stderr.write(f"guestbench: {_one_line(str(e))}\n")
         return e.exit_status

@@ -372,23 +372,28 @@ def fingerprint() -> dict[str, Any]:
     }
 
 
-def fingerprint_key(fp: dict[str, Any]) -> dict[str, Any]:
-    """The part of a fingerprint that must match for two results to be comparable.
+def machine_key(fp: dict[str, Any]) -> dict[str, Any]:
+    """The machine: when it differs, timings are not comparable at all.
 
     Memory is rounded to GiB because MemTotal shifts by a few MiB between kernels and boots.
     """
     virt = fp.get("virtualization") or {}
-    vers = fp.get("versions") or {}
     mem = fp.get("memory_bytes")
     return {
         "cpu_model": fp.get("cpu_model"),
         "cores": fp.get("cores"),
         "memory_gib": round(mem / 2**30) if isinstance(mem, (int, float)) else None,
-        "kernel": fp.get("kernel"),
         "vm": virt.get("vm"),
         "kvm_flavour": (virt.get("kvm") or {}).get("flavour"),
-        "libguestfs": vers.get("libguestfs"),
-        "qemu": vers.get("qemu"),
-        "libvirt": vers.get("libvirt"),
-        "uml": vers.get("uml"),
     }
+
+
+def software_key(fp: dict[str, Any]) -> dict[str, Any]:
+    """The software under test: a difference here is what a regression run is looking for."""
+    vers = fp.get("versions") or {}
+    return {"kernel": fp.get("kernel"), **{k: vers.get(k) for k in ("libguestfs", "qemu", "libvirt", "uml")}}
+
+
+def fingerprint_key(fp: dict[str, Any]) -> dict[str, Any]:
+    """Everything that must match for two results to be the same set-up: machine and software."""
+    return {**machine_key(fp), **software_key(fp)}

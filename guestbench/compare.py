@@ -1,0 +1,475 @@
+"""Compare results files against a baseline: did an update make appliances slower?
+
+Each cell (backend, placement, measurement label) measured in both files gets the ratio of medians, a
+bootstrap confidence interval of that ratio and a Mann-Whitney U p-value. Significance and regression are
+kept apart on purpose: with the few repetitions guestbench usually runs, the test often *cannot* reach
+p < 0.05 (3 vs 3 samples never gets below p = 0.1), so a regression is decided by the ratio against the
+user's ``--fail-above`` threshold alone, and the verdict says when the test had too few samples to speak.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from scipy import stats as scipy_stats
+
+from guestbench import host
+from guestbench.errors import UserError
+from guestbench.report import NONE, _cells, _md, _seconds, fmt_seconds  # same sample reading as `show`
+
+ALPHA = 0.05
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0
+MIN_N_NOTE = 4
+"""Below this many samples on either side the verdict carries a note that the test is nearly powerless."""
+
+TEST_METHOD = ("two-sided Mann-Whitney U test (scipy.stats.mannwhitneyu; exact when there are no ties, "
+               "else normal approximation with continuity correction)")
+CI_METHOD = (f"95% percentile bootstrap of the ratio of medians ({BOOTSTRAP_RESAMPLES:,} resamples of each "
+             f"side independently, numpy default_rng({BOOTSTRAP_SEED}) per row)")
+CSV_HEADER = ("backend,placement,measurement,n_base,n_other,median_base_s,median_other_s,ratio,ratio_ci_low,"
+              "ratio_ci_high,p_value,verdict,regression")
+"""Stable contract for scripts: never reorder or rename these columns."""
+
+COLUMNS = ("backend", "placement", "measurement", "n base", "n other", "median base s", "median other s",
+           "ratio", "95% CI of ratio", "p (test)", "verdict")
+SLOWER, FASTER, NO_CHANGE = "slower", "faster", "no significant change"
+
+Key = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One cell measured in both files. Figures that cannot exist are `math.nan` (shown "–", JSON null)."""
+
+    backend: str
+    placement: str
+    measurement: str
+    n_base: int
+    n_other: int
+    median_base: float
+    median_other: float
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    test: str  # "exact" or "asymptotic": which Mann-Whitney computation gave p_value
+    verdict: str
+    note: str | None = None
+    differences: tuple[str, ...] = ()  # params that differ between the two cells: ratio may mislead
+
+    @property
+    def cell(self) -> str:
+        return cell_name((self.backend, self.placement, self.measurement))
+
+    def is_regression(self, fail_above_pct: float | None) -> bool:
+        """Ratio above the threshold, whatever p says: few samples must not hide a slowdown."""
+        if fail_above_pct is None or math.isnan(self.ratio):
+            return False
+        return self.ratio > 1 + fail_above_pct / 100
+
+    def verdict_text(self) -> str:
+        return f"{self.verdict} ({self.note})" if self.note else self.verdict
+
+
+@dataclass
+class Comparison:
+    """A baseline against one other file: the matched rows and what could not be matched."""
+
+    base_path: str
+    other_path: str
+    rows: list[ComparisonRow]
+    only_in_base: list[str] = field(default_factory=list)
+    only_in_other: list[str] = field(default_factory=list)
+    host_differences: list[str] = field(default_factory=list)
+    software_changes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------- input
+
+
+def parse_fail_above(text: str) -> float:
+    """`10%` and `10` both mean 10 percent: one reading only, so `0.1` is 0.1 percent, never 10."""
+    raw = text.strip()
+    number = raw[:-1].strip() if raw.endswith("%") else raw
+    try:
+        pct = float(number)
+    except ValueError:
+        pct = math.nan
+    if not math.isfinite(pct) or pct <= 0:
+        raise UserError(f"{text!r} is not a positive percentage; allowed: a number > 0 of percent, e.g. 10 or 10%",
+                        source="command line", key="--fail-above")
+    return pct
+
+
+def cell_name(key: Key) -> str:
+    return "/".join(part or NONE for part in key)
+
+
+def _key(cell: dict[str, Any]) -> Key:
+    measurement = str(cell.get("measurement") or "?")
+    return (str(cell.get("backend") or "?"), str(cell.get("placement") or ""), str(cell.get("label") or measurement))
+
+
+def cells_by_key(doc: dict[str, Any], source: str | None = None) -> dict[Key, dict[str, Any]]:
+    """Cells by (backend, placement, label); a key twice in one file is an error, as either could be meant."""
+    out: dict[Key, dict[str, Any]] = {}
+    for cell in _cells(doc):
+        key = _key(cell)
+        if key in out:
+            raise UserError(f"cell {cell_name(key)} appears twice; cannot tell which one to compare",
+                            source=source, key="cells")
+        out[key] = cell
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- statistics
+
+
+def ratio_ci(base: Sequence[float], other: Sequence[float]) -> tuple[float, float]:
+    """Percentile bootstrap of median(other)/median(base), each side resampled independently.
+
+    A fresh, seeded generator per row makes every row reproducible and independent of the others. With one
+    sample on a side there is no spread to resample, so no interval (nan) rather than a zero-width one.
+    """
+    b, o = np.asarray(base, dtype=float), np.asarray(other, dtype=float)
+    if b.size < 2 or o.size < 2:
+        return math.nan, math.nan
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    med_b = np.median(rng.choice(b, size=(BOOTSTRAP_RESAMPLES, b.size), replace=True), axis=1)
+    med_o = np.median(rng.choice(o, size=(BOOTSTRAP_RESAMPLES, o.size), replace=True), axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = med_o / med_b
+    if not np.all(np.isfinite(ratios)):
+        return math.nan, math.nan
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def mann_whitney(base: Sequence[float], other: Sequence[float]) -> tuple[float, str, bool]:
+    """(p, "exact"|"asymptotic", other tends larger). Exact unless ties: scipy's exact p ignores ties."""
+    combined = list(base) + list(other)
+    method = "exact" if len(set(combined)) == len(combined) else "asymptotic"
+    result = scipy_stats.mannwhitneyu(other, base, alternative="two-sided", method=method)
+    p = float(result.pvalue)
+    return p, method, float(result.statistic) > len(base) * len(other) / 2
+
+
+def min_attainable_p(n_base: int, n_other: int) -> float:
+    """Smallest two-sided exact p with these sizes (total separation): 2 / C(n1+n2, n1), capped at 1."""
+    return min(1.0, 2 / math.comb(n_base + n_other, n_base))
+
+
+def _few_samples_note(n_base: int, n_other: int) -> str | None:
+    smallest_p = min_attainable_p(n_base, n_other)
+    few = min(n_base, n_other) < MIN_N_NOTE
+    ci = "; a bootstrap CI of so few samples is too narrow" if few else ""
+    if smallest_p >= ALPHA:
+        return f"too few samples for the test to reach p<{ALPHA:g}: smallest possible p is {smallest_p:.2g}{ci}"
+    if few:
+        return f"few samples (n<{MIN_N_NOTE}): the test can barely reach p<{ALPHA:g}{ci}"
+    return None
+
+
+def _param_differences(base_cell: dict[str, Any], other_cell: dict[str, Any]) -> tuple[str, ...]:
+    """Same label but different size, filesystem or cache mode: the two cells did not time the same thing."""
+    out: list[str] = []
+    for name in ("params", "cache_mode", "bytes"):
+        a, b = base_cell.get(name), other_cell.get(name)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{name}.{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in sorted(set(a) | set(b), key=str)
+                    if a.get(k) != b.get(k)]
+        elif a != b:
+            out.append(f"{name}: {a!r} vs {b!r}")
+    return tuple(out)
+
+
+def compare_samples(key: Key, base: Sequence[float], other: Sequence[float],
+                    differences: tuple[str, ...] = ()) -> ComparisonRow:
+    """All figures of one row from the raw samples of both sides (each side needs at least one)."""
+    med_b, med_o = float(np.median(base)), float(np.median(other))
+    ratio = med_o / med_b if med_b > 0 else math.nan
+    low, high = ratio_ci(base, other)
+    p, test, other_larger = mann_whitney(base, other)
+    verdict = NO_CHANGE if not p < ALPHA else SLOWER if other_larger else FASTER
+    return ComparisonRow(backend=key[0], placement=key[1], measurement=key[2], n_base=len(base),
+                         n_other=len(other), median_base=med_b, median_other=med_o, ratio=ratio, ci_low=low,
+                         ci_high=high, p_value=p, test=test, verdict=verdict,
+                         note=_few_samples_note(len(base), len(other)), differences=differences)
+
+
+def compare_docs(base: dict[str, Any], other: dict[str, Any]) -> list[ComparisonRow]:
+    """One row per cell key with samples in both documents, in the baseline's order."""
+    base_cells, other_cells = cells_by_key(base), cells_by_key(other)
+    out: list[ComparisonRow] = []
+    for key, base_cell in base_cells.items():
+        other_cell = other_cells.get(key)
+        if other_cell is None:
+            continue
+        b, o = _seconds(base_cell), _seconds(other_cell)
+        if b and o:
+            out.append(compare_samples(key, b, o, _param_differences(base_cell, other_cell)))
+    return out
+
+
+def _absence(cell: dict[str, Any] | None) -> str:
+    if cell is None:
+        return "no such cell"
+    status = str(cell.get("status") or "unknown")
+    reason = cell.get("skip_reason")
+    return f"no samples, {status}" + (f": {reason}" if reason else "")
+
+
+def unmatched(base: dict[str, Any], other: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Cells with samples on one side only (`uml/host/upload`, plus why the other side has none): not errors."""
+    base_cells, other_cells = cells_by_key(base), cells_by_key(other)
+    only_base = [f"{cell_name(k)} (other: {_absence(other_cells.get(k))})"
+                 for k, c in base_cells.items() if _seconds(c) and not _seconds(other_cells.get(k) or {})]
+    only_other = [f"{cell_name(k)} (baseline: {_absence(base_cells.get(k))})"
+                  for k, c in other_cells.items() if _seconds(c) and not _seconds(base_cells.get(k) or {})]
+    return only_base, only_other
+
+
+def _differences(base: dict[str, Any], other: dict[str, Any], key: Any) -> list[str]:
+    def key_of(doc: dict[str, Any]) -> dict[str, Any]:
+        fp = doc.get("host")
+        return key(fp if isinstance(fp, dict) else {})  # type: ignore[no-any-return]
+
+    a, b = key_of(base), key_of(other)
+    return [f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def check_hosts(base: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    """Machine differences (CPU, cores, memory, VM, /dev/kvm), as `key: 'baseline' vs 'other'`: these make
+    timings incomparable. Empty when the machine is the same."""
+    return _differences(base, other, host.machine_key)
+
+
+def software_changes(base: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    """Kernel and libguestfs/qemu/libvirt/UML versions that changed: what a regression run is about."""
+    return _differences(base, other, host.software_key)
+
+
+def gate_hosts(base_path: str, base: dict[str, Any], others: Sequence[tuple[str, dict[str, Any]]], *,
+               force: bool) -> list[str]:
+    """Refuse (UserError) to compare timings from different hosts unless forced; forced, one warning per file.
+
+    Every file is checked before anything is printed, so a refusal never follows half a report.
+    """
+    warnings: list[str] = []
+    for path, doc in others:
+        diffs = check_hosts(base, doc)
+        if not diffs:
+            continue
+        text = f"machine differs from the baseline {base_path}: {'; '.join(diffs)}"
+        if not force:
+            raise UserError(f"{text}; timings from different machines are not comparable; --force compares anyway",
+                            source=path)
+        warnings.append(f"{path}: {text}; comparing anyway (--force)")
+    return warnings
+
+
+def build_comparison(base: dict[str, Any], other: dict[str, Any], base_path: str,
+                     other_path: str) -> Comparison:
+    cells_by_key(base, base_path)  # name the file in the error if a key is duplicated
+    cells_by_key(other, other_path)
+    only_base, only_other = unmatched(base, other)
+    return Comparison(base_path=base_path, other_path=other_path, rows=compare_docs(base, other),
+                      only_in_base=only_base, only_in_other=only_other, host_differences=check_hosts(base, other),
+                      software_changes=software_changes(base, other))
+
+
+def regressions(comparisons: Iterable[Comparison], fail_above_pct: float | None) -> list[str]:
+    """One line per regressed row, for the closing list and for the CI log."""
+    return [f"{r.cell}: median {r.ratio:.2f}× baseline ({fmt_seconds(r.median_base)} s → "
+            f"{fmt_seconds(r.median_other)} s) in {c.other_path}"
+            for c in comparisons for r in c.rows if r.is_regression(fail_above_pct)]
+
+
+# ---------------------------------------------------------------------------------------------- formatting
+
+
+def fmt_threshold(fail_above_pct: float | None) -> str:
+    if fail_above_pct is None:
+        return "no --fail-above threshold: nothing is flagged as a regression"
+    return f"regression: ratio > {1 + fail_above_pct / 100:.4g} (--fail-above {fail_above_pct:g}%), whatever p says"
+
+
+def _fmt_ratio(x: float) -> str:
+    return NONE if math.isnan(x) else f"{x:.2f}×"
+
+
+def _fmt_ci(r: ComparisonRow) -> str:
+    return NONE if math.isnan(r.ci_low) else f"{r.ci_low:.2f}–{r.ci_high:.2f}"
+
+
+def _fmt_p(r: ComparisonRow) -> str:
+    return NONE if math.isnan(r.p_value) else f"{r.p_value:.2g} ({r.test})"
+
+
+def _cells_of(r: ComparisonRow) -> list[str]:
+    return [r.backend, r.placement or NONE, r.measurement, str(r.n_base), str(r.n_other),
+            fmt_seconds(r.median_base), fmt_seconds(r.median_other), _fmt_ratio(r.ratio), _fmt_ci(r),
+            _fmt_p(r), r.verdict_text()]
+
+
+def _method_text(c: Comparison, fail_above_pct: float | None) -> str:
+    return (f"Baseline {c.base_path}; other {c.other_path}. Ratio = median other / median baseline (> 1 is "
+            f"slower). p: {TEST_METHOD}; verdict slower/faster when p < {ALPHA:g}. 95% CI of ratio: {CI_METHOD}. "
+            f"{fmt_threshold(fail_above_pct)}. n counts measured samples (warm-ups excluded).")
+
+
+def _notes(c: Comparison) -> list[str]:
+    """Everything that is not a row but changes how to read the rows."""
+    out = [f"host differs from the baseline (--force): {d}" for d in c.host_differences]
+    out += [f"software changed since the baseline: {d}" for d in c.software_changes]
+    out += [f"only in baseline: {x}" for x in c.only_in_base]
+    out += [f"only in other: {x}" for x in c.only_in_other]
+    out += [f"{r.cell}: the two cells differ, the ratio may compare different work: {'; '.join(r.differences)}"
+            for r in c.rows if r.differences]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- CSV
+
+
+def _csv_float(x: float, fmt: str = ".6f") -> str:
+    return "" if math.isnan(x) else format(x, fmt)
+
+
+def to_csv(comparisons: Sequence[Comparison], fail_above_pct: float | None) -> str:
+    """`CSV_HEADER` plus one line per row; `regression` is empty without a threshold. One OTHER file only,
+    since the fixed header has no column naming the file."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_HEADER.split(","))
+    for c in comparisons:
+        for r in c.rows:
+            regression = "" if fail_above_pct is None else str(r.is_regression(fail_above_pct)).lower()
+            writer.writerow([r.backend, r.placement, r.measurement, r.n_base, r.n_other,
+                             _csv_float(r.median_base), _csv_float(r.median_other), _csv_float(r.ratio),
+                             _csv_float(r.ci_low), _csv_float(r.ci_high), _csv_float(r.p_value, ".6g"),
+                             r.verdict_text(), regression])
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------- JSON
+
+
+def _json_float(x: float) -> float | None:
+    """NaN is not JSON; None is."""
+    return None if math.isnan(x) else x
+
+
+def _row_dict(r: ComparisonRow, fail_above_pct: float | None) -> dict[str, Any]:
+    return {
+        "backend": r.backend, "placement": r.placement, "measurement": r.measurement,
+        "n_base": r.n_base, "n_other": r.n_other,
+        "median_base_s": _json_float(r.median_base), "median_other_s": _json_float(r.median_other),
+        "ratio": _json_float(r.ratio), "ratio_ci_low": _json_float(r.ci_low),
+        "ratio_ci_high": _json_float(r.ci_high), "p_value": _json_float(r.p_value), "test": r.test,
+        "verdict": r.verdict, "note": r.note, "differences": list(r.differences),
+        "regression": None if fail_above_pct is None else r.is_regression(fail_above_pct),
+    }
+
+
+def to_summary_json(comparisons: Sequence[Comparison], fail_above_pct: float | None) -> dict[str, Any]:
+    """Everything the table shows, for machines; strict JSON (no NaN)."""
+    return {
+        "baseline": comparisons[0].base_path if comparisons else None,
+        "methods": {"test": TEST_METHOD, "ci": CI_METHOD, "alpha": ALPHA,
+                    "ratio": "median other / median baseline"},
+        "fail_above_percent": fail_above_pct,
+        "regression_rule": fmt_threshold(fail_above_pct),
+        "comparisons": [{
+            "other": c.other_path, "host_differences": c.host_differences,
+            "software_changes": c.software_changes,
+            "only_in_baseline": c.only_in_base, "only_in_other": c.only_in_other,
+            "rows": [_row_dict(r, fail_above_pct) for r in c.rows],
+        } for c in comparisons],
+        "regressions": regressions(comparisons, fail_above_pct),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- Markdown
+
+
+def to_markdown(comparisons: Sequence[Comparison], fail_above_pct: float | None) -> str:
+    """One table per OTHER file, its methods and notes, then the regressions."""
+    lines = ["# guestbench compare", ""]
+    for c in comparisons:
+        lines += [f"## {_md(c.other_path)} vs baseline {_md(c.base_path)}", ""]
+        if c.rows:
+            lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+            lines += ["| " + " | ".join(_md(x) for x in _row_markdown(r, fail_above_pct)) + " |" for r in c.rows]
+        else:
+            lines.append("No cell has samples in both files.")
+        lines += ["", _md(_method_text(c, fail_above_pct)), ""]
+        lines += [f"- {_md(n)}" for n in _notes(c)] + ([""] if _notes(c) else [])
+    found = regressions(comparisons, fail_above_pct)
+    lines += ["## Regressions", ""]
+    lines += [f"- **REGRESSION** {_md(x)}" for x in found] or [_md(_no_regression_text(fail_above_pct))]
+    return "\n".join(lines) + "\n"
+
+
+def _row_markdown(r: ComparisonRow, fail_above_pct: float | None) -> list[str]:
+    cells = _cells_of(r)
+    if r.is_regression(fail_above_pct):
+        cells[-1] = f"**REGRESSION** {cells[-1]}"
+    return cells
+
+
+def _no_regression_text(fail_above_pct: float | None) -> str:
+    if fail_above_pct is None:
+        return "None flagged: no --fail-above threshold given."
+    return f"None: no ratio above {1 + fail_above_pct / 100:.4g}."
+
+
+# ---------------------------------------------------------------------------------------------- terminal
+
+
+def _rich_table(c: Comparison, fail_above_pct: float | None) -> Table:
+    table = Table(title=Text(f"{c.other_path} vs baseline {c.base_path}", style="bold"),
+                  caption=Text(_method_text(c, fail_above_pct)), caption_justify="left")
+    for i, name in enumerate(COLUMNS):
+        table.add_column(name, justify="left" if i < 3 or i == len(COLUMNS) - 1 else "right", overflow="fold")
+    for r in c.rows:
+        cells = [Text(x) for x in _cells_of(r)]
+        if r.is_regression(fail_above_pct):
+            cells[-1] = Text(f"REGRESSION; {r.verdict_text()}")
+            for t in cells:
+                t.stylize("bold red")
+        elif r.verdict == SLOWER:
+            cells[-1].stylize("yellow")
+        elif r.verdict == FASTER:
+            cells[-1].stylize("green")
+        table.add_row(*cells)
+    return table
+
+
+def render(comparisons: Sequence[Comparison], fail_above_pct: float | None, console: Console) -> None:
+    """The human report: a table per OTHER file with its notes, then the regressions, prominently."""
+    for c in comparisons:
+        console.print()
+        if c.rows:
+            console.print(_rich_table(c, fail_above_pct))
+        else:
+            console.print(Text(f"{c.other_path} vs baseline {c.base_path}: no cell has samples in both files.",
+                               style="yellow"))
+        for note in _notes(c):
+            console.print(Text(f"note: {note}", style="yellow"))
+    console.print()
+    found = regressions(comparisons, fail_above_pct)
+    for line in found:
+        console.print(Text(f"REGRESSION: {line}", style="bold red"))
+    if not found:
+        console.print(Text(_no_regression_text(fail_above_pct), style="green" if fail_above_pct else ""))

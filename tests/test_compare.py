@@ -1,0 +1,311 @@
+"""`guestbench compare`: ratios, bootstrap CIs, Mann-Whitney verdicts, thresholds and host checks.
+
+Results files are written with the real `ResultsFile` and this host's real fingerprint; nothing launches an
+appliance. Most CLI cases run in-process through `cli.main`; one runs `python -m guestbench` as a user would.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from guestbench import cli, compare, host
+from guestbench.compare import CI_METHOD, CSV_HEADER, TEST_METHOD
+from guestbench.errors import UserError
+from guestbench.results import ResultsFile, load_results
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE8 = [10.0, 10.05, 9.95, 10.1, 9.9, 10.02, 9.98, 9.97]  # median 9.99, no ties
+SLOWER8 = [x * 1.2 for x in BASE8]  # median 12.0, no overlap with BASE8
+OVERLAP8 = [10.1, 9.85, 10.2, 9.9, 10.05, 9.96, 10.12, 9.92]  # interleaved with BASE8
+
+Cells = dict[tuple[str, str], list[float]]  # (backend, label) -> samples
+
+
+@pytest.fixture(scope="module")
+def fingerprint() -> dict[str, Any]:
+    """One real fingerprint for the module: it runs a few `--version` commands, no appliance."""
+    return host.fingerprint()
+
+
+def write_results(path: Path, cells: Cells, fp: dict[str, Any], *,
+                  params: dict[str, Any] | None = None, skipped: list[tuple[str, str]] = ()) -> Path:
+    """A complete results file as `guestbench scenario` writes it, placement "host"."""
+    rf = ResultsFile.create(path, scenario={"name": "compare-test", "repetitions": 8}, host=fp,
+                            command=["guestbench", "scenario", "x.yaml"],
+                            guestbench={"version": "0.1.0", "git_commit": None})
+    for (backend, label), seconds in cells.items():
+        rf.add_cell({"backend": backend, "placement": "host", "measurement": label, "label": label,
+                     "params": dict(params or {}), "timed": "guestfs launch() until the daemon answered",
+                     "cache_mode": None, "bytes": None, "status": "done",
+                     "samples": [{"rep": i + 1, "seconds": s, "utc": "2026-11-21T19:40:00Z"}
+                                 for i, s in enumerate(seconds)]})
+    for backend, label in skipped:
+        rf.add_cell({"backend": backend, "placement": "host", "measurement": label, "label": label,
+                     "params": {}, "timed": "", "status": "skipped", "skip_reason": "backend not usable"})
+    rf.finish("complete")
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
+    status = cli.main(["compare", *map(str, args)])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def flat(text: str) -> str:
+    """Rich wraps long captions; compare text with whitespace runs collapsed."""
+    return " ".join(text.split())
+
+
+@pytest.fixture
+def pair(tmp_path: Path, fingerprint: dict[str, Any]) -> tuple[Path, Path]:
+    """Baseline and a 20%-slower other file, n=8 each, clearly separated."""
+    base = write_results(tmp_path / "base.json", {("tcg", "startup"): BASE8}, fingerprint)
+    other = write_results(tmp_path / "other.json", {("tcg", "startup"): SLOWER8}, fingerprint)
+    return base, other
+
+
+# ---------------------------------------------------------------------------------------------- functions
+
+
+def test_identical_files_ratio_one(tmp_path: Path, fingerprint: dict[str, Any], capsys) -> None:
+    base = write_results(tmp_path / "base.json", {("tcg", "startup"): BASE8, ("uml", "startup"): [3.0, 3.1, 2.9]},
+                         fingerprint)
+    doc = load_results(base)
+    rows = compare.compare_docs(doc, doc)
+    assert [r.cell for r in rows] == ["tcg/host/startup", "uml/host/startup"]
+    for r in rows:
+        assert r.ratio == 1.0
+        assert r.ci_low <= 1.0 <= r.ci_high
+        assert r.p_value == 1.0
+        assert r.verdict == "no significant change"
+        assert not r.is_regression(10)
+    assert compare.check_hosts(doc, doc) == []
+    status, out, err = run(capsys, base, base, "--fail-above", "10%")
+    assert (status, err) == (0, "")
+    assert "1.00×" in out and "REGRESSION" not in out
+
+
+def test_twenty_percent_slower_is_significant(pair: tuple[Path, Path]) -> None:
+    base, other = (load_results(p) for p in pair)
+    [r] = compare.compare_docs(base, other)
+    assert (r.n_base, r.n_other) == (8, 8)
+    assert r.median_base == pytest.approx(9.99) and r.median_other == pytest.approx(9.99 * 1.2)
+    assert r.ratio == pytest.approx(1.2)
+    assert r.test == "exact"
+    assert r.p_value == pytest.approx(2 / math.comb(16, 8))  # total separation, exact two-sided
+    assert r.p_value < 0.05
+    assert r.verdict == "slower" and r.note is None
+    assert 1.0 < r.ci_low <= 1.2 <= r.ci_high < 1.3
+    assert r.is_regression(10) and not r.is_regression(30)
+    [back] = compare.compare_docs(other, base)
+    assert back.verdict == "faster" and back.ratio == pytest.approx(1 / 1.2)
+
+
+def test_bootstrap_is_seeded_and_reproducible() -> None:
+    a = compare.ratio_ci(BASE8, OVERLAP8)
+    assert a == compare.ratio_ci(BASE8, OVERLAP8)
+    assert a[0] < 1.0 < a[1]
+    assert all(math.isnan(x) for x in compare.ratio_ci([1.0], BASE8))  # one sample: no spread, no interval
+
+
+def test_overlapping_samples_no_significant_change(tmp_path: Path, fingerprint: dict[str, Any]) -> None:
+    base = write_results(tmp_path / "b.json", {("tcg", "startup"): BASE8}, fingerprint)
+    other = write_results(tmp_path / "o.json", {("tcg", "startup"): OVERLAP8}, fingerprint)
+    [r] = compare.compare_docs(load_results(base), load_results(other))
+    assert r.p_value > 0.05
+    assert r.verdict == "no significant change" and r.note is None
+
+
+def test_three_vs_three_notes_too_few_samples_but_threshold_still_fails(tmp_path: Path, fingerprint, capsys) -> None:
+    base = write_results(tmp_path / "b.json", {("tcg", "startup"): [10.0, 10.1, 9.9]}, fingerprint)
+    other = write_results(tmp_path / "o.json", {("tcg", "startup"): [12.0, 12.1, 11.9]}, fingerprint)
+    [r] = compare.compare_docs(load_results(base), load_results(other))
+    assert compare.min_attainable_p(3, 3) == pytest.approx(0.1)
+    assert r.p_value == pytest.approx(0.1)  # as separated as 3 vs 3 can be
+    assert r.verdict == "no significant change"
+    assert r.note is not None and "too few samples for the test to reach p<0.05" in r.note
+    status, out, _ = run(capsys, base, other, "--fail-above", "10", "--markdown")
+    assert status == 1  # significance alone never decides a regression
+    assert "too few samples for the test to reach p<0.05" in out
+    wide = Console(file=io.StringIO(), width=400)
+    comparison = compare.build_comparison(load_results(base), load_results(other), str(base), str(other))
+    compare.render([comparison], 10.0, wide)
+    table = wide.file.getvalue()
+    assert "REGRESSION; no significant change (too few samples for the test to reach p<0.05" in table
+    assert "REGRESSION: tcg/host/startup" in table
+
+
+def test_small_n_against_many_gets_a_milder_note() -> None:
+    r = compare.compare_samples(("tcg", "host", "startup"), [10.0, 10.1, 9.9], SLOWER8)
+    assert compare.min_attainable_p(3, 8) < 0.05
+    assert r.verdict == "slower" and r.note is not None and "few samples" in r.note
+    assert "too few" not in r.note
+
+
+def test_ties_use_the_normal_approximation() -> None:
+    assert compare.mann_whitney([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])[:2] == (pytest.approx(0.1), "exact")
+    p, method, other_larger = compare.mann_whitney([1.0, 2.0, 3.0], [3.0, 5.0, 6.0])
+    assert method == "asymptotic" and other_larger and 0.05 < p < 1
+
+
+def test_parse_fail_above() -> None:
+    assert compare.parse_fail_above("10%") == compare.parse_fail_above("10") == 10.0
+    assert compare.parse_fail_above("0.1") == 0.1  # a bare number is percent, always
+    for bad in ("abc", "-5", "0", "nan", "inf", "", "%"):
+        with pytest.raises(UserError, match="--fail-above"):
+            compare.parse_fail_above(bad)
+
+
+def test_param_differences_are_reported(tmp_path: Path, fingerprint: dict[str, Any]) -> None:
+    base = write_results(tmp_path / "b.json", {("tcg", "upload"): BASE8}, fingerprint, params={"size": 1000})
+    other = write_results(tmp_path / "o.json", {("tcg", "upload"): BASE8}, fingerprint, params={"size": 2000})
+    [r] = compare.compare_docs(load_results(base), load_results(other))
+    assert r.differences == ("params.size: 1000 vs 2000",)
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+
+
+def test_fail_above_thresholds_set_exit_status(pair: tuple[Path, Path], capsys) -> None:
+    status, out, err = run(capsys, *pair, "--fail-above", "10%")
+    assert status == 1 and err == ""
+    text = flat(out)
+    assert "REGRESSION: tcg/host/startup: median 1.20× baseline" in text
+    assert "Mann-Whitney U" in text and "percentile bootstrap" in text and "ratio > 1.1" in text
+    assert str(pair[0]) in text and str(pair[1]) in text
+    status, out, _ = run(capsys, *pair, "--fail-above", "30")
+    assert status == 0 and "REGRESSION" not in out and "slower" in out
+    status, out, _ = run(capsys, *pair)  # no threshold: never a regression
+    assert status == 0 and "nothing is flagged as a regression" in flat(out)
+
+
+def test_cell_on_one_side_only_is_listed(tmp_path: Path, fingerprint: dict[str, Any], capsys) -> None:
+    base = write_results(tmp_path / "b.json", {("tcg", "startup"): BASE8, ("uml", "upload"): BASE8}, fingerprint)
+    other = write_results(tmp_path / "o.json", {("tcg", "startup"): BASE8, ("libvirt-tcg", "startup"): BASE8},
+                          fingerprint, skipped=[("uml", "upload")])
+    status, out, err = run(capsys, base, other)
+    assert (status, err) == (0, "")
+    text = flat(out)
+    assert "only in baseline: uml/host/upload (other: no samples, skipped: backend not usable)" in text
+    assert "only in other: libvirt-tcg/host/startup (baseline: no such cell)" in text
+    status, out, _ = run(capsys, base, other, "--json")
+    [c] = json.loads(out)["comparisons"]
+    assert [r["backend"] for r in c["rows"]] == ["tcg"]
+    assert c["only_in_baseline"][0].startswith("uml/host/upload")
+    assert c["only_in_other"][0].startswith("libvirt-tcg/host/startup")
+
+
+def test_software_update_is_compared_and_named(tmp_path: Path, fingerprint: dict[str, Any], capsys) -> None:
+    """A kernel or qemu update is what a regression run looks for: compared, and shown as what changed."""
+    base = write_results(tmp_path / "b.json", {("tcg", "startup"): BASE8}, fingerprint)
+    changed = copy.deepcopy(fingerprint)
+    changed["kernel"] = "9.9.9-test"
+    changed["versions"]["qemu"] = "99.0.0"
+    other = write_results(tmp_path / "o.json", {("tcg", "startup"): SLOWER8}, changed)
+    assert compare.check_hosts(load_results(base), load_results(other)) == []
+    assert compare.software_changes(load_results(base), load_results(other)) == [
+        f"kernel: {fingerprint['kernel']!r} vs '9.9.9-test'",
+        f"qemu: {fingerprint['versions']['qemu']!r} vs '99.0.0'"]
+    status, out, err = run(capsys, base, other, "--fail-above", "10")
+    assert status == 1 and "9.9.9-test" in flat(out) and "99.0.0" in flat(out)
+
+
+def test_different_machine_refused_then_forced(tmp_path: Path, fingerprint: dict[str, Any], capsys) -> None:
+    base = write_results(tmp_path / "b.json", {("tcg", "startup"): BASE8}, fingerprint)
+    changed = copy.deepcopy(fingerprint)
+    changed["cores"] = 64
+    other = write_results(tmp_path / "o.json", {("tcg", "startup"): SLOWER8}, changed)
+    assert compare.check_hosts(load_results(base), load_results(other)) == [
+        f"cores: {fingerprint['cores']!r} vs 64"]
+    status, out, err = run(capsys, base, other, "--fail-above", "10")
+    assert status == 2 and out == ""
+    assert len(err.splitlines()) == 1
+    assert "cores" in err and "64" in err and "--force" in err
+    status, out, err = run(capsys, base, other, "--fail-above", "10", "--force")
+    assert status == 1
+    assert len(err.splitlines()) == 1 and err.startswith("guestbench: warning:") and "cores" in err
+    assert "cores" in flat(out)  # the difference is shown with the results too
+    status, _, err = run(capsys, base, other, "--fail-above", "30", "--force")
+    assert status == 0 and "warning" in err
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "0", "nan"])
+def test_bad_fail_above_is_one_line_exit_2(pair: tuple[Path, Path], value: str, capsys) -> None:
+    status, out, err = run(capsys, *pair, f"--fail-above={value}")
+    assert status == 2 and out == ""
+    assert len(err.splitlines()) == 1 and "--fail-above" in err and repr(value) in err
+    status, _, err2 = run(capsys, *pair, "--fail-above", value)  # "-5" as a separate word too
+    assert status == 2 and err2 == err
+
+
+def test_bad_input_files_are_one_line_exit_2(tmp_path: Path, pair: tuple[Path, Path], fingerprint, capsys) -> None:
+    status, _, err = run(capsys, pair[0], tmp_path / "missing.json")
+    assert status == 2 and len(err.splitlines()) == 1 and "no such results file" in err
+    dup = write_results(tmp_path / "dup.json", {("tcg", "startup"): BASE8}, fingerprint)
+    doc = json.loads(dup.read_text())
+    doc["cells"].append(doc["cells"][0])
+    dup.write_text(json.dumps(doc))
+    status, _, err = run(capsys, pair[0], dup)
+    assert status == 2 and len(err.splitlines()) == 1 and "tcg/host/startup appears twice" in err
+    status, _, err = run(capsys, pair[0], pair[1], pair[1], "--csv")
+    assert status == 2 and len(err.splitlines()) == 1 and "--csv" in err
+
+
+def test_csv_header_and_rows(pair: tuple[Path, Path], capsys) -> None:
+    status, out, _ = run(capsys, *pair, "--csv", "--fail-above", "10%")
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[0] == ("backend,placement,measurement,n_base,n_other,median_base_s,median_other_s,ratio,"
+                        "ratio_ci_low,ratio_ci_high,p_value,verdict,regression")
+    assert lines[0] == CSV_HEADER
+    [row] = list(csv.DictReader(io.StringIO(out)))
+    assert (row["backend"], row["placement"], row["measurement"]) == ("tcg", "host", "startup")
+    assert (row["n_base"], row["n_other"]) == ("8", "8")
+    assert float(row["ratio"]) == pytest.approx(1.2)
+    assert float(row["p_value"]) < 0.05
+    assert (row["verdict"], row["regression"]) == ("slower", "true")
+
+
+def test_json_is_strict_and_names_methods(tmp_path: Path, pair: tuple[Path, Path], fingerprint, capsys) -> None:
+    single = write_results(tmp_path / "one.json", {("tcg", "startup"): [12.0]}, fingerprint)  # n=1: no CI
+    status, out, _ = run(capsys, pair[0], pair[1], single, "--json", "--fail-above", "10")
+    assert status == 1
+    summary = json.loads(out)
+    json.dumps(summary, allow_nan=False)
+    assert "NaN" not in out
+    assert summary["methods"]["test"] == TEST_METHOD and summary["methods"]["ci"] == CI_METHOD
+    assert summary["fail_above_percent"] == 10.0
+    first, second = summary["comparisons"]
+    assert first["rows"][0]["regression"] is True and first["rows"][0]["verdict"] == "slower"
+    row = second["rows"][0]
+    assert row["ratio_ci_low"] is None and row["ratio_ci_high"] is None
+    assert "too few samples" in row["note"]
+    assert len(summary["regressions"]) == 2
+
+
+def test_markdown_names_methods_and_regressions(pair: tuple[Path, Path], capsys) -> None:
+    status, out, _ = run(capsys, *pair, "--markdown", "--fail-above", "10")
+    assert status == 1
+    assert "| backend | placement | measurement | n base | n other |" in out
+    assert TEST_METHOD in out and CI_METHOD in out
+    assert "## Regressions" in out and "- **REGRESSION** tcg/host/startup" in out
+
+
+def test_subprocess_compare(pair: tuple[Path, Path]) -> None:
+    proc = subprocess.run([sys.executable, "-m", "guestbench", "compare", *map(str, pair), "--fail-above", "10%"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1, proc.stderr
+    assert "REGRESSION: tcg/host/startup" in flat(proc.stdout)
+    assert proc.stderr == ""
