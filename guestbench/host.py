@@ -8,6 +8,7 @@ must never stop a benchmark from being recorded.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
@@ -286,6 +287,12 @@ def _uml_version() -> str | None:
 
 
 def versions() -> dict[str, str | None]:
+    """Versions of what is measured; probed once per process (each probe runs a program)."""
+    return dict(_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _versions() -> dict[str, str | None]:
     """Versions of every component whose change can move a benchmark result."""
     qemu_version, qemu_path = _qemu()
     return {

@@ -137,6 +137,7 @@ class Runner:
             counters[kind] += 1
             numbered.append((kind, counters[kind]))
         remaining = list(range(len(its)))
+        handle_config = backend.handle_config(cache_dir()).to_dict()  # once per cell, not per worker
         launched_ok = False
         cell["status"] = "running"
         restarts = 0
@@ -174,7 +175,7 @@ class Runner:
             request = {
                 "measurement": cell["measurement"], "params": cell["params"],
                 "iterations": [its[i] for i in remaining],
-                "backend": backend.handle_config(cache_dir()).to_dict(),
+                "backend": handle_config,
                 "appliance": {"memsize": self.sc.memsize, "smp": self.sc.smp},
                 "timeout": self.sc.timeout, "sample_timeout": self.sc.sample_timeout,
                 "workdir": str(workdir), "verbose": self.opts.verbose,

@@ -17,6 +17,7 @@ import yaml
 from guestbench.backends import BACKENDS
 from guestbench.errors import UserError
 from guestbench.measurements import MEASUREMENTS
+from guestbench.measurements.base import min_disk_size
 from guestbench.units import parse_size
 
 DEFAULT_REPETITIONS = 5
@@ -300,7 +301,7 @@ def apply_overrides(sc: Scenario, **overrides: Any) -> Scenario:
                 params["size"] = size
                 if "disk_size" in params:
                     # grow the image with the payload so that a bigger --size still fits
-                    params["disk_size"] = max(params["disk_size"], size + size // 10 + 64 * 2**20)
+                    params["disk_size"] = max(params["disk_size"], min_disk_size(size))
             new.append(MeasurementSpec(m.measurement, m.label, params))
         measurements = tuple(new)
     for m in measurements:

@@ -167,24 +167,18 @@ class Supervisor:
             proc.stdin.close()
             return self._pump(proc, on_message)
         finally:
-            # Found before the kill: libguestfs removes its socket directory itself on a clean close,
-            # but a killed worker cannot.
-            sockdirs = socket_dirs_of([proc.pid, *descendants(proc.pid)])
-            kill_tree(proc)
-            for d in sockdirs:
-                shutil.rmtree(d, ignore_errors=True)
+            self.abort()
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
-            self.current = None
-            backend.cleanup_since(snapshot)
-            self._cleanup = None
 
     def abort(self) -> None:
-        """Kill whatever worker is still running and remove its leftovers (a signal may have cut the
-        normal clean-up short). Safe to call at any time, also twice."""
+        """Kill whatever worker is still running and remove its leftovers: the end of every worker, and
+        what a signal handler calls when it may have cut that short. Safe to call at any time, also twice."""
         proc, cleanup = self.current, self._cleanup
         if proc is not None:
+            # Found before the kill: libguestfs removes its socket directory itself on a clean close,
+            # but a killed worker cannot.
             sockdirs = socket_dirs_of([proc.pid, *descendants(proc.pid)])
             kill_tree(proc)
             for d in sockdirs:

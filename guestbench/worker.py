@@ -13,7 +13,9 @@ Protocol (worker → supervisor, one JSON object per line on the protocol fd):
   {"t": "failure", "i": index, "reason": "..."}    an iteration failed (the worker goes on)
   {"t": "verification", "record": {...}}
   {"t": "done"}
-Request (supervisor → worker, one JSON document on stdin): see ``Supervisor.run_cell``.
+Request (supervisor → worker, one JSON document on stdin): measurement, params, iterations ("cold",
+"warmup", "rep"), backend (HandleConfig.to_dict()), appliance (memsize, smp), timeout, sample_timeout,
+workdir, verbose, verify, and for uploads payload + payload_sha256. Built by runner.Runner and probe.
 """
 
 from __future__ import annotations

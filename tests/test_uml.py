@@ -53,26 +53,37 @@ def uml_env() -> Iterator[dict[str, str]]:
     yield {"hv": cfg.hv or "", **cfg.env}
 
 
-@pytest.fixture
-def appliance(uml_env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
+@contextlib.contextmanager
+def uml_handle(uml_env: dict[str, str], tmp_path: Path, **extra_env: str) -> Iterator[Any]:
+    """A libguestfs handle configured for the uml backend (not launched), closed on the way out.
+
+    The environment stays set while the handle is in use: the hypervisor program reads it at launch.
+    """
     import guestfs
 
     env = {k: v for k, v in uml_env.items() if k != "hv"}
     env["GUESTBENCH_WORKDIR"] = str(tmp_path)
-    sockdirs = socket_dirs()
+    env.update(extra_env)
     with environment(env):
         g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
         try:
             g.set_hv(uml_env["hv"])
             g.set_tmpdir(str(tmp_path))
-            disk = tmp_path / "disk.raw"
-            g.disk_create(str(disk), "raw", 384 * 2**20)
-            g.add_drive(str(disk), format="raw")
-            g.launch()
             yield g
-            g.shutdown()
         finally:
             g.close()
+
+
+@pytest.fixture
+def appliance(uml_env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
+    sockdirs = socket_dirs()
+    with uml_handle(uml_env, tmp_path) as g:
+        disk = tmp_path / "disk.raw"
+        g.disk_create(str(disk), "raw", 384 * 2**20)
+        g.add_drive(str(disk), format="raw")
+        g.launch()
+        yield g
+        g.shutdown()
     wait_no_leftovers(sockdirs)
     assert uml_processes() == [], uml_processes()
     assert [p for p in tmp_path.iterdir() if p.name.startswith("uml-")] == [], "the UML overlay dir is left"
@@ -164,44 +175,33 @@ def test_serial_channel_stalls_once_the_guest_tty_throttles(uml_env: dict[str, s
     import threading
     import time
 
-    import guestfs
-
-    env = {k: v for k, v in uml_env.items() if k != "hv"}
-    env["GUESTBENCH_UML_CHANNEL"] = "serial"
-    env["GUESTBENCH_WORKDIR"] = str(tmp_path)
     sockdirs = socket_dirs()
-    with environment(env):
-        g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
-        try:
-            g.set_hv(uml_env["hv"])
-            g.set_tmpdir(str(tmp_path))
-            g.add_drive_scratch(64 * 2**20)
-            g.launch()
-            hv_pid = g.get_pid()  # asked now: a stalled call holds the handle's lock, and get_pid would wait on it
-            t0 = time.monotonic()
-            for i in range(50):
-                g.debug("sh", ["true"])  # small requests: each fits in the tty buffer
-            small = time.monotonic() - t0
-            g.debug("sh", ["mount -t tmpfs tmpfs /sysroot"])
-            src = tmp_path / "p.bin"
-            src.write_bytes(os.urandom(1024 * 1024))
-            result: dict[str, object] = {}
+    with uml_handle(uml_env, tmp_path, GUESTBENCH_UML_CHANNEL="serial") as g:
+        g.add_drive_scratch(64 * 2**20)
+        g.launch()
+        hv_pid = g.get_pid()  # asked now: a stalled call holds the handle's lock, and get_pid would wait on it
+        t0 = time.monotonic()
+        for i in range(50):
+            g.debug("sh", ["true"])  # small requests: each fits in the tty buffer
+        small = time.monotonic() - t0
+        g.debug("sh", ["mount -t tmpfs tmpfs /sysroot"])
+        src = tmp_path / "p.bin"
+        src.write_bytes(os.urandom(1024 * 1024))
+        result: dict[str, object] = {}
 
-            def transfer() -> None:
-                # the upload throttles the tty; the requests after it are what never arrive
-                for i in range(4):
-                    g.upload(str(src), f"/p{i}")
-                    for _ in range(10):
-                        g.debug("sh", ["true"])
+        def transfer() -> None:
+            # the upload throttles the tty; the requests after it are what never arrive
+            for i in range(4):
+                g.upload(str(src), f"/p{i}")
+                for _ in range(10):
+                    g.debug("sh", ["true"])
 
-            t = threading.Thread(target=lambda: result.setdefault("r", _try(transfer)))
-            t.start()
-            t.join(30)
-            stalled = t.is_alive()
-            os.kill(hv_pid, signal.SIGKILL)  # the hypervisor program: its guardian kills UML's process group
-            t.join(30)
-        finally:
-            g.close()
+        t = threading.Thread(target=lambda: result.setdefault("r", _try(transfer)))
+        t.start()
+        t.join(30)
+        stalled = t.is_alive()
+        os.kill(hv_pid, signal.SIGKILL)  # the hypervisor program: its guardian kills UML's process group
+        t.join(30)
     wait_no_leftovers(sockdirs)
     assert small < 20, f"50 small requests took {small:.1f} s"
     assert stalled, f"4 uploads of 1 MiB and 40 requests over the serial line completed ({result}): no stall"

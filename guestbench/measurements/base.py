@@ -18,6 +18,11 @@ DISK_FORMATS = ("raw", "qcow2")
 CACHE_MODES = ("writeback", "unsafe")
 
 
+def min_disk_size(size: int) -> int:
+    """The smallest image that holds `size` bytes in a file: room for filesystem metadata and journal."""
+    return size + size // 10 + 64 * 2**20
+
+
 @dataclass(frozen=True)
 class Param:
     """One scenario parameter of a measurement: its default and how to check a user's value."""
@@ -102,8 +107,7 @@ class Measurement:
         """Cross-parameter checks; returns (key, message) problems."""
         problems: list[tuple[str, str]] = []
         if "size" in params and "disk_size" in params:
-            # Leave room for filesystem metadata and journal.
-            need = params["size"] + params["size"] // 10 + 64 * 2**20
+            need = min_disk_size(params["size"])
             if params["disk_size"] < need:
                 problems.append(("disk_size", f"{format_size(params['disk_size'])} is too small for size "
                                  f"{format_size(params['size'])}; allowed: at least size + 10% + 64MiB"))
