@@ -109,6 +109,8 @@ class Runner:
                     "backend": b, "placement": "host", "measurement": spec.measurement, "label": spec.label,
                     "params": dict(spec.params), "timed": m.timed, "cache_mode": m.cache_mode(spec.params),
                     "bytes": m.nbytes(spec.params), "what": m.describe(spec.params),
+                    **({"phases": True, "phase_markers": BACKENDS[b].phase_markers}
+                       if self.sc.phases and m.times_launch else {}),
                 })
                 yield cell, iterations(self.sc, m.times_launch)
 
@@ -160,7 +162,7 @@ class Runner:
                         self.results.save()  # type: ignore[union-attr]
                 elif t == "sample":
                     gi = index_map[msg["i"]]
-                    self._record_sample(cell, numbered[gi], msg["s"])
+                    self._record_sample(cell, numbered[gi], msg["s"], msg.get("phases"))
                     done_here.add(gi)
                     progress.advance(task)
                 elif t == "failure":
@@ -179,6 +181,7 @@ class Runner:
                 "appliance": {"memsize": self.sc.memsize, "smp": self.sc.smp},
                 "timeout": self.sc.timeout, "sample_timeout": self.sc.sample_timeout,
                 "workdir": str(workdir), "verbose": self.opts.verbose,
+                "phases": backend.phase_markers if cell.get("phases") else None,
                 "verify": cell["verification"] is None,
                 "payload": str(payload_path) if payload_path else None, "payload_sha256": payload_sum,
             }
@@ -206,9 +209,12 @@ class Runner:
         self.results.save()
 
     # ------------------------------------------------------------------ recording
-    def _record_sample(self, cell: dict[str, Any], it: tuple[str, int], seconds: float) -> None:
+    def _record_sample(self, cell: dict[str, Any], it: tuple[str, int], seconds: float,
+                       phases: list[dict[str, Any]] | None = None) -> None:
         kind, k = it
-        entry = {"rep": k, "seconds": seconds, "utc": utc_now()}
+        entry: dict[str, Any] = {"rep": k, "seconds": seconds, "utc": utc_now()}
+        if phases is not None:
+            entry["phases"] = phases
         if kind == "cold":
             cell["cold_s"] = seconds
         else:

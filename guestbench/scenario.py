@@ -36,6 +36,8 @@ TOP_KEYS: dict[str, str] = {
                f"(default {DEFAULT_TIMEOUT_S:g})",
     "sample_timeout": f"seconds > 0: limit for one timed operation and its set-up (default "
                       f"{DEFAULT_SAMPLE_TIMEOUT_S:g})",
+    "phases": "true or false: break every start-up sample into boot phases (the appliance then boots with "
+              "a verbose console, which itself costs time; default false)",
     "appliance": "mapping: memsize (MiB or a size such as 2GiB), smp (vCPUs)",
     "measurements": f"non-empty list; each item a measurement name or a mapping with key 'measurement' "
                     f"({', '.join(MEASUREMENTS)}), an optional 'label', and that measurement's parameters",
@@ -66,6 +68,7 @@ class Scenario:
     sample_timeout: float = DEFAULT_SAMPLE_TIMEOUT_S
     memsize: int | None = None  # MiB; None = libguestfs's default
     smp: int | None = None
+    phases: bool = False
     measurements: tuple[MeasurementSpec, ...] = field(default_factory=tuple)
     overrides: dict[str, Any] = field(default_factory=dict)
 
@@ -106,6 +109,11 @@ class Checker:
             if 0 < secs < math.inf:  # not NaN, not infinite
                 return secs
         raise self.fail(key, f"{given!r} is not a duration; allowed: seconds > 0, e.g. 300, 90s, 5min")
+
+    def boolean(self, key: str, value: object) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(key, f"{value!r} is not a boolean; allowed: true, false")
+        return value
 
     def string(self, key: str, value: object) -> str:
         if not isinstance(value, str) or not value.strip():
@@ -228,6 +236,7 @@ def parse_scenario(data: object, source: str) -> Scenario:
         sample_timeout=c.seconds("sample_timeout", data.get("sample_timeout", DEFAULT_SAMPLE_TIMEOUT_S)),
         memsize=memsize,
         smp=smp,
+        phases=c.boolean("phases", data.get("phases", False)),
         measurements=c.measurements("measurements", data["measurements"], memsize),
     )
 
@@ -275,6 +284,8 @@ def apply_overrides(sc: Scenario, **overrides: Any) -> Scenario:
         changes["sample_timeout"] = c.seconds("--sample-timeout", given["sample_timeout"])
     if "memsize" in given:
         changes["memsize"] = c.memsize("--memsize", given["memsize"])
+    if given.get("phases"):
+        changes["phases"] = True
     measurements = sc.measurements
     if "measurement" in given:
         wanted = [w.strip() for w in str(given["measurement"]).split(",") if w.strip()]

@@ -9,13 +9,14 @@ Protocol (worker → supervisor, one JSON object per line on the protocol fd):
   {"t": "deadline", "what": "launch", "s": 300}    the next step must finish within s seconds
   {"t": "deadline", "what": null}                   no step is under way
   {"t": "launched", "s": 12.3, "first": true}      a launch finished (first: first launch in this worker)
-  {"t": "sample", "i": index, "s": 11.2}           a timed sample
+  {"t": "sample", "i": index, "s": 11.2}           a timed sample (start-up with phases: "phases": [...])
   {"t": "failure", "i": index, "reason": "..."}    an iteration failed (the worker goes on)
   {"t": "verification", "record": {...}}
   {"t": "done"}
 Request (supervisor → worker, one JSON document on stdin): measurement, params, iterations ("cold",
 "warmup", "rep"), backend (HandleConfig.to_dict()), appliance (memsize, smp), timeout, sample_timeout,
-workdir, verbose, verify, and for uploads payload + payload_sha256. Built by runner.Runner and probe.
+workdir, verbose, verify, phases (null or the marker family, see guestbench.phases), and for uploads
+payload + payload_sha256. Built by runner.Runner and probe.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from guestbench import phases
 from guestbench.measurements import get as get_measurement
 from guestbench.measurements.base import CellContext, Measurement
 
@@ -57,11 +59,15 @@ class Appliance:
 
         self.verbose = bool(req.get("verbose"))
         self.console: collections.deque[str] = collections.deque(maxlen=200)
+        self.phase_markers: str | None = req.get("phases")
+        self.lines = phases.LineClock()
+        self.events: list[phases.Line] = []  # stamped with perf_counter at arrival; kept when recording phases
         cfg = req["backend"]
         g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
         self.g = g
         # appliance: the hypervisor's and the appliance's console; library: libguestfs's own log, which
         # in verbose mode holds the exact hypervisor command line
+        self.console_event = guestfs.EVENT_APPLIANCE
         self.sources = {guestfs.EVENT_APPLIANCE: "appliance", guestfs.EVENT_LIBRARY: "libguestfs",
                         guestfs.EVENT_WARNING: "warning", guestfs.EVENT_TRACE: "trace"}
         events = guestfs.EVENT_APPLIANCE | guestfs.EVENT_LIBRARY | guestfs.EVENT_WARNING
@@ -75,6 +81,9 @@ class Appliance:
         if self.verbose:
             g.set_verbose(True)
             g.set_trace(True)
+        if self.phase_markers:  # the markers are in the verbose console; see guestbench.phases
+            g.set_verbose(True)
+            g.set_append(phases.APPEND)
         appliance = req.get("appliance") or {}
         if appliance.get("memsize"):
             g.set_memsize(int(appliance["memsize"]))
@@ -86,15 +95,30 @@ class Appliance:
         measurement.add_drives(g, ctx)
 
     def _on_event(self, ev: int, eh: int, buf: bytes | str, array: Any) -> None:
+        now = time.perf_counter()  # the clock that times the launch
         text = buf.decode("utf-8", "replace") if isinstance(buf, bytes) else str(buf)
         source = self.sources.get(ev, "event")
-        for line in text.splitlines():
-            line = line.rstrip("\r")
+        if ev != self.console_event:
+            text += "\n"  # library, warning and trace events are whole messages; console output is chunks
+        self._lines(self.lines.feed(now, source, text))
+
+    def _lines(self, lines: list[phases.Line]) -> None:
+        for ln in lines:
+            if self.phase_markers:
+                self.events.append(ln)
+            source, line = ln.source, ln.text
             if line.strip():
                 self.console.append(line)
                 if self.verbose:
                     sys.stderr.write(f"[{source}] {line}\n")
                     sys.stderr.flush()
+
+    def cut_phases(self, t0: float, elapsed: float) -> list[dict[str, Any]] | None:
+        """The launch that started at perf_counter() == t0, cut into phases (None: not recording)."""
+        if not self.phase_markers:
+            return None
+        self._lines(self.lines.flush())
+        return phases.split(self.events, elapsed, self.phase_markers, origin=t0)
 
     def console_tail(self, n: int = 8) -> list[str]:
         return list(self.console)[-n:]
@@ -136,7 +160,7 @@ def run(req: dict[str, Any], chan: Channel) -> None:
     launching: Appliance | None = None  # the handle being launched, so a failed launch's console is kept
     first_launch = True
 
-    def launch() -> tuple[Appliance, float]:
+    def launch() -> tuple[Appliance, float, list[dict[str, Any]] | None]:
         nonlocal first_launch, launching
         chan.send(t="deadline", what="prepare", s=sample_timeout)  # handle and disk images (host side)
         a = launching = Appliance(req, measurement, ctx, chan)
@@ -149,7 +173,7 @@ def run(req: dict[str, Any], chan: Channel) -> None:
         chan.send(t="launched", s=elapsed, first=first_launch)
         first_launch = False
         launching = None
-        return a, elapsed
+        return a, elapsed, a.cut_phases(t0, elapsed)
 
     def shutdown(a: Appliance) -> None:
         chan.send(t="deadline", what="shutdown", s=SHUTDOWN_TIMEOUT_S)
@@ -163,13 +187,13 @@ def run(req: dict[str, Any], chan: Channel) -> None:
         chan.send(t="begin", i=i)
         try:
             if measurement.times_launch:
-                app, elapsed = launch()
+                app, elapsed, cut = launch()
                 shutdown(app)
                 app = None
-                chan.send(t="sample", i=i, s=elapsed)
+                chan.send(t="sample", i=i, s=elapsed, **({"phases": cut} if cut is not None else {}))
                 continue
             if app is None:
-                app, _ = launch()
+                app, _, _ = launch()
                 chan.send(t="deadline", what="setup", s=sample_timeout)
                 measurement.after_launch(app.g, ctx)
             chan.send(t="deadline", what="sample", s=sample_timeout)

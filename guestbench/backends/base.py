@@ -44,6 +44,7 @@ class Backend:
 
     name: str = ""
     summary: str = ""
+    phase_markers: str = "qemu"  # which boot markers its console prints (guestbench.phases.MARKERS)
 
     def preconditions(self) -> Availability:
         """Cheap checks that need no launch (binaries, devices, daemons)."""

@@ -50,6 +50,7 @@ def shm_problem() -> str | None:
 
 class Uml(Backend):
     name = "uml"
+    phase_markers = "uml"
     summary = ("User-Mode Linux: the appliance kernel runs as a host process (no hardware virtualization), "
                "via a guestbench hypervisor program behind libguestfs's direct backend")
     channel = "virtio"
