@@ -2,8 +2,9 @@
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
-.PHONY: setup run test bench doctor clean
+.PHONY: setup run test bench e1 doctor clean
 
 setup:
 	@bash tools/setup.sh
@@ -14,7 +15,17 @@ run: setup
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# pytest-benchmark regression run (benchmarks/); saves every run with its raw samples in .benchmarks/ and,
+# from the second run on, prints the comparison with the previous one. BENCH_ARGS adds pytest options, e.g.
+# BENCH_ARGS=--benchmark-compare-fail=median:15% to fail on a slowdown (see README).
 bench: setup
+	@args="--benchmark-autosave --benchmark-save-data"; \
+	if ls .benchmarks/*/[0-9][0-9][0-9][0-9]_*.json >/dev/null 2>&1; then args="$$args --benchmark-compare"; fi; \
+	echo "$(BIN)/python -m pytest benchmarks $$args $(BENCH_ARGS)"; \
+	$(BIN)/python -m pytest benchmarks $$args $(BENCH_ARGS)
+
+# Experiment E1 at the published sizes on every usable backend (guestbench scenario).
+e1: setup
 	$(BIN)/guestbench scenario scenarios/uml-vs-kvm.yaml
 
 doctor: setup

@@ -1,5 +1,6 @@
 """Command line: `guestbench scenario FILE`, `guestbench doctor`, `guestbench show RESULTS.json`,
-`guestbench compare BASELINE.json OTHER.json...`.
+`guestbench compare BASELINE.json OTHER.json...`, `guestbench report RESULTS.json... --output DIR`,
+`guestbench export RESULTS.json [-o BENCH.json]`, `guestbench import BENCH.json [-o RESULTS.json]`.
 
 Bad input of any kind ends in one line on stderr and exit status 2; a signal ends the run with the
 results kept and exit status 128 + signal number.
@@ -60,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sample-timeout", help="limit for one timed operation, seconds")
     s.add_argument("--size", help="bytes moved per sample for every measurement with a size (e.g. 500MB, 64MiB)")
     s.add_argument("--memsize", help="appliance memory (MiB, or e.g. 2GiB)")
+    s.add_argument("--phases", action="store_true", default=None,
+                   help="break start-up samples into boot phases (verbose appliance console)")
     _add_output(s)
     s.add_argument("--results", default="results", help="directory for the results file (default: results)")
     s.add_argument("--reprobe", action="store_true", help="ignore cached backend verdicts and probe again")
@@ -88,6 +91,27 @@ def build_parser() -> argparse.ArgumentParser:
                    "above the baseline's (10 and 10%% both mean 10 percent)")
     c.add_argument("--force", action="store_true", help="compare even when the host fingerprints differ")
     _add_output(c, compare.CSV_HEADER)
+
+    r = sub.add_parser("report", help="write results files as an HTML page, Markdown and charts (PNG, SVG)",
+                       description="Write DIR/index.html (one self-contained page: tables, charts, host "
+                       "fingerprint; one section per results file), DIR/report.md, and every chart as PNG and SVG.")
+    r.add_argument("results", nargs="+", metavar="RESULTS", help="results JSON file(s) written by guestbench scenario")
+    r.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for the report (made if missing)")
+
+    e = sub.add_parser("export", help="write a results file as pytest-benchmark JSON",
+                       description="Write a results file in another tool's format: pytest-benchmark JSON (raw "
+                       "samples in stats.data, pytest-benchmark's summary fields, everything else in extra_info "
+                       "and a 'guestbench' section), readable by pytest-benchmark compare and --benchmark-compare.")
+    e.add_argument("file", help="results JSON file written by guestbench scenario")
+    e.add_argument("--format", choices=["pytest-benchmark"], default="pytest-benchmark", help="output format")
+    e.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+
+    i = sub.add_parser("import", help="turn pytest-benchmark JSON into a results file",
+                       description="Read pytest-benchmark JSON (from the guestbench pytest plugin, guestbench export "
+                       "or any pytest-benchmark run saved with its data) and write a guestbench results file for "
+                       "show and compare.")
+    i.add_argument("file", help="pytest-benchmark JSON file (--benchmark-json, or .benchmarks/*/NNNN_*.json)")
+    i.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     return p
 
 
@@ -118,7 +142,7 @@ def cmd_scenario(args: argparse.Namespace) -> int:
     _check_probe_timeout(args)
     sc = apply_overrides(sc, backend=args.backend, measurement=args.measurement, repetitions=args.repetitions,
                          warmup=args.warmup, timeout=args.timeout, sample_timeout=args.sample_timeout,
-                         size=args.size, memsize=args.memsize)
+                         size=args.size, memsize=args.memsize, phases=args.phases)
     results_dir = Path(args.results)
     if results_dir.exists() and not results_dir.is_dir():
         raise UserError("is not a directory; allowed: a directory for results files", source="command line",
@@ -234,6 +258,48 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if found else 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from guestbench import htmlreport  # matplotlib: only this command pays for importing it
+
+    inputs = [(path, load_results(path)) for path in args.results]
+    written = htmlreport.write(inputs, Path(args.output))
+    charts = len(written) - 2
+    print(f"report: {Path(args.output) / htmlreport.INDEX} and {Path(args.output) / htmlreport.MARKDOWN}, "
+          f"{charts // 2} chart(s) as PNG and SVG in {args.output}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from guestbench import pytest_benchmark_json as pbj
+
+    _write_json(pbj.export(load_results(args.file)), args.output)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from guestbench import pytest_benchmark_json as pbj
+
+    doc, warnings = pbj.import_(pbj.load_pytest_benchmark(args.file), args.file)
+    for warning in warnings:
+        sys.stderr.write(f"guestbench: warning: {_one_line(warning)}\n")
+    _write_json(doc, args.output)
+    return 0
+
+
+def _write_json(doc: dict[str, Any], output: str | None) -> None:
+    """To stdout, or atomically to a file (a failed write is bad input: one line, exit 2)."""
+    if output is None or output == "-":
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        return
+    from guestbench.results import atomic_write_json
+
+    try:
+        atomic_write_json(Path(output), doc)
+    except OSError as e:
+        raise UserError(f"cannot write: {e.strerror or e}", source=output) from None
+    sys.stderr.write(f"guestbench: wrote {output}\n")
+
+
 def _one_line(message: str) -> str:
     """Keep an error to one line even when a user's key or file name holds a line break."""
     return message.replace("\r", "\\r").replace("\n", "\\n")
@@ -243,7 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return {"scenario": cmd_scenario, "doctor": cmd_doctor, "show": cmd_show,
-                "compare": cmd_compare}[args.command](args)
+                "compare": cmd_compare, "report": cmd_report, "export": cmd_export,
+                "import": cmd_import}[args.command](args)
     except UserError as e:
         sys.stderr.write(f"guestbench: {_one_line(str(e))}\n")
         return e.exit_status

@@ -49,8 +49,10 @@ class Phase:
 
 LIBRARY = Phase("library set-up", r"", "libguestfs",
                 "libguestfs: appliance cache check, hypervisor feature probes (cached), handle set-up", True)
-HYPERVISOR = Phase("hypervisor start", r"finished testing qemu features", "libguestfs",
-                   "hypervisor command line built and the hypervisor process started", True)
+# direct backend: qemu's features are tested (cached) just before its command line is built; libvirt
+# backend: the domain is created right after this line.
+HYPERVISOR = Phase("hypervisor start", r"finished testing qemu features|launch libvirt guest", "libguestfs",
+                   "hypervisor started: command line (direct) or domain created through libvirt", True)
 FIRMWARE = Phase("firmware", r"SeaBIOS \(version", "appliance", "firmware (SeaBIOS) until it boots the Linux loader", True)
 LOADER = Phase("kernel load, early boot", r"Booting from ROM", "appliance",
                "loading kernel and initrd, decompression, early kernel boot until the kernel console is up", False)
@@ -144,8 +146,6 @@ def _line(source: str, text: str, stamps: list[tuple[int, float]], start: int) -
     return Line(t0, source, text, rest)
 
 
-def families() -> tuple[str, ...]:
-    return tuple(MARKERS)
 
 
 def split(lines: Iterable[Line], total: float, family: str, origin: float = 0.0) -> list[dict[str, Any]]:
@@ -189,9 +189,6 @@ def _next_marker(markers: Sequence[Phase], k: int, line: Line, pos: int) -> tupl
     return None
 
 
-def describe(family: str) -> list[tuple[str, str]]:
-    """(phase name, what happens in it), in boot order, for a table's legend."""
-    return [(p.name, p.what) for p in MARKERS[family]]
 
 
 def host_side_names() -> set[str]:
@@ -258,10 +255,6 @@ def cell_phases(cell: dict[str, Any]) -> BackendPhases | None:
                          max(sum_check(s["phases"], s["seconds"]) for s in samples), cell.get("cache_mode"))
 
 
-def cell_phase_medians(cell: dict[str, Any]) -> list[tuple[str, float, int]]:
-    """Per phase of a cell: (name, median seconds over samples, n samples that had it), in boot order."""
-    bp = cell_phases(cell)
-    return [] if bp is None else [(name, p.median, p.seen) for name, p in bp.phases.items()]
 
 
 def phase_order(summaries: Iterable[BackendPhases]) -> list[str]:

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from guestbench import units
+from guestbench import phases, units
 from guestbench.stats import CI_METHOD, OUTLIER_METHOD, Summary, spread_warnings, summarize
 
 CSV_HEADER = "backend,placement,measurement,n,failures,median_s,mean_s,stdev_s,ci_low_s,ci_high_s,mb_per_s"
@@ -367,6 +367,10 @@ def to_markdown(doc: dict[str, Any]) -> str:
     for label, group in groups.items():
         lines += [f"## {_md(label)}", "", *_md_table(group), "",
                   f"{_md(_timed_text(group))} {_method_text()}{_md(_cold_text(group))}", ""]
+    for pt in phase_tables(doc):
+        lines += [f"## {_md(pt.title)}", "", "| " + " | ".join(_md(h) for h in pt.header) + " |",
+                  "|" + "---|" * len(pt.header), *("| " + " | ".join(_md(c) for c in row) + " |" for row in pt.rows),
+                  "", _md(pt.caption), ""]
     lines += ["## Backends not measured", "",
               *_md_bullets(f"{name}: {reason}" for name, reason in unusable_backends(doc).items()), ""]
     lines += ["## Warnings", "", *_md_bullets(warnings(doc)), ""]
@@ -409,6 +413,14 @@ def _short_host(doc: dict[str, Any]) -> dict[str, Any]:
             "virtualization": _dict(host.get("virtualization")).get("summary"), **short, "versions": tools}
 
 
+def _phase_dict(bp: phases.BackendPhases) -> dict[str, Any]:
+    return {"backend": bp.backend, "placement": bp.placement, "n": bp.n, "cache_mode": bp.cache_mode,
+            "median_total_s": bp.median_total, "sum_of_medians_s": bp.sum_of_medians,
+            "host_side_share": bp.host_side_share, "max_sum_error": bp.max_sum_error,
+            "phases": [{"name": name, "median_s": p.median, "min_s": p.low, "max_s": p.high, "share": p.share,
+                        "seen": p.seen} for name, p in bp.phases.items()]}
+
+
 def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
     """Recomputed summaries for machines; valid strict JSON (no NaN)."""
     return {
@@ -418,9 +430,67 @@ def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
         "host": _short_host(doc),
         "methods": {"ci": CI_METHOD, "outliers": OUTLIER_METHOD, "mb": "10^6 bytes"},
         "rows": [_row_dict(r) for r in rows(doc)],
+        "phases": [{"label": pt.title, "backends": [_phase_dict(bp) for bp in pt.summaries]}
+                   for pt in phase_tables(doc)],
         "unusable_backends": unusable_backends(doc),
         "warnings": warnings(doc),
     }
+
+
+# ---------------------------------------------------------------------------------------------- phases
+
+
+@dataclass
+class PhaseTable:
+    """The boot-phase breakdown of one start-up measurement: a row per phase, a column per backend."""
+
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    caption: str
+    summaries: list[phases.BackendPhases]
+
+
+def phase_tables(doc: dict[str, Any]) -> list[PhaseTable]:
+    """One table per measurement label whose cells recorded phases (see guestbench.phases)."""
+    groups: dict[str, list[phases.BackendPhases]] = {}
+    for cell in _cells(doc):
+        bp = phases.cell_phases(cell)
+        if bp is not None:
+            groups.setdefault(str(cell.get("label") or cell.get("measurement")), []).append(bp)
+    return [_phase_table(label, bps) for label, bps in groups.items()]
+
+
+def _phase_column(bp: phases.BackendPhases) -> str:
+    return f"{bp.backend} ({bp.placement})" if bp.placement != "host" else bp.backend
+
+
+def _phase_table(label: str, bps: list[phases.BackendPhases]) -> PhaseTable:
+    header = ["phase", *(f"{_phase_column(bp)}: median s (min–max), share" for bp in bps)]
+    rows = []
+    for name in phases.phase_order(bps):
+        row = [name]
+        for bp in bps:
+            p = bp.phases.get(name)
+            row.append(NONE if p is None else
+                       f"{fmt_seconds(p.median)} ({fmt_seconds(p.low)}–{fmt_seconds(p.high)}), {p.share:.0%}")
+        rows.append(row)
+    rows.append(["sum of phase medians", *(f"{fmt_seconds(bp.sum_of_medians)}" for bp in bps)])
+    rows.append(["median start-up (n)", *(f"{fmt_seconds(bp.median_total)} (n={bp.n})" for bp in bps)])
+    rows.append(["host side (library, hypervisor, firmware)", *(f"{bp.host_side_share:.0%}" for bp in bps)])
+    worst = max(bp.max_sum_error for bp in bps)
+    caption = (f"Timed: each start-up sample cut into boot phases at marker lines of libguestfs's event stream "
+               f"(appliance console, library log), stamped on arrival on the clock that timed the launch; "
+               f"phases of every sample sum to its start-up (largest difference {worst:.2%}). Median per "
+               f"phase over n samples, min–max as spread; share = phase median / sum of phase medians. "
+               f"Recorded with a verbose appliance console, which itself slows start-up, most on TCG. "
+               f"Cache mode of the scratch disk: "
+               f"{', '.join(sorted({str(c) for c in _cache_modes(bps)}))}.")
+    return PhaseTable(f"{label}: boot phases", header, rows, caption, bps)
+
+
+def _cache_modes(bps: list[phases.BackendPhases]) -> list[str]:
+    return [bp.cache_mode or NONE for bp in bps]
 
 
 # ---------------------------------------------------------------------------------------------- terminal
@@ -439,6 +509,15 @@ def _rich_table(label: str, group: list[Row]) -> Table:
         elif r.ratio is not None and math.isclose(r.ratio, 1.0):
             cells[-1].stylize("bold green")
         table.add_row(*cells)
+    return table
+
+
+def _rich_phase_table(pt: PhaseTable) -> Table:
+    table = Table(title=Text(pt.title, style="bold"), caption=Text(pt.caption), caption_justify="left")
+    for i, name in enumerate(pt.header):
+        table.add_column(name, justify="left" if i == 0 else "right", overflow="fold")
+    for row in pt.rows:
+        table.add_row(*(Text(c) for c in row))
     return table
 
 
@@ -462,6 +541,9 @@ def render(doc: dict[str, Any], console: Console) -> None:
     for label, group in groups.items():
         console.print()
         console.print(_rich_table(label, group))
+    for pt in phase_tables(doc):
+        console.print()
+        console.print(_rich_phase_table(pt))
     unusable = unusable_backends(doc)
     if unusable:
         console.print()
@@ -471,3 +553,55 @@ def render(doc: dict[str, Any], console: Console) -> None:
         console.print()
     for note in notes:
         console.print(Text(f"warning: {note}", style="yellow"))
+
+
+# ---------------------------------------------------------------------------------------------- shared helpers
+
+
+# Public names for the pieces above, so that other renderers (guestbench.htmlreport, guestbench.charts)
+# print the same cells, captions and names as the terminal and Markdown reports instead of re-deriving them.
+
+
+def cells_and_rows(doc: dict[str, Any]) -> list[tuple[dict[str, Any], Row]]:
+    """Each cell of the document with its Row, for renderers that also need the raw samples."""
+    return list(zip(_cells(doc), rows(doc)))
+
+
+def sample_seconds(cell: dict[str, Any]) -> list[float]:
+    """The measured samples' seconds of one cell (warm-ups excluded), as summarized into its Row."""
+    return _seconds(cell)
+
+
+def by_label(rs: Iterable[Row]) -> dict[str, list[Row]]:
+    return _by_label(rs)
+
+
+def backend_names(group: list[Row]) -> list[str]:
+    return _backend_names(group)
+
+
+def table_cells(r: Row) -> list[str]:
+    """One row of a measurement table, in COLUMNS order."""
+    return _cells_of(r)
+
+
+def caption(group: list[Row]) -> str:
+    """What the clock covered, the methods, and the cold launches of one measurement's table."""
+    return f"{_timed_text(group)} {_method_text()}{_cold_text(group)}"
+
+
+def scenario_name(doc: dict[str, Any]) -> str:
+    return _scenario_name(doc)
+
+
+def run_line(doc: dict[str, Any]) -> str:
+    return _run_line(doc)
+
+
+def host_line(doc: dict[str, Any]) -> str:
+    return _host_line(doc)
+
+
+def md_text(text: str) -> str:
+    """User text made safe inside a Markdown table cell."""
+    return _md(text)

@@ -20,7 +20,10 @@ Layout of a results file (``schema_version`` 1)::
           "cache_mode": "writeback" | null,
           "bytes": 524288000 | null,
           "cold_s": 13.1 | null,            # first launch of the cell (appliance cache check included)
-          "samples": [{"rep": 1, "seconds": 11.2, "utc": "..."}],
+          "samples": [{"rep": 1, "seconds": 11.2, "utc": "...",
+                       "phases": [{"name": "kernel init", "s": 1.7}, ...]}],   # phases: start-up cells
+                                                                               # run with phases only
+          "phases": true, "phase_markers": "qemu" | "uml",   # present when phases were recorded
           "warmups": [{"rep": 1, "seconds": 11.9, "utc": "..."}],
           "failures": [{"rep": 2, "reason": "...", "utc": "..."}],
           "verification": {"what": "sha256", "host": "..", "guest": "..", "ok": true} | null,
@@ -56,13 +59,19 @@ def utc_now() -> str:
 
 def atomic_write_json(path: Path, doc: dict[str, Any]) -> None:
     """Write to a temp file in the same directory, fsync, rename: readers never see half a file."""
+    atomic_write_bytes(path, (json.dumps(doc, indent=1, sort_keys=False) + "\n").encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None:
+    """`atomic_write_json` for any file; `mode` (e.g. 0o644 for a report to share) instead of mkstemp's 0600."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1, sort_keys=False)
-            f.write("\n")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -144,25 +153,30 @@ class ResultsFile:
         self.save()
 
 
-def load_results(path: str | Path) -> dict[str, Any]:
-    """Read and sanity-check a results file; any problem is a one-line UserError."""
+def read_json(path: str | Path, what: str, expected: str) -> Any:
+    """Read a JSON file a user named; any problem is a one-line UserError saying what was expected."""
     p = Path(path)
     try:
         text = p.read_text()
     except FileNotFoundError:
-        raise UserError("no such results file", source=str(p)) from None
+        raise UserError(f"no such {what}", source=str(p)) from None
     except OSError as e:
-        raise UserError(f"cannot read results file: {e.strerror}", source=str(p)) from None
+        raise UserError(f"cannot read {what}: {e.strerror}", source=str(p)) from None
     except UnicodeDecodeError:
-        raise UserError("not valid JSON (not UTF-8 text); expected a guestbench results file",
-                        source=str(p)) from None
+        raise UserError(f"not valid JSON (not UTF-8 text); expected {expected}", source=str(p)) from None
     try:
-        doc = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as e:
-        raise UserError(f"not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}; expected a guestbench "
-                        "results file", source=str(p)) from None
+        raise UserError(f"not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}; expected {expected}",
+                        source=str(p)) from None
     except RecursionError:
-        raise UserError("JSON nested too deeply; expected a guestbench results file", source=str(p)) from None
+        raise UserError(f"JSON nested too deeply; expected {expected}", source=str(p)) from None
+
+
+def load_results(path: str | Path) -> dict[str, Any]:
+    """Read and sanity-check a results file; any problem is a one-line UserError."""
+    p = Path(path)
+    doc = read_json(p, "results file", "a guestbench results file")
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise UserError(f"not a guestbench results file (key 'schema' must be {SCHEMA!r})", source=str(p))
     version = doc.get("schema_version")

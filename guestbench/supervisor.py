@@ -26,6 +26,8 @@ from guestbench.backends.base import Backend
 from guestbench.errors import Interrupted
 
 KILL_GRACE_S = 3.0
+# A user's libguestfs settings that would override the backend's handle configuration; never inherited.
+LIBGUESTFS_OVERRIDES = ("LIBGUESTFS_HV", "LIBGUESTFS_BACKEND", "LIBGUESTFS_BACKEND_SETTINGS")
 
 
 @dataclass
@@ -117,17 +119,33 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
             os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
-        for p in pids:
-            try:
-                os.kill(p, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+        _signal_all(pids, sig)
         deadline = time.monotonic() + KILL_GRACE_S
         while time.monotonic() < deadline:
             if proc.poll() is not None and not any(_alive(p) for p in pids):
                 return
             time.sleep(0.05)
     proc.wait()
+
+
+def kill_processes(pids: list[int]) -> None:
+    """SIGTERM, then SIGKILL what is still alive after the grace time: for processes that are not a worker's
+    group (an in-process hypervisor). Zombies count as gone; their parent reaps them."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        _signal_all(pids, sig)
+        deadline = time.monotonic() + KILL_GRACE_S
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.05)
+        if not any(_alive(p) for p in pids):
+            return
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _alive(pid: int) -> bool:
@@ -145,22 +163,20 @@ class Supervisor:
         self.verbose = verbose
         self.echo = echo or (lambda line: print(line, file=sys.stderr))
         self.current: subprocess.Popen[bytes] | None = None
-        self._cleanup: tuple[Backend, Any] | None = None  # backend and its snapshot while a worker runs
+        self._cleanup: tuple[Backend, Path] | None = None  # backend and work dir while a worker runs
 
     def run_worker(self, request: dict[str, Any], backend: Backend,
                    on_message: Callable[[dict[str, Any]], None]) -> WorkerExit:
         """Start a worker for `request`, pass its messages to `on_message`, and enforce deadlines."""
-        snapshot = backend.snapshot()
         env = dict(os.environ)
-        env.pop("LIBGUESTFS_HV", None)
-        env.pop("LIBGUESTFS_BACKEND", None)
-        env.pop("LIBGUESTFS_BACKEND_SETTINGS", None)
+        for name in LIBGUESTFS_OVERRIDES:
+            env.pop(name, None)
         env["PYTHONUNBUFFERED"] = "1"
         proc = subprocess.Popen([sys.executable, "-m", "guestbench.worker"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                 env=env, cwd=request["workdir"])
         self.current = proc
-        self._cleanup = (backend, snapshot)
+        self._cleanup = (backend, Path(request["workdir"]))
         try:
             assert proc.stdin is not None
             proc.stdin.write(json.dumps(request).encode())
@@ -185,8 +201,8 @@ class Supervisor:
                 shutil.rmtree(d, ignore_errors=True)
             self.current = None
         if cleanup is not None:
-            backend, snapshot = cleanup
-            backend.cleanup_since(snapshot)
+            backend, workdir = cleanup
+            backend.cleanup(workdir)
             self._cleanup = None
 
     def _pump(self, proc: subprocess.Popen[bytes], on_message: Callable[[dict[str, Any]], None]) -> WorkerExit:

@@ -1,8 +1,8 @@
 """Boot phases: replayed real launch logs (chunk by chunk, as libguestfs delivered them), damaged logs, and
 real start-up runs with --phases on tcg and uml whose phases must sum to the start-up within 1%.
 
-The two logs in tests/data/phases were captured on this machine from real verbose launches (libguestfs
-1.48, qemu 7.2 TCG and UML 6.1), one event callback per line: arrival time, source, repr of the chunk.
+The logs in tests/data/phases were captured on this machine from real verbose launches (libguestfs 1.48,
+qemu 7.2 TCG through the direct and the libvirt backend, and UML 6.1), one event callback per line: arrival time, source, repr of the chunk.
 """
 
 from __future__ import annotations
@@ -55,6 +55,14 @@ def test_qemu_launch_has_every_phase_and_they_sum_to_the_start_up() -> None:
     # line: the kernel phase must start when that text arrived, not when the line began.
     assert by["kernel load, early boot"] > 2.0 and by["kernel init"] > 0.5
     assert by["firmware"] < 0.5
+
+
+def test_libvirt_launch_has_every_qemu_phase() -> None:
+    lines, total = replay("libvirt-tcg-verbose-launch.log")
+    cut = phases.split(lines, total, "qemu")
+    assert names(cut) == [p.name for p in phases.MARKERS["qemu"]]
+    assert sum(p["s"] for p in cut) == pytest.approx(total, rel=1e-12)
+    assert dict((p["name"], p["s"]) for p in cut)["hypervisor start"] > 0.1  # libvirt creates the domain
 
 
 def test_uml_launch_has_its_own_markers() -> None:

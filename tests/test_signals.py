@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -26,7 +31,9 @@ def _samples(path: Path) -> int:
     return sum(len(c["samples"]) for c in doc["cells"])
 
 
-def interrupt_mid_run(tmp_path: Path, backend: str, sig: int) -> tuple[int, float, dict]:
+def interrupt_mid_run(tmp_path: Path, backend: str, sig: int,
+                      meanwhile: Callable[[], None] = lambda: None) -> tuple[int, float, dict]:
+    """Start a 20-sample start-up run, wait for its first sample, run `meanwhile`, then send `sig`."""
     sc = write_scenario(tmp_path / "s.yaml", "name: sig\nrepetitions: 20\nwarmup: 0\nmeasurements: [startup]\n")
     results = tmp_path / "results"
     proc = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--backend", backend,
@@ -43,6 +50,7 @@ def interrupt_mid_run(tmp_path: Path, backend: str, sig: int) -> tuple[int, floa
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.5)
         assert path is not None, "no sample within 400 s"
+        meanwhile()
         time.sleep(3)  # now in the middle of the next launch
         assert hypervisor_processes(), "a launch should be under way"
         t0 = time.monotonic()
@@ -79,12 +87,43 @@ def test_sigterm_libvirt_tcg(tmp_path: Path) -> None:
 
         if (why := ensure_daemons()) is not None:
             pytest.fail(f"libvirt is part of the set-up and must work here: {why}")
-    before = guestfs_domains()
-    sockdirs = socket_dirs()
-    rc, took, doc = interrupt_mid_run(tmp_path, "libvirt-tcg", signal.SIGTERM)
-    assert rc == 128 + signal.SIGTERM
-    assert took < 20, f"took {took:.1f} s to stop"
-    check_interrupted(doc)
-    assert guestfs_domains() - before == set(), "a libvirt domain was left behind"
+    with contextlib.ExitStack() as stack:
+        before = guestfs_domains()
+        sockdirs = socket_dirs()
+        started: list[tuple[Any, Path]] = []
+        # another libguestfs user's libvirt appliance, started while guestbench's worker runs
+        rc, took, doc = interrupt_mid_run(tmp_path, "libvirt-tcg", signal.SIGTERM,
+                                          lambda: started.append(stack.enter_context(foreign_libvirt_appliance())))
+        [(other, foreign_dir)] = started
+        before |= guestfs_domains(foreign_dir)
+        assert rc == 128 + signal.SIGTERM
+        assert took < 20, f"took {took:.1f} s to stop"
+        check_interrupted(doc)
+        assert guestfs_domains() - before == set(), "a libvirt domain was left behind"
+        # the clean-up removed guestbench's own domain only: another libguestfs user's appliance lives on
+        assert guestfs_domains(foreign_dir), "another user's libvirt domain was destroyed"
+        other.ping_daemon()
+        sockdirs |= socket_dirs()  # the other user's own socket dir, closed with its handle below
     wait_no_leftovers(sockdirs)
     assert run_dirs() == []
+
+
+@contextlib.contextmanager
+def foreign_libvirt_appliance() -> Iterator[tuple[Any, Path]]:
+    """A libvirt appliance of some other libguestfs user on this host, running while guestbench works."""
+    import guestfs
+
+    tmpdir = Path(tempfile.mkdtemp(prefix="other-user-", dir="/var/tmp"))  # libvirt's qemu user must reach it
+    os.chmod(tmpdir, 0o755)
+    g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
+    try:
+        g.set_backend("libvirt")
+        g.set_backend_settings(["force_tcg"])
+        g.set_tmpdir(str(tmpdir))
+        g.add_drive_scratch(64 * 2**20)
+        g.launch()
+        yield g, tmpdir
+        g.shutdown()
+    finally:
+        g.close()
+        shutil.rmtree(tmpdir, ignore_errors=True)

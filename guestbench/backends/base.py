@@ -61,11 +61,9 @@ class Backend:
         """Turn a launch failure into a specific, actionable reason for this backend."""
         return reason
 
-    # Resources a killed worker can leave behind outside its process group (libvirt domains).
-    def snapshot(self) -> Any:
-        return None
-
-    def cleanup_since(self, snapshot: Any) -> list[str]:
+    def cleanup(self, workdir: Path) -> list[str]:
+        """Remove what a killed launch that kept its files in `workdir` left outside its process group
+        (libvirt domains); never anything of another run or another libguestfs user. Returns what went."""
         return []
 
 

@@ -64,14 +64,30 @@ def ensure_daemons(wait_s: float = 15.0) -> str | None:
     return None if err is None else f"started virtlogd and libvirtd but {URI} does not answer: {err}"
 
 
-def guestfs_domains() -> set[str]:
-    """Names of libguestfs's domains that libvirt knows now (running or defined)."""
+def guestfs_domains(workdir: Path | None = None) -> set[str]:
+    """Names of libguestfs's domains (running or defined) whose disks or sockets are under `workdir`
+    (None: all of them).
+
+    Why by path and not "new since the worker started": other guestbench runs and other libguestfs users
+    on this host create guestfs-* domains at the same time, and must never be touched. Every file of a
+    guestbench launch (its disks, libguestfs's overlay and sockets: set_tmpdir) lives in its work dir.
+    """
     try:
         conn = _open()
     except Exception:
         return set()
+    mark = str(workdir).rstrip("/") + "/" if workdir is not None else ""
     try:
-        return {d.name() for d in conn.listAllDomains() if d.name().startswith(DOMAIN_PREFIX)}
+        found = set()
+        for d in conn.listAllDomains():
+            if not d.name().startswith(DOMAIN_PREFIX):
+                continue
+            try:
+                if mark in d.XMLDesc(0):
+                    found.add(d.name())
+            except Exception:  # gone meanwhile
+                continue
+        return found
     finally:
         conn.close()
 
@@ -120,11 +136,8 @@ class _LibvirtBackend(Backend):
         return {"libguestfs": v.get("libguestfs"), "qemu": v.get("qemu"), "libvirt": v.get("libvirt"),
                 "kernel": v.get("kernel"), "kvm": host.kvm_device().get("flavour")}
 
-    def snapshot(self) -> Any:
-        return guestfs_domains()
-
-    def cleanup_since(self, snapshot: Any) -> list[str]:
-        return destroy_domains(guestfs_domains() - set(snapshot or ()))
+    def cleanup(self, workdir: Path) -> list[str]:
+        return destroy_domains(guestfs_domains(workdir))
 
 
 class LibvirtTcg(_LibvirtBackend):

@@ -1,0 +1,230 @@
+"""Charts of a results document for `guestbench report`: one per measurement, one per boot-phase breakdown.
+
+Why these encodings: a bar is the median (what the tables rank on), whiskers are the min–max of the
+samples rather than a CI of the mean (a mean's CI need not contain the median, and with n = 1 it does not
+exist), and every sample is drawn as a dot, because runs have 3–5 samples and the reader should see them.
+Bars start at zero and are horizontal so long backend names and the "n=…" labels never overlap. Every
+figure drawn comes from `report.rows` (seconds, MB/s) or `report.phase_tables` (phase medians), as the
+tables' figures do, so a chart cannot disagree with its table.
+
+matplotlib runs headless: the "Agg" backend is selected before any other matplotlib module is imported,
+and figures are `Figure` objects, never pyplot's global state, so rendering many charts leaks nothing.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from matplotlib.figure import Figure  # noqa: E402  (after the backend is chosen)
+from matplotlib.patches import Patch  # noqa: E402
+
+from guestbench import phases, report  # noqa: E402
+from guestbench.report import Row, fmt_mb_per_s, fmt_seconds  # noqa: E402
+
+BACKEND_COLOURS = {"tcg": "#4c72b0", "kvm": "#dd8452", "libvirt-tcg": "#55a868", "libvirt-kvm": "#c44e52",
+                   "uml": "#8172b3"}
+OTHER_COLOUR = "#937860"
+PLACEMENT_HATCHES = ("", "xx", "..", "\\\\")
+HOST_SIDE_GREYS = ("#d9d9d9", "#bdbdbd", "#969696", "#737373")
+APPLIANCE_COLOURS = ("#dd8452", "#4c72b0", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#ccb974",
+                     "#64b5cd", "#2f4b7c")  # no greys: grey means host side
+WHISKERS = "whiskers: min–max of the samples"
+DPI = 150
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One rendered figure: `name` is unique within a results file and becomes part of the file names."""
+
+    name: str
+    title: str
+    encoding: str  # what the marks mean (bar, whiskers, dots, hatching)
+    context: str  # what was timed, cache mode, methods: repeated by a report when no table above says it
+    png: bytes
+    svg: bytes
+
+    @property
+    def caption(self) -> str:
+        return f"{self.encoding} {self.context}"
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a label or file stem."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "chart"
+
+
+def bar_names(group: list[Row]) -> list[str]:
+    """Names of one measurement's bars: as in its table, plus the placement when there are several."""
+    placements = list(dict.fromkeys(r.placement for r in group))
+    if len(placements) == 1:
+        return report.backend_names(group)
+    names: dict[int, str] = {}
+    for placement in placements:  # a backend measured at two placements is not ambiguous: name both
+        same = [r for r in group if r.placement == placement]
+        for name, r in zip(report.backend_names(same), same):
+            names[id(r)] = f"{name} · {placement or report.NONE}"
+    return [names[id(r)] for r in group]
+
+
+def _placement_order(group: list[Row]) -> list[Row]:
+    """Host and nested side by side: each backend's placements next to each other, backends in file order."""
+    backends = list(dict.fromkeys(r.backend for r in group))
+    return sorted(group, key=lambda r: backends.index(r.backend))
+
+
+def _render(fig: Figure) -> tuple[bytes, bytes]:
+    png, svg = io.BytesIO(), io.BytesIO()
+    with matplotlib.rc_context({"svg.hashsalt": "guestbench"}):  # fixed SVG ids: same results, same files
+        fig.savefig(png, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
+        fig.savefig(svg, format="svg", bbox_inches="tight", metadata={"Date": None})
+    return png.getvalue(), svg.getvalue()
+
+
+def _titles(ax: Any, title: str, scenario: str) -> None:
+    ax.set_title(title, loc="left", fontweight="bold")
+    ax.set_title(f"scenario {scenario}", loc="right", fontsize=8, color="#555555")
+
+
+def _cache_text(group: list[Row]) -> str:
+    modes = list(dict.fromkeys(r.cache_mode or report.NONE for r in group))
+    if len(modes) == 1:
+        return f"Cache mode: {modes[0]}."
+    return "Cache mode: " + ", ".join(f"{r.backend} {r.cache_mode or report.NONE}" for r in group) + "."
+
+
+# ---------------------------------------------------------------------------------------------- measurements
+
+
+def _bar_text(r: Row) -> str:
+    if r.summary is None:
+        why = report.table_cells(r)[5]
+        return f"no samples: {why if len(why) <= 70 else why[:69] + '…'}"
+    text = f"{fmt_seconds(r.summary.median)} s · n={r.n}"
+    if r.mb_per_s is not None:
+        text += f" · {fmt_mb_per_s(r.mb_per_s)} MB/s"
+    return text
+
+
+def measurement_chart(scenario: str, label: str, pairs: list[tuple[dict[str, Any], Row]]) -> Chart:
+    """Backends side by side for one measurement label (and placements side by side when several)."""
+    by_id = {id(r): cell for cell, r in pairs}
+    group = _placement_order([r for _, r in pairs])
+    names = bar_names(group)
+    placements = list(dict.fromkeys(r.placement for r in group))
+    fig = Figure(figsize=(8, 1.4 + 0.5 * len(group)))
+    ax = fig.add_subplot()
+    top = max((r.summary.max for r in group if r.summary), default=0.0) or 1.0
+    for y, r in enumerate(group):
+        colour = BACKEND_COLOURS.get(r.backend, OTHER_COLOUR)
+        hatch = PLACEMENT_HATCHES[placements.index(r.placement) % len(PLACEMENT_HATCHES)]
+        s = r.summary
+        if s is not None:
+            ax.barh(y, s.median, height=0.6, color=colour, alpha=0.85, hatch=hatch, edgecolor="white")
+            ax.errorbar(s.median, y, xerr=[[s.median - s.min], [s.max - s.median]], fmt="none",
+                        ecolor="black", elinewidth=1, capsize=4)
+            samples = report.sample_seconds(by_id[id(r)])
+            offsets = [0.0] if len(samples) == 1 else [-0.18 + 0.36 * i / (len(samples) - 1)
+                                                        for i in range(len(samples))]
+            ax.scatter(samples, [y + o for o in offsets], s=9, color="black", zorder=3, linewidths=0)
+        ax.text((s.max if s else 0) + top * 0.02, y, _bar_text(r), va="center", fontsize=8)
+    ax.set_yticks(range(len(group)), names)
+    ax.set_ylim(len(group) - 0.5, -0.5)  # first row on top; rows without a bar keep their room
+    ax.set_xlim(0, top * 1.45)
+    ax.set_xlabel("seconds (s), lower is faster")
+    _titles(ax, label, scenario)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.spines[["top", "right"]].set_visible(False)
+    if len(placements) > 1:
+        ax.legend(handles=[Patch(facecolor="#bbbbbb", hatch=PLACEMENT_HATCHES[i % len(PLACEMENT_HATCHES)],
+                                 edgecolor="white", label=p or report.NONE) for i, p in enumerate(placements)],
+                  title="placement", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    png, svg = _render(fig)
+    encoding = f"{label}: bar = median of the n measured samples, {WHISKERS}, dots = each sample; MB/s from the median."
+    return Chart(name=slug(label), title=f"{label}: median seconds per backend", encoding=encoding,
+                 context=f"{_cache_text(group)} {report.caption(group)}", png=png, svg=svg)
+
+
+# ---------------------------------------------------------------------------------------------- boot phases
+
+
+def _phase_styles(order: list[str]) -> dict[str, tuple[str, str]]:
+    """(colour, hatch) per phase: host-side phases grey and hatched, appliance phases in colour."""
+    host_side = phases.host_side_names()
+    greys = iter(HOST_SIDE_GREYS * 4)
+    colours = iter(APPLIANCE_COLOURS * 4)
+    return {name: (next(greys), "///") if name in host_side else (next(colours), "") for name in order}
+
+
+def _phase_bar_name(bp: phases.BackendPhases) -> str:
+    """As the phase table's columns name it (report.phase_tables), plus n."""
+    name = bp.backend if bp.placement == "host" else f"{bp.backend} ({bp.placement})"
+    return f"{name}\nn={bp.n}"
+
+
+def phase_chart(scenario: str, pt: report.PhaseTable) -> Chart:
+    """One stacked bar per backend, one segment per phase (median seconds), left to right in boot order."""
+    bps = pt.summaries
+    order = phases.phase_order(bps)
+    style = _phase_styles(order)
+    height = 1.5 + 0.55 * len(bps)
+    fig = Figure(figsize=(8, height))
+    fig.subplots_adjust(bottom=0.6 / height, top=1 - 0.35 / height)  # room for the x label above the legend
+    ax = fig.add_subplot()
+    top = max([bp.sum_of_medians for bp in bps] + [bp.median_total for bp in bps] + [1e-9])
+    for y, bp in enumerate(bps):
+        left = 0.0
+        for name in order:
+            if name not in bp.phases:
+                continue
+            median = bp.phases[name].median
+            colour, hatch = style[name]
+            ax.barh(y, median, left=left, height=0.6, color=colour, hatch=hatch, edgecolor="#555555",
+                    linewidth=0.4)
+            if median >= top * 0.06:
+                ax.text(left + median / 2, y, fmt_seconds(median), ha="center", va="center", fontsize=7,
+                        color="black" if hatch else "white")
+            left += median
+        ax.plot([bp.median_total] * 2, [y - 0.38, y + 0.38], color="black", linewidth=2.2)
+    ax.set_yticks(range(len(bps)), [_phase_bar_name(bp) for bp in bps])
+    ax.set_ylim(len(bps) - 0.5, -0.5)
+    ax.set_xlim(0, top * 1.04)
+    ax.set_xlabel("seconds since launch() was called (s)")
+    _titles(ax, pt.title, scenario)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.spines[["top", "right"]].set_visible(False)
+    handles = [Patch(facecolor=style[name][0], hatch=style[name][1], edgecolor="#555555", linewidth=0.4,
+                     label=name + (" (host)" if style[name][1] else "")) for name in order]
+    handles.append(Patch(facecolor="black", label="median start-up of the same samples"))
+    box = ax.get_position()  # below the figure, as wide as the axes: the saved image grows to include it
+    fig.legend(handles=handles, ncol=3, fontsize=7.5, loc="upper left", frameon=False, mode="expand",
+               bbox_to_anchor=(box.x0, 0.0, box.width, 0.0))
+    png, svg = _render(fig)
+    host = ", ".join(n for n in order if n in phases.host_side_names())
+    encoding = (f"{pt.title}: each segment is the median of that phase over the n samples recorded with "
+                f"phases, left to right in boot order. Hatched grey segments are spent on the host "
+                f"({host or 'none here'}), coloured ones in the appliance. The black tick is the median "
+                f"start-up of the same samples; medians of phases need not add up to it exactly.")
+    return Chart(name=slug(pt.title), title=f"{pt.title} per backend (median s)", encoding=encoding,
+                 context=pt.caption, png=png, svg=svg)
+
+
+# ---------------------------------------------------------------------------------------------- all
+
+
+def document_charts(doc: dict[str, Any]) -> tuple[dict[str, Chart], list[tuple[report.PhaseTable, Chart]]]:
+    """Measurement charts by label, and each boot-phase table (`report.phase_tables`) with its chart."""
+    scenario = report.scenario_name(doc)
+    per_label: dict[str, list[tuple[dict[str, Any], Row]]] = {}
+    for cell, r in report.cells_and_rows(doc):
+        per_label.setdefault(r.label, []).append((cell, r))
+    measured = {label: measurement_chart(scenario, label, group) for label, group in per_label.items()}
+    return measured, [(pt, phase_chart(scenario, pt)) for pt in report.phase_tables(doc)]

@@ -1,0 +1,233 @@
+"""One cell's libguestfs handles run in this process, with a deadline on every step that can hang.
+
+Why in-process: pytest-benchmark's timer must wrap the timed call itself, so the pytest plugin cannot hand
+a cell to guestbench's worker process. libguestfs has no timeout of its own, so a watchdog thread stands in
+for the supervisor: when a step overruns, it kills what the cell started (the hypervisor and libguestfs's
+recovery process, children of this process; or the libvirt domain), and the blocked libguestfs call then
+returns with an error, reported as a `StepFailed` naming the step and the limit.
+
+Handles are built by the worker's `Appliance` and the steps are the measurements' worker-side methods, split
+as in the worker: the handle and images, the launch (unless it is what is timed), `after_launch` and
+`prepare` are untimed; `timed_op`, or for start-up the launch itself, is timed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar, cast
+
+from guestbench.backends import BACKENDS, Backend
+from guestbench.measurements import get as get_measurement
+from guestbench.measurements.base import CellContext
+from guestbench.paths import cache_dir, remove_tree
+from guestbench.payload import payload
+from guestbench.scenario import DEFAULT_SAMPLE_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from guestbench.supervisor import LIBGUESTFS_OVERRIDES, descendants, kill_processes, workdir_for
+from guestbench.supervisor import _alive
+from guestbench.worker import SHUTDOWN_TIMEOUT_S, Appliance
+from guestbench.worker import _reason as failure_reason
+
+WORKDIR_ENV = "GUESTBENCH_WORKDIR"  # where guestbench's hypervisor programs put their files (as in the worker)
+_SEQ = itertools.count(1)
+T = TypeVar("T")
+
+
+class StepFailed(Exception):
+    """A step of a cell failed or overran its deadline; the message is the whole, readable reason."""
+
+
+class _Overrun(Exception):
+    pass
+
+
+class Watchdog:
+    """Kills what a cell started (processes below this one, libvirt domains) when a step overruns its deadline.
+
+    "Started by the cell" is what exists now and did not when the cell began, so nothing of other cells, of
+    other libguestfs users or of the test session is touched.
+    """
+
+    def __init__(self, backend: Backend, workdir: Path) -> None:
+        self.backend = backend
+        self.workdir = workdir
+        self.pid = os.getpid()
+        self.before = set(descendants(self.pid))
+
+    def started(self) -> list[int]:
+        return [p for p in descendants(self.pid) if p not in self.before]
+
+    def kill(self) -> list[int]:
+        pids = self.started()
+        kill_processes(pids)
+        self.backend.cleanup(self.workdir)
+        return pids
+
+    @contextmanager
+    def deadline(self, seconds: float) -> Iterator[None]:
+        """Run the block; past `seconds`, kill. Raises _Overrun when it fired, even if the block then returned."""
+        fired = threading.Event()
+
+        def expire() -> None:
+            fired.set()
+            self.kill()
+
+        timer = threading.Timer(seconds, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        except Exception as exc:
+            timer.cancel()
+            timer.join()
+            if fired.is_set():
+                raise _Overrun() from exc
+            raise
+        timer.cancel()
+        timer.join()  # a kill under way finishes before anything else touches the handle
+        if fired.is_set():
+            raise _Overrun()
+
+
+class _Environment:
+    """The backend's environment variables, set while the cell's handles exist and restored afterwards."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+        self.saved: dict[str, str | None] | None = None
+
+    def apply(self) -> None:
+        names = set(self.values) | set(LIBGUESTFS_OVERRIDES)
+        self.saved = {k: os.environ.get(k) for k in names}
+        for k in LIBGUESTFS_OVERRIDES:
+            os.environ.pop(k, None)
+        os.environ.update(self.values)
+
+    def restore(self) -> None:
+        if self.saved is None:
+            return
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        self.saved = None
+
+
+class Cell:
+    """One backend × measurement × parameters, run step by step in this process. Use as a context manager:
+    leaving it closes every handle, kills anything left, removes the cell's files and restores the environment."""
+
+    def __init__(self, backend: str, measurement: str, params: dict[str, Any], run_dir: Path, *,
+                 memsize: int | None = None, smp: int | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+                 sample_timeout: float = DEFAULT_SAMPLE_TIMEOUT_S, verbose: bool = False) -> None:
+        self.backend = BACKENDS[backend]
+        self.measurement = get_measurement(measurement)
+        self.params = params
+        self.timeout = timeout
+        self.sample_timeout = sample_timeout
+        self.config = self.backend.handle_config(cache_dir())
+        self.workdir = workdir_for(run_dir, f"{measurement}-{backend}-{next(_SEQ)}")
+        path = digest = None
+        if self.measurement.needs_payload:
+            path, digest = payload(params["size"])
+        self.ctx = CellContext(params=params, workdir=self.workdir, payload=path, payload_sha256=digest,
+                               memsize_mib=memsize)
+        # the worker's request, reduced to what Appliance reads
+        self.request = {"backend": self.config.to_dict(), "appliance": {"memsize": memsize, "smp": smp},
+                        "workdir": str(self.workdir), "verbose": verbose}
+        self.env = _Environment({**self.config.env, WORKDIR_ENV: str(self.workdir)})
+        self.open: list[Appliance] = []
+        self.verification: dict[str, Any] | None = None
+        self.watchdog: Watchdog | None = None
+
+    def __enter__(self) -> "Cell":
+        self.env.apply()
+        self.watchdog = Watchdog(self.backend, self.workdir)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- steps; each under its deadline, each failure a StepFailed with the reason
+    def _step(self, what: str, limit: float, app: Appliance | None, fn: Callable[[], T]) -> T:
+        assert self.watchdog is not None, "use Cell as a context manager"
+        try:
+            with self.watchdog.deadline(limit):
+                return fn()
+        except _Overrun as e:
+            why = f"{what} did not finish within {limit:g} s; the hypervisor was killed"
+            raise StepFailed(f"{self.backend.name}: {self.backend.explain(why, True)}") from e.__cause__
+        except StepFailed:
+            raise
+        except Exception as e:
+            raise StepFailed(f"{self.backend.name}: {what} failed: "
+                             f"{self.backend.explain(failure_reason(e, app), False)}") from e
+
+    def new_handle(self) -> Appliance:
+        """A configured handle with the measurement's drives (host side: images are created here)."""
+        def make() -> Appliance:
+            app = Appliance(self.request, self.measurement, self.ctx, cast(Any, None))
+            self.open.append(app)
+            return app
+        return self._step("handle and disk images", self.sample_timeout, None, make)
+
+    def launch(self, app: Appliance) -> None:
+        """launch() and one daemon round trip: what start-up times."""
+        def go() -> None:
+            app.g.launch()
+            app.g.ping_daemon()
+        self._step("launch", self.timeout, app, go)
+
+    def after_launch(self, app: Appliance) -> None:
+        self._step("set-up after launch", self.sample_timeout, app, lambda: self.measurement.after_launch(app.g, self.ctx))
+
+    def prepare(self, app: Appliance) -> None:
+        self._step("prepare", self.sample_timeout, app, lambda: self.measurement.prepare(app.g, self.ctx))
+
+    def timed_op(self, app: Appliance) -> None:
+        self._step(self.measurement.name, self.sample_timeout, app, lambda: self.measurement.timed_op(app.g, self.ctx))
+
+    def verify(self, app: Appliance) -> dict[str, Any] | None:
+        """The measurement's check that the data arrived; a mismatch is a StepFailed."""
+        record = self._step("verification", self.sample_timeout, app, lambda: self.measurement.verify(app.g, self.ctx))
+        if record is not None:
+            self.verification = record
+            if not record.get("ok"):
+                raise StepFailed(f"{self.backend.name}: verification failed: {record['what']}: host {record['host']} "
+                                 f"!= appliance {record['guest']}")
+        return record
+
+    def shutdown(self, app: Appliance) -> None:
+        try:
+            self._step("shutdown", SHUTDOWN_TIMEOUT_S, app, app.g.shutdown)
+        finally:
+            self._close(app)
+
+    def _close(self, app: Appliance) -> None:
+        if app in self.open:
+            self.open.remove(app)
+            try:
+                self._step("close", SHUTDOWN_TIMEOUT_S, app, app.close)
+            except StepFailed:
+                pass  # killed at the deadline; close() returned after that
+
+    def close(self) -> list[int]:
+        """Close every handle, kill what is left (returned: the pids), remove the files, restore the env."""
+        left: list[int] = []
+        try:
+            for app in list(self.open):
+                self._close(app)
+            if self.watchdog is not None:
+                left = [p for p in self.watchdog.started() if _alive(p)]
+                if left:
+                    kill_processes(left)
+                self.backend.cleanup(self.workdir)
+        finally:
+            remove_tree(self.workdir)
+            self.env.restore()
+        return left
+

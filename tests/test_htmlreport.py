@@ -1,0 +1,386 @@
+"""`guestbench report`: the page, Markdown and chart files written from real results, checked figure by figure.
+
+Inputs are real: the results files in tests/data/results were written by `guestbench scenario` on the
+project's machine (copied from results/, which git ignores), and the boot-phase document is written with the
+real `ResultsFile` from the two real verbose launches in tests/data/phases, cut by `phases.split` (one launch
+per backend, so n = 1 there). Nothing launches an appliance.
+
+The must-hold: every number in every table of index.html is recomputed here from the results JSON, with
+numpy/scipy rather than guestbench.stats, and must agree to the digits shown.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from guestbench import cli, phases
+from guestbench.results import ResultsFile
+
+from test_phases import replay
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL = sorted((Path(__file__).parent / "data" / "results").glob("*.json"))
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+
+def phases_results(directory: Path) -> Path:
+    """A results document as the worker writes one for a start-up run with phases, from real captures."""
+    real = json.loads(REAL[-1].read_text())
+    startup = next(c for c in real["cells"] if c["measurement"] == "startup")
+    rf = ResultsFile.create(directory / "20261121T220000Z-startup-phases.json",
+                            scenario={"name": "startup-phases", "measurements": [{"measurement": "startup"}]},
+                            host=real["host"], command=["guestbench", "scenario", "scenarios/startup.yaml", "--phases"],
+                            guestbench=real["guestbench"])
+    for backend, log, family in (("tcg", "tcg-verbose-launch.log", "qemu"), ("uml", "uml-verbose-launch.log", "uml")):
+        rf.set_backend(backend, {"usable": True, "reason": "captured launch"})
+        lines, total = replay(log)
+        rf.add_cell({"backend": backend, "placement": "host", "measurement": "startup", "label": "startup",
+                     "params": startup["params"], "timed": startup["timed"], "cache_mode": "writeback", "bytes": None,
+                     "phases": True, "phase_markers": family, "status": "done",
+                     "samples": [{"rep": 1, "seconds": total, "utc": "2026-11-21T22:00:00Z",
+                                  "phases": phases.split(lines, total, family)}]})
+    rf.finish("complete")
+    return rf.path
+
+
+@dataclass
+class Written:
+    inputs: list[Path]
+    docs: list[dict[str, Any]]
+    out: Path
+    html: str
+    markdown: str
+    page: "Page"
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Written:
+    d = tmp_path_factory.mktemp("report")
+    inputs = [*REAL, phases_results(d)]
+    out = d / "out"
+    assert cli.main(["report", *map(str, inputs), "--output", str(out)]) == 0
+    html_text = (out / "index.html").read_text()
+    page = Page()
+    page.feed(html_text)
+    return Written(inputs, [json.loads(p.read_text()) for p in inputs], out, html_text,
+                   (out / "report.md").read_text(), page)
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+
+@dataclass
+class ParsedTable:
+    kind: str
+    label: str
+    header: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+
+
+@dataclass
+class ParsedSection:
+    anchor: str
+    tables: list[ParsedTable] = field(default_factory=list)
+    text: str = ""
+
+
+class Page(HTMLParser):
+    """Sections (h2), their tables (kind, label, header, rows), every img src, and the page's tags."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: list[ParsedSection] = []
+        self.images: list[str] = []
+        self.figcaptions: list[str] = []
+        self.tags: set[str] = set()
+        self._table: ParsedTable | None = None
+        self._row: list[str] | None = None
+        self._cell: list[str] | None = None
+        self._caption: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        self.tags.add(tag)
+        if tag == "h2":
+            self.sections.append(ParsedSection(a.get("id") or ""))
+        elif tag == "table":
+            self._table = ParsedTable(a.get("data-kind") or "", a.get("data-label") or "")
+            self.sections[-1].tables.append(self._table)
+        elif tag == "tr":
+            self._row = []
+        elif tag in ("td", "th"):
+            self._cell = []
+        elif tag == "img":
+            self.images.append(a.get("src") or "")
+        elif tag == "figcaption":
+            self._caption = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._row is not None and self._cell is not None:
+            self._row.append("".join(self._cell))
+            self._cell = None
+        elif tag == "tr" and self._table is not None and self._row is not None:
+            if not self._table.header:
+                self._table.header = self._row
+            else:
+                self._table.rows.append(self._row)
+            self._row = None
+        elif tag == "table":
+            self._table = None
+        elif tag == "figcaption" and self._caption is not None:
+            self.figcaptions.append("".join(self._caption))
+            self._caption = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+        if self._caption is not None:
+            self._caption.append(data)
+        if self.sections:
+            self.sections[-1].text += data
+
+
+def md_tables(text: str) -> list[list[list[str]]]:
+    """Every Markdown table as rows of cells (header first, the --- line dropped), pipes unescaped."""
+    tables: list[list[list[str]]] = []
+    current: list[list[str]] | None = None
+    for line in text.splitlines():
+        if line.startswith("|"):
+            if current is None:
+                current = []
+                tables.append(current)
+            if not re.fullmatch(r"\|(---\|)+", line):
+                cells = re.split(r"(?<!\\)\|", line.strip()[1:-1])
+                current.append([c.strip().replace("\\|", "|") for c in cells])
+        else:
+            current = None
+    return tables
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+
+def shown(text: str) -> list[tuple[float, float]]:
+    """The numbers printed in a cell, each with half a unit of its last digit: how exact it claims to be."""
+    out = []
+    for token in NUMBER.findall(text):
+        decimals = len(token.split(".")[1]) if "." in token else 0
+        out.append((float(token), 0.5 * 10 ** -decimals + 1e-12))
+    return out
+
+
+def agrees(text: str, expected: list[float]) -> bool:
+    got = shown(text)
+    return len(got) == len(expected) and all(abs(v - e) <= tol for (v, tol), e in zip(got, expected))
+
+
+def sample_seconds(cell: dict[str, Any]) -> list[float]:
+    return [s["seconds"] for s in cell["samples"]]
+
+
+def expected_figures(cell: dict[str, Any], fastest_median: float) -> dict[str, list[float] | None]:
+    """Per numeric column, the figures recomputed from the raw samples; None where the table shows "–"."""
+    x = np.array(sample_seconds(cell))
+    n = len(x)
+    median, mean = float(np.median(x)), float(np.mean(x))
+    sd = float(np.std(x, ddof=1)) if n > 1 else None
+    half = float(scipy_stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n) if sd is not None else None
+    return {
+        "median s": [median],
+        "mean ± stdev s": [mean, sd] if sd is not None else [mean],  # "14.2 ± –" when n = 1
+        "95% CI s": [mean - half, mean + half] if half is not None else None,
+        "min–max s": [float(x.min()), float(x.max())],
+        "MB/s": [cell["bytes"] / 1e6 / median] if cell["bytes"] else None,
+        "× fastest": [median / fastest_median],
+    }
+
+
+def sections_with_docs(w: Written) -> list[tuple[ParsedSection, dict[str, Any]]]:
+    assert len(w.page.sections) == len(w.docs), "one section per results file"
+    return list(zip(w.page.sections, w.docs))
+
+
+# ---------------------------------------------------------------------------------------------- tests
+
+
+def test_every_figure_in_the_measurement_tables_is_recomputed_from_the_results(written: Written) -> None:
+    checked = 0
+    for section, doc in sections_with_docs(written):
+        tables = [t for t in section.tables if t.kind == "measurement"]
+        assert [t.label for t in tables] == list(dict.fromkeys(c["label"] for c in doc["cells"]))
+        for table in tables:
+            cells = [c for c in doc["cells"] if c["label"] == table.label]
+            assert len(table.rows) == len(cells)
+            for cell, row in zip(cells, table.rows):
+                got = dict(zip(table.header, row))
+                assert (got["backend"], got["placement"], got["cache"]) == (
+                    cell["backend"], cell["placement"], cell["cache_mode"] or "–")
+                assert got["n"] == str(len(cell["samples"])) and got["failures"] == str(len(cell["failures"]))
+                fastest = min(float(np.median(sample_seconds(c))) for c in cells
+                              if c["placement"] == cell["placement"])
+                for column, expected in expected_figures(cell, fastest).items():
+                    if expected is None:
+                        assert got[column] == "–", (table.label, cell["backend"], column)
+                    else:
+                        assert agrees(got[column], expected), (table.label, cell["backend"], column, got[column],
+                                                               expected)
+                    checked += 1
+                # what was timed, with the cache mode above: said next to the figures
+                assert cell["timed"] in section.text
+    assert checked >= 6 * (3 + 8 + 2)
+
+
+def test_every_figure_in_the_phase_tables_is_recomputed_from_the_samples(written: Written) -> None:
+    section, doc = sections_with_docs(written)[-1]
+    tables = [t for t in section.tables if t.kind == "phases"]
+    assert len(tables) == 1, "the phases document has one start-up measurement"
+    table = tables[0]
+    cells = [c for c in doc["cells"] if c.get("phases")]
+    assert len(table.header) == 1 + len(cells)
+    host_side = phases.host_side_names()
+    for i, cell in enumerate(cells, start=1):
+        assert table.header[i].startswith(cell["backend"])
+        samples = cell["samples"]
+        names = list(dict.fromkeys(p["name"] for s in samples for p in s["phases"]))
+        per = {name: [sum(p["s"] for p in s["phases"] if p["name"] == name) for s in samples] for name in names}
+        medians = {name: float(np.median(v)) for name, v in per.items()}
+        total = sum(medians.values())
+        candidates = [len(samples), total, float(np.median(sample_seconds(cell))),
+                      100 * sum(medians[n] for n in names if n in host_side) / total]
+        for name in names:
+            candidates += [medians[name], min(per[name]), max(per[name]), 100 * medians[name] / total]
+        column = [row[i] for row in table.rows]
+        assert any(row[0] == name for name in names for row in table.rows)
+        for text in column:
+            for value, tol in shown(text):
+                assert any(abs(value - c) <= tol for c in candidates), (cell["backend"], text, value)
+        # every phase the samples recorded has its row, with its median first in the cell
+        for name in names:
+            row = next(r for r in table.rows if r[0] == name)
+            assert abs(shown(row[i])[0][0] - medians[name]) <= shown(row[i])[0][1], (name, row[i])
+
+
+def test_unmeasured_backends_and_host_fingerprint_are_the_recorded_ones(written: Written) -> None:
+    for section, doc in sections_with_docs(written):
+        unusable = {name: info["reason"] for name, info in doc["backends"].items() if not info["usable"]}
+        tables = {t.kind: t for t in section.tables}
+        if unusable:
+            assert {row[0]: row[1] for row in tables["unusable"].rows} == unusable
+        else:
+            assert "unusable" not in tables
+        leaves = dict(flatten(doc["host"]))
+        host = {row[0]: row[1] for row in tables["host"].rows}
+        assert host.keys() == leaves.keys()
+        for key, value in leaves.items():
+            assert host[key] == expected_host_text(key, value), key
+
+
+def flatten(value: Any, key: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, dict) and value:
+        return [item for k, v in value.items() for item in flatten(v, f"{key}.{k}" if key else k)]
+    return [(key, value)]
+
+
+def expected_host_text(key: str, value: Any) -> str:
+    if value in (None, [], {}):
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    if key == "memory_bytes":
+        return f"{value} bytes ({value / 2**30:.1f} GiB)"
+    return str(value)
+
+
+def test_markdown_holds_the_same_tables_as_the_page(written: Written) -> None:
+    page_tables = [[t.header, *t.rows] for s in written.page.sections for t in s.tables]
+    assert md_tables(written.markdown) == page_tables
+    assert written.markdown.count("\n## ") == len(written.docs)
+
+
+def test_page_is_self_contained_and_every_chart_file_is_valid(written: Written) -> None:
+    assert not {"script", "link", "iframe", "object"} & written.page.tags
+    assert "http://" not in written.html and "https://" not in written.html
+    labels = sum(len({c["label"] for c in doc["cells"]}) for doc in written.docs)
+    assert len(written.page.images) == labels + 1  # one chart per measurement, plus the phase chart
+    for src in written.page.images:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG_MAGIC)
+    referenced = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", written.markdown)
+    assert len(referenced) == len(written.page.images)
+    for name in referenced:
+        png = written.out / name
+        assert png.read_bytes().startswith(PNG_MAGIC)
+        root = ET.parse(png.with_suffix(".svg")).getroot()
+        assert root.tag.endswith("svg")
+        assert png.with_suffix(".svg").name in written.markdown
+    pngs = sorted(p.name for p in written.out.glob("*.png"))
+    assert pngs == sorted(referenced)
+
+
+def test_chart_captions_say_what_the_marks_mean(written: Written) -> None:
+    measurement = [c for c in written.page.figcaptions if "bar = median" in c]
+    assert measurement and all("whiskers: min–max" in c for c in measurement)
+    phase = [c for c in written.page.figcaptions if "boot phases" in c]
+    assert len(phase) == 1
+    assert "Hatched" in phase[0] and "on the host (library set-up, hypervisor start, firmware)" in phase[0]
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+
+@pytest.fixture()
+def bad(tmp_path: Path) -> Path:
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "other.json").write_text(json.dumps({"name": "not results"}))
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, message", [
+    (["{d}/nope.json", "--output", "{d}/out"], "{d}/nope.json: no such results file"),
+    (["{d}/other.json", "--output", "{d}/out"], "{d}/other.json: not a guestbench results file"),
+    (["{d}/a-file", "--output", "{d}/out"], "{d}/a-file: not valid JSON"),
+    (["{d}", "--output", "{d}/out"], "{d}: cannot read results file"),
+    (["{real}", "--output", "{d}/a-file"], "--output {d}/a-file: is not a directory"),
+    (["{real}", "--output", "{d}/a-file/sub"], "--output {d}/a-file/sub: cannot write the report"),
+    (["{real}"], "command line: the following arguments are required: -o/--output"),
+])
+def test_bad_input_is_one_line_and_exit_status_2(bad: Path, args: list[str], message: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["report", *(a.format(d=bad, real=REAL[0]) for a in args)]
+    try:
+        status = cli.main(argv)
+    except SystemExit as e:  # argparse usage errors exit from the parser
+        status = e.code  # type: ignore[assignment]
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.count("\n") == 1 and err.startswith("guestbench: ")
+    assert message.format(d=bad) in err
+    assert not (bad / "out").exists(), "nothing written on bad input"
+
+
+def test_bad_input_from_a_real_process_has_no_traceback(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "guestbench", "report", str(tmp_path / "nope.json"), "--output",
+                           str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr == f"guestbench: {tmp_path / 'nope.json'}: no such results file\n"
+    assert proc.stdout == ""
