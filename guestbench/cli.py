@@ -98,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("results", nargs="+", metavar="RESULTS", help="results JSON file(s) written by guestbench scenario")
     r.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for the report (made if missing)")
 
+    n = sub.add_parser("nested", help="the level-1 guest for nested runs: build its image (cached)")
+    nsub = n.add_subparsers(dest="nested_command", required=True, metavar="build")
+    nb = nsub.add_parser("build", help="build the level-1 guest image from this host's packages (cached by inputs)")
+    nb.add_argument("--force", action="store_true", help="rebuild even when the cached image is up to date")
+
     e = sub.add_parser("export", help="write a results file as pytest-benchmark JSON",
                        description="Write a results file in another tool's format: pytest-benchmark JSON (raw "
                        "samples in stats.data, pytest-benchmark's summary fields, everything else in extra_info "
@@ -193,10 +198,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         raise
     finally:
         remove_tree(run_dir)
+    from guestbench.nested import image as nested_image
+
+    nested = nested_image.status(bool(verdicts.get("kvm", {}).get("usable")))
     if args.json:
-        print(json.dumps({"host": fp, "backends": verdicts}, indent=2))
+        print(json.dumps({"host": fp, "backends": verdicts, "nested": nested}, indent=2))
     else:
         _print_doctor(fp, verdicts)
+        Console().print(f"nested runs: {'possible' if nested['possible'] else 'not possible'} — {nested['reason']}; "
+                        f"image: {nested.get('image_state') or 'n/a'}", highlight=False)
     return 0 if any(v["usable"] for v in verdicts.values()) else 1
 
 
@@ -224,6 +234,19 @@ def _print_doctor(fp: dict[str, Any], verdicts: dict[str, Any]) -> None:
         h.add_row(k, str(vers.get(k)))
     h.add_row("git commit", str((fp.get("guestbench") or {}).get("git_commit")))
     con.print(h)
+
+
+def cmd_nested(args: argparse.Namespace) -> int:
+    from guestbench.nested import image as nested_image
+
+    err = Console(stderr=True)
+    try:
+        img = nested_image.build(lambda line: err.print(f"nested build: {line}", highlight=False), force=args.force)
+    except nested_image.ImageError as e:
+        sys.stderr.write(f"guestbench: nested build failed: {_one_line(str(e))}\n")
+        return 1
+    print(img.path)
+    return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -309,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return {"scenario": cmd_scenario, "doctor": cmd_doctor, "show": cmd_show,
-                "compare": cmd_compare, "report": cmd_report, "export": cmd_export,
+                "compare": cmd_compare, "report": cmd_report, "nested": cmd_nested, "export": cmd_export,
                 "import": cmd_import}[args.command](args)
     except UserError as e:
         sys.stderr.write(f"guestbench: {_one_line(str(e))}\n")

@@ -25,6 +25,7 @@ UML_MODULES_ROOT = Path("/usr/lib/uml/modules")
 SUPERMIN_D = Path("/usr/lib/x86_64-linux-gnu/guestfs/supermin.d")
 BUILD_TIMEOUT_S = 900
 INIT_NAME = "guestbench-uml-init"
+PREBUILT_ENV = "GUESTBENCH_UML_APPLIANCE"
 # Runs as PID 1 before the appliance's own /init: the daemon's channel is a virtio-console port, whose
 # driver is a module that must be loaded before /init's udev settles and guestfsd opens the port.
 INIT_SCRIPT = """#!/bin/sh
@@ -75,7 +76,16 @@ def _init_tarball() -> bytes:
 
 
 def appliance_dir(build: bool = True) -> Path:
-    """The fixed appliance directory (kernel = the UML binary, root, initrd, README.fixed); built if missing."""
+    """The fixed appliance directory (kernel = the UML binary, root, initrd, README.fixed); built if missing.
+
+    $GUESTBENCH_UML_APPLIANCE names a prebuilt one instead: guestbench's level-1 guest carries the host's,
+    because supermin cannot build in a root that supermin made (it has no package database).
+    """
+    given = os.environ.get(PREBUILT_ENV)
+    if given:
+        if not (Path(given) / "README.fixed").exists():
+            raise ApplianceError(f"${PREBUILT_ENV}={given} is not a fixed appliance (no README.fixed)")
+        return Path(given)
     version = uml_kernel_version()
     if not UML_KERNEL.exists() or version is None:
         raise ApplianceError("User-Mode Linux is not installed (apt-get install user-mode-linux)")

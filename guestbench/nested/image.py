@@ -1,0 +1,262 @@
+"""The level-1 guest image for nested runs, built offline from this host's own packages and cached.
+
+Why two disks: the root (supermin from the host's Debian packages: python3 and the libguestfs bindings,
+qemu, UML, our /init) changes only with packages; the data disk carries what the guest cannot build
+itself (supermin in a supermin-made root has no dpkg database): a fixed libguestfs appliance, the UML
+appliance, and this host's virtualenv at its own path, so guestbench runs inside exactly as here. Both
+are keyed by a hash of everything they are made from and rebuilt only when that changes.
+
+Images live under temp_root()/guestbench-nested (/var/tmp, as libguestfs keeps its own appliance there):
+libvirt's qemu user must be able to reach them, which it cannot under root's home. Layout of an image
+directory (<key>/): kernel, initrd, root (ext2, supermin),
+data.img (ext2, mke2fs -d), inputs.json (what the key was made of), uuid (the root's filesystem UUID).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from guestbench.backends.uml import appliance as uml_appliance
+from guestbench.paths import temp_root
+
+SUPERMIN_D = uml_appliance.SUPERMIN_D
+# What the level-1 guest needs to run guestbench's tcg and uml backends (dependencies come with them).
+PACKAGES = ("bash", "coreutils", "util-linux", "procps", "kmod", "iproute2", "e2fsprogs", "tar", "gzip",
+            "python3", "python3-guestfs", "python3-yaml", "libguestfs0", "qemu-system-x86", "qemu-utils",
+            "user-mode-linux", "supermin")
+ROOT_SIZE = "8G"  # sparse; room for the disk images a nested scenario creates under /var/tmp
+BUILD_TIMEOUT_S = 1800
+# where the data disk is mounted in the guest; not /guestbench: from / that would be importable as a package
+GUEST_DATA = "/guestbench-l1/data"
+GUEST_CACHE = "/var/cache/guestbench"  # GUESTBENCH_CACHE in the guest (on the root overlay: writable)
+
+# PID 1 of the level-1 guest (after supermin's mini initrd): mount, unpack the job from the input disk,
+# run it, write its output directory to the output disk as a tar, power off. The console (ttyS0) shows
+# progress lines the host relays; the job's own output goes to the console too.
+INIT = """#!/bin/sh
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export PATH
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mkdir -p /dev/pts /dev/shm /run /tmp /var/tmp /guestbench-l1/data /guestbench-l1/in /guestbench-l1/out
+mount -t devpts devpts /dev/pts
+mount -t tmpfs -o mode=1777 shm /dev/shm
+mount -t tmpfs tmpfs /run
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+ip link set lo up 2>/dev/null
+echo "guestbench-l1: booted after $(cut -d' ' -f1 /proc/uptime) s"
+mount -o ro /dev/vdb /guestbench-l1/data || echo "guestbench-l1: cannot mount the data disk"
+if [ -d /guestbench-l1/data/venv-path ]; then
+  venv=$(cat /guestbench-l1/data/venv-path.txt)
+  mkdir -p "$venv" && mount --bind /guestbench-l1/data/venv-path "$venv"
+fi
+tar -xf /dev/vdc -C /guestbench-l1/in || echo "guestbench-l1: cannot unpack the job"
+echo "guestbench-l1: job starts"
+sh /guestbench-l1/in/job.sh > /dev/console 2>&1
+echo $? > /guestbench-l1/out/exit-status
+echo "guestbench-l1: job exit status $(cat /guestbench-l1/out/exit-status)"
+tar -cf /dev/vdd -C /guestbench-l1/out . && sync
+echo "guestbench-l1: output written"
+echo o > /proc/sysrq-trigger
+sleep 30
+"""
+
+
+class ImageError(Exception):
+    """The image could not be built: the message says why."""
+
+
+@dataclass(frozen=True)
+class Image:
+    path: Path
+
+    @property
+    def kernel(self) -> Path:
+        return self.path / "kernel"
+
+    @property
+    def initrd(self) -> Path:
+        return self.path / "initrd"
+
+    @property
+    def root(self) -> Path:
+        return self.path / "root"
+
+    @property
+    def data(self) -> Path:
+        return self.path / "data.img"
+
+    @property
+    def uuid(self) -> str:
+        return (self.path / "uuid").read_text().strip()
+
+
+def _package_versions() -> dict[str, str]:
+    proc = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Status}\\n", *PACKAGES],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    found = {}
+    for line in proc.stdout.splitlines():
+        name, version, status = (line.split() + ["", "", ""])[:3]
+        if status == "installed":
+            found[name] = version
+    return found
+
+
+def venv_prefix() -> Path | None:
+    """This interpreter's virtualenv (None when guestbench runs from the system Python)."""
+    return Path(sys.prefix) if sys.prefix != sys.base_prefix else None
+
+
+def inputs() -> dict[str, object]:
+    """Everything the image is made from; its hash names the image."""
+    missing = [p for p in PACKAGES if p not in _package_versions()]
+    if missing:
+        raise ImageError(f"host packages missing for the level-1 guest: {', '.join(missing)} (make setup installs them)")
+    venv = venv_prefix()
+    freeze = ""
+    if venv is not None:
+        freeze = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True,
+                                text=True, stdin=subprocess.DEVNULL).stdout
+    kernel_version = uml_appliance.uml_kernel_version()
+    return {"packages": _package_versions(), "init": INIT, "root_size": ROOT_SIZE,
+            "supermin.d": [[p.name, p.stat().st_size, int(p.stat().st_mtime)] for p in sorted(SUPERMIN_D.iterdir())],
+            "uml_appliance": uml_appliance.inputs_key(kernel_version) if kernel_version else None,
+            "venv": str(venv) if venv else None, "pip_freeze": hashlib.sha256(freeze.encode()).hexdigest()}
+
+
+def images_dir() -> Path:
+    return temp_root() / "guestbench-nested"
+
+
+def key(ins: dict[str, object]) -> str:
+    return hashlib.sha256(json.dumps(ins, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cached() -> Image | None:
+    """The image for the current inputs if it is built (no build)."""
+    try:
+        out = images_dir() / key(inputs())
+    except ImageError:
+        return None
+    return Image(out) if (out / "uuid").exists() else None
+
+
+def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, env=env,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise ImageError(f"{what} did not finish within {BUILD_TIMEOUT_S} s") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ImageError(f"{what} failed (exit {proc.returncode}): {last}")
+    return proc.stdout
+
+
+def _tarball(files: dict[str, tuple[bytes | None, int, str | None]]) -> bytes:
+    """A .tar.gz of {name: (content, mode, symlink target)} for supermin's base images."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, (data, mode, link) in files.items():
+            info = tarfile.TarInfo(name)
+            info.mode = mode
+            if link is not None:
+                info.type = tarfile.SYMTYPE
+                info.linkname = link
+                tar.addfile(info)
+            else:
+                assert data is not None
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def build(say: Callable[[str], None] = lambda s: None, force: bool = False) -> Image:
+    """Build (or reuse) the image for the current inputs; `say` gets one line per step."""
+    ins = inputs()
+    base = images_dir()
+    out = base / key(ins)
+    if (out / "uuid").exists() and not force:
+        say(f"image up to date: {out}")
+        return Image(out)
+    base.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".build-", dir=base))
+    try:
+        built = work / "image"
+        built.mkdir()
+        sd = work / "supermin.d"
+        say(f"resolving {len(PACKAGES)} host packages and their dependencies (supermin --prepare)")
+        _run(["supermin", "--prepare", "-o", str(sd), *PACKAGES], "supermin --prepare")
+        # our PID 1, and UML's alternatives link (not part of the package's file list)
+        (sd / "guestbench-l1.tar.gz").write_bytes(_tarball({
+            "init": (INIT.encode(), 0o755, None), "usr/bin/linux": (None, 0o777, "linux.uml")}))
+        say(f"building the root filesystem ({ROOT_SIZE} sparse ext2, supermin --build)")
+        _run(["supermin", "--build", "-f", "ext2", "--size", ROOT_SIZE, "--copy-kernel", "--host-cpu", "x86_64",
+              "-o", str(built), str(sd)], "supermin --build")
+        uuid = _run(["blkid", "-o", "value", "-s", "UUID", str(built / "root")], "blkid").strip()
+        staging = work / "data"
+        staging.mkdir()
+        say("building a fixed libguestfs appliance for the guest (supermin)")
+        _run(["supermin", "--build", "--copy-kernel", "-f", "ext2", "--host-cpu", "x86_64",
+              "-o", str(staging / "appliance"), str(SUPERMIN_D)], "supermin (libguestfs appliance)")
+        (staging / "appliance" / "README.fixed").write_text("libguestfs appliance for guestbench's level-1 guest\n")
+        say("adding the UML appliance")
+        _run(["cp", "-a", "--sparse=always", str(uml_appliance.appliance_dir()), str(staging / "uml-appliance")],
+             "copying the UML appliance")
+        venv = venv_prefix()
+        if venv is not None:
+            say(f"adding this host's virtualenv ({venv})")
+            shutil.copytree(venv, staging / "venv-path", symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            (staging / "venv-path.txt").write_text(str(venv))
+        size_mib = sum(f.lstat().st_blocks * 512 for f in staging.rglob("*")) // 2**20  # allocated, not apparent
+        say(f"building the data disk ({size_mib} MiB of files, mke2fs -d)")
+        _run(["mke2fs", "-q", "-t", "ext2", "-d", str(staging), str(built / "data.img"), f"{size_mib * 2 + 512}M"],
+             "mke2fs")
+        (built / "inputs.json").write_text(json.dumps(ins, indent=1))
+        (built / "uuid").write_text(uuid + "\n")
+        for f in built.iterdir():
+            os.chmod(f, 0o644)  # libvirt's qemu user reads them
+        os.chmod(built, 0o755)
+        for old in base.iterdir():  # keep one image: older ones are from older inputs
+            if old.is_dir() and not old.name.startswith(".") and old != out:
+                shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(built, out)
+        os.chmod(base, 0o755)
+        say(f"image built: {out}")
+        return Image(out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def status(kvm_usable: bool) -> dict[str, object]:
+    """What doctor says about nested runs here: possible or not and why, the image's state, the accelerator."""
+    from guestbench.backends.libvirt import connect_error
+
+    try:
+        ins = inputs()
+    except ImageError as e:
+        return {"possible": False, "reason": str(e), "image": None}
+    out = images_dir() / key(ins)
+    built = (out / "uuid").exists()
+    libvirt_problem = connect_error()
+    accel = ("kvm (hardware virtualization)" if kvm_usable else
+             "qemu TCG (no usable KVM here): the level-1 guest is emulated, appliances inside are many times slower")
+    return {"possible": libvirt_problem is None,
+            "reason": (f"libvirt is not reachable: {libvirt_problem}" if libvirt_problem else
+                       f"level-1 guest through libvirt, domain type {accel}"),
+            "image": str(out) if built else None,
+            "image_state": "built" if built else "not built yet (guestbench nested build, ~1 min)"}
