@@ -22,16 +22,13 @@ from typing import Any, Callable, Iterator, TypeVar, cast
 
 from guestbench.backends import BACKENDS, Backend
 from guestbench.measurements import get as get_measurement
-from guestbench.measurements.base import CellContext
-from guestbench.paths import cache_dir, remove_tree
+from guestbench.measurements.base import CellContext, verification_problem
+from guestbench.paths import WORKDIR_ENV, cache_dir, remove_tree
 from guestbench.payload import payload
 from guestbench.scenario import DEFAULT_SAMPLE_TIMEOUT_S, DEFAULT_TIMEOUT_S
-from guestbench.supervisor import LIBGUESTFS_OVERRIDES, descendants, kill_processes, workdir_for
-from guestbench.supervisor import _alive
-from guestbench.worker import SHUTDOWN_TIMEOUT_S, Appliance
-from guestbench.worker import _reason as failure_reason
+from guestbench.supervisor import LIBGUESTFS_OVERRIDES, alive, descendants, kill_processes, workdir_for
+from guestbench.worker import SHUTDOWN_TIMEOUT_S, Appliance, failure_reason
 
-WORKDIR_ENV = "GUESTBENCH_WORKDIR"  # where guestbench's hypervisor programs put their files (as in the worker)
 _SEQ = itertools.count(1)
 T = TypeVar("T")
 
@@ -196,9 +193,8 @@ class Cell:
         record = self._step("verification", self.sample_timeout, app, lambda: self.measurement.verify(app.g, self.ctx))
         if record is not None:
             self.verification = record
-            if not record.get("ok"):
-                raise StepFailed(f"{self.backend.name}: verification failed: {record['what']}: host {record['host']} "
-                                 f"!= appliance {record['guest']}")
+            if (problem := verification_problem(record)) is not None:
+                raise StepFailed(f"{self.backend.name}: {problem}")
         return record
 
     def shutdown(self, app: Appliance) -> None:
@@ -222,7 +218,7 @@ class Cell:
             for app in list(self.open):
                 self._close(app)
             if self.watchdog is not None:
-                left = [p for p in self.watchdog.started() if _alive(p)]
+                left = [p for p in self.watchdog.started() if alive(p)]
                 if left:
                     kill_processes(left)
                 self.backend.cleanup(self.workdir)

@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 
 RUN_PREFIX = "guestbench-run-"
+# A cell's work dir, for guestbench's own hypervisor programs (UML's overlay and vhost socket go there).
+WORKDIR_ENV = "GUESTBENCH_WORKDIR"
 
 
 def cache_dir() -> Path:

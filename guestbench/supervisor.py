@@ -122,7 +122,7 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
         _signal_all(pids, sig)
         deadline = time.monotonic() + KILL_GRACE_S
         while time.monotonic() < deadline:
-            if proc.poll() is not None and not any(_alive(p) for p in pids):
+            if proc.poll() is not None and not any(alive(p) for p in pids):
                 return
             time.sleep(0.05)
     proc.wait()
@@ -134,9 +134,9 @@ def kill_processes(pids: list[int]) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         _signal_all(pids, sig)
         deadline = time.monotonic() + KILL_GRACE_S
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        while time.monotonic() < deadline and any(alive(p) for p in pids):
             time.sleep(0.05)
-        if not any(_alive(p) for p in pids):
+        if not any(alive(p) for p in pids):
             return
 
 
@@ -148,7 +148,7 @@ def _signal_all(pids: list[int], sig: int) -> None:
             pass
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(")")[-1].split()[0] != "Z"

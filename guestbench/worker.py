@@ -32,7 +32,8 @@ from typing import Any
 
 from guestbench import phases
 from guestbench.measurements import get as get_measurement
-from guestbench.measurements.base import CellContext, Measurement
+from guestbench.measurements.base import CellContext, Measurement, verification_problem
+from guestbench.paths import WORKDIR_ENV
 
 SHUTDOWN_TIMEOUT_S = 120.0
 
@@ -130,7 +131,7 @@ class Appliance:
             pass
 
 
-def _reason(exc: BaseException, appliance: Appliance | None) -> str:
+def failure_reason(exc: BaseException, appliance: Appliance | None) -> str:
     """One readable reason: libguestfs's error without its generic advice, plus what the hypervisor said."""
     msg = " ".join(str(exc).split())
     advice = msg.find(" This usually means")
@@ -206,14 +207,13 @@ def run(req: dict[str, Any], chan: Channel) -> None:
                 if record is not None:
                     chan.send(t="verification", record=record)
                     verify_pending = False
-                    if not record.get("ok"):
-                        raise RuntimeError(f"verification failed: {record['what']}: host {record['host']} "
-                                           f"!= appliance {record['guest']}")
+                    if (problem := verification_problem(record)) is not None:
+                        raise RuntimeError(problem)
             chan.send(t="deadline", what=None)
             chan.send(t="sample", i=i, s=elapsed)
         except Exception as exc:  # a failed sample is data, not a crash: report it and go on
             chan.send(t="deadline", what=None)
-            chan.send(t="failure", i=i, reason=_reason(exc, app or launching))
+            chan.send(t="failure", i=i, reason=failure_reason(exc, app or launching))
             for a in (app, launching):
                 if a is not None:
                     a.close()
@@ -227,7 +227,7 @@ def main() -> int:
     chan = Channel()
     try:
         req = json.load(sys.stdin)
-        os.environ["GUESTBENCH_WORKDIR"] = req["workdir"]  # a hypervisor program of ours puts its files there
+        os.environ[WORKDIR_ENV] = req["workdir"]  # a hypervisor program of ours puts its files there
         for k, v in (req["backend"].get("env") or {}).items():
             os.environ[k] = v
         run(req, chan)

@@ -135,6 +135,13 @@ class Measurement:
         return None
 
 
+def verification_problem(record: dict[str, Any]) -> str | None:
+    """What a failed verification record says, in one line; None when the data arrived intact."""
+    if record.get("ok"):
+        return None
+    return f"verification failed: {record['what']}: host {record['host']} != appliance {record['guest']}"
+
+
 def create_disk(g: Any, ctx: CellContext, name: str = "disk") -> Path:
     """Create a sparse image on the host disk in the cell's work dir and add it to the handle."""
     path = ctx.workdir / f"{name}.{ctx.params['format']}"

@@ -25,9 +25,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guestbench.paths import WORKDIR_ENV
+
 QEMU = "qemu-system-x86_64"
 CHANNEL_ENV = "GUESTBENCH_UML_CHANNEL"  # "virtio" (default) or "serial"
-WORKDIR_ENV = "GUESTBENCH_WORKDIR"  # where the overlay and the vhost socket go (the worker's cell dir)
 PORT_NAME = "org.libguestfs.channel.0"
 SERIAL_LINE = 3  # ssl3 = /dev/ttyS3 in the guest
 # qemu options that take no value; every other option takes exactly one.
