@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sample-timeout", help="limit for one timed operation, seconds")
     s.add_argument("--size", help="bytes moved per sample for every measurement with a size (e.g. 500MB, 64MiB)")
     s.add_argument("--memsize", help="appliance memory (MiB, or e.g. 2GiB)")
+    s.add_argument("--placement", help="comma-separated placements: host, nested (inside a level-1 VM); "
+                   "overrides the scenario's 'placement'")
     s.add_argument("--phases", action="store_true", default=None,
                    help="break start-up samples into boot phases (verbose appliance console)")
     _add_output(s)
@@ -147,7 +149,8 @@ def cmd_scenario(args: argparse.Namespace) -> int:
     _check_probe_timeout(args)
     sc = apply_overrides(sc, backend=args.backend, measurement=args.measurement, repetitions=args.repetitions,
                          warmup=args.warmup, timeout=args.timeout, sample_timeout=args.sample_timeout,
-                         size=args.size, memsize=args.memsize, phases=args.phases)
+                         size=args.size, memsize=args.memsize, phases=args.phases,
+                         placement=args.placement)
     results_dir = Path(args.results)
     if results_dir.exists() and not results_dir.is_dir():
         raise UserError("is not a directory; allowed: a directory for results files", source="command line",

@@ -25,17 +25,15 @@ from scipy import stats as scipy_stats
 from guestbench import host
 from guestbench.errors import UserError
 from guestbench.report import NONE, _cells, _md, _seconds, fmt_seconds  # same sample reading as `show`
+from guestbench.stats import RATIO_CI_METHOD, ratio_ci
 
 ALPHA = 0.05
-BOOTSTRAP_RESAMPLES = 10_000
-BOOTSTRAP_SEED = 0
 MIN_N_NOTE = 4
 """Below this many samples on either side the verdict carries a note that the test is nearly powerless."""
 
 TEST_METHOD = ("two-sided Mann-Whitney U test (scipy.stats.mannwhitneyu; exact when there are no ties, "
                "else normal approximation with continuity correction)")
-CI_METHOD = (f"95% percentile bootstrap of the ratio of medians ({BOOTSTRAP_RESAMPLES:,} resamples of each "
-             f"side independently, numpy default_rng({BOOTSTRAP_SEED}) per row)")
+CI_METHOD = RATIO_CI_METHOD
 CSV_HEADER = ("backend,placement,measurement,n_base,n_other,median_base_s,median_other_s,ratio,ratio_ci_low,"
               "ratio_ci_high,p_value,verdict,regression")
 """Stable contract for scripts: never reorder or rename these columns."""
@@ -133,26 +131,6 @@ def cells_by_key(doc: dict[str, Any], source: str | None = None) -> dict[Key, di
 
 
 # ---------------------------------------------------------------------------------------------- statistics
-
-
-def ratio_ci(base: Sequence[float], other: Sequence[float]) -> tuple[float, float]:
-    """Percentile bootstrap of median(other)/median(base), each side resampled independently.
-
-    A fresh, seeded generator per row makes every row reproducible and independent of the others. With one
-    sample on a side there is no spread to resample, so no interval (nan) rather than a zero-width one.
-    """
-    b, o = np.asarray(base, dtype=float), np.asarray(other, dtype=float)
-    if b.size < 2 or o.size < 2:
-        return math.nan, math.nan
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    med_b = np.median(rng.choice(b, size=(BOOTSTRAP_RESAMPLES, b.size), replace=True), axis=1)
-    med_o = np.median(rng.choice(o, size=(BOOTSTRAP_RESAMPLES, o.size), replace=True), axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = med_o / med_b
-    if not np.all(np.isfinite(ratios)):
-        return math.nan, math.nan
-    low, high = np.percentile(ratios, [2.5, 97.5])
-    return float(low), float(high)
 
 
 def mann_whitney(base: Sequence[float], other: Sequence[float]) -> tuple[float, str, bool]:

@@ -48,12 +48,13 @@ class Heading:
 @dataclass(frozen=True)
 class Para:
     text: str
-    kind: str = ""  # CSS class: "meta", "caption"
+    kind: str = ""  # CSS class: "meta", "caption", "warning"
 
 
 @dataclass(frozen=True)
 class Table:
-    """`kind` says which figures it holds: measurement, phases, unusable (backends) or host."""
+    """`kind` says which figures it holds: measurement, placements (host vs nested), phases, unusable
+    (backends), host or nested-host (the level-1 guest's fingerprint)."""
 
     kind: str
     headers: list[str]
@@ -127,6 +128,9 @@ def build_section(path: str, doc: dict[str, Any], stem: str) -> Section:
     section = Section(title=f"{report.scenario_name(doc)} — {Path(path).name}", anchor=stem)
     parts = section.parts
     parts += [Para(report.run_line(doc), "meta"), Para(f"Host: {report.host_line(doc)}", "meta")]
+    nested, error = report.nested_line(doc), report.nested_error(doc)
+    parts += [Para(f"Nested: {nested}", "meta")] if nested else []
+    parts += [Para(f"Warning: {error}", "warning")] if error else []
     groups = report.by_label(report.rows(doc))
     if not groups:
         parts.append(Para("No measurements recorded."))
@@ -136,6 +140,11 @@ def build_section(path: str, doc: dict[str, Any], stem: str) -> Section:
                         numeric_from=3),
                   Para(report.caption(group), "caption"),
                   Figure(measured[label], f"{stem}-{measured[label].name}", measured[label].encoding)]
+    for pl in report.placement_tables(doc):  # the same cells as the Markdown and terminal reports
+        parts += [Heading(pl.title, 3),
+                  Table("placements", pl.header, pl.rows, label=pl.title, numeric_from=3) if pl.rows
+                  else Para(report.NO_PAIRS), Para(pl.caption, "caption")]
+        parts += [Bullets([g.text for g in pl.gaps])] if pl.gaps else []
     for pt, chart in phased:
         parts += [Heading(pt.title, 3), Table("phases", pt.header, pt.rows, label=pt.title, numeric_from=1),
                   Para(pt.caption, "caption"), Figure(chart, f"{stem}-{chart.name}", chart.encoding)]
@@ -149,6 +158,11 @@ def build_section(path: str, doc: dict[str, Any], stem: str) -> Section:
     parts += [Heading("Host fingerprint", 3),
               Table("host", ["key", "value"], host_rows(host)) if isinstance(host, dict) and host
               else Para("Not recorded.")]
+    nested_host = report.nested_host(doc)
+    if nested_host is not None:
+        parts += [Heading("Level-1 guest fingerprint (placement nested)", 3),
+                  Table("nested-host", ["key", "value"], host_rows(nested_host)) if nested_host
+                  else Para("Not recorded.")]
     return section
 
 
@@ -171,8 +185,10 @@ table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; vertical-align: top; }
 th { background: #f3f3f3; text-align: left; }
 td.num { text-align: right; white-space: nowrap; }
-table.host td:first-child { font-family: ui-monospace, monospace; white-space: nowrap; }
+table.host td:first-child,
+table.nested-host td:first-child { font-family: ui-monospace, monospace; white-space: nowrap; }
 p.meta { color: #555; margin: 0.2em 0; }
+p.warning { color: #8a4b00; font-weight: bold; margin: 0.2em 0; }
 p.caption, figcaption { color: #444; font-size: 0.85em; }
 figure { margin: 1em 0 2em 0; }
 figure img { max-width: 100%; height: auto; }
@@ -247,6 +263,8 @@ def _md_part(p: Part) -> list[str]:
     if isinstance(p, Heading):
         return ["#" * p.level + " " + p.text]
     if isinstance(p, Para):
+        if p.kind == "warning":
+            return [f"**{p.text}**"]
         return [p.text + "  " if p.kind == "meta" else p.text]  # meta lines: a line break, not a paragraph
     if isinstance(p, Table):
         return _md_table(p)

@@ -19,7 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from guestbench import phases, units
-from guestbench.stats import CI_METHOD, OUTLIER_METHOD, Summary, spread_warnings, summarize
+from guestbench.stats import (CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary, ratio_ci, spread_warnings,
+                              summarize)
 
 CSV_HEADER = "backend,placement,measurement,n,failures,median_s,mean_s,stdev_s,ci_low_s,ci_high_s,mb_per_s"
 """Stable contract for scripts: never reorder or rename these columns."""
@@ -28,6 +29,7 @@ COLUMNS = ("backend", "placement", "cache", "n", "failures", "median s", "mean �
            "min–max s", "MB/s", "× fastest")
 NONE = "–"
 SAMPLES_NOTE = "n counts measured samples (warm-ups excluded)"
+NO_PAIRS = "No backend has samples at both placements."
 
 
 @dataclass
@@ -225,6 +227,10 @@ def unusable_backends(doc: dict[str, Any]) -> dict[str, str]:
         info = _dict(info)
         if info.get("usable") is False:
             out[str(name)] = str(info.get("reason") or "no reason recorded")
+    for name in _dict(_nested_info(doc).get("backends")):  # probed again inside the level-1 guest
+        reason = _unusable_reason(doc, "nested", name)
+        if reason is not None:
+            out[f"{name} (nested)"] = reason
     return out
 
 
@@ -359,14 +365,23 @@ def _md_bullets(items: Iterable[str]) -> list[str]:
 
 def to_markdown(doc: dict[str, Any]) -> str:
     """A self-contained report: one table per measurement, what it timed, what is missing and why."""
-    lines = [f"# guestbench: {_md(_scenario_name(doc))}", "",
-             f"Host: {_md(_host_line(doc))}  ", _md(_run_line(doc)), ""]
+    lines = [f"# guestbench: {_md(_scenario_name(doc))}", "", f"Host: {_md(_host_line(doc))}  "]
+    nested, error = nested_line(doc), nested_error(doc)
+    lines += [f"Nested: {_md(nested)}  "] if nested else []
+    lines += [f"**Warning:** {_md(error)}  "] if error else []
+    lines += [_md(_run_line(doc)), ""]
     groups = _by_label(rows(doc))
     if not groups:
         lines += ["No measurements recorded.", ""]
     for label, group in groups.items():
         lines += [f"## {_md(label)}", "", *_md_table(group), "",
                   f"{_md(_timed_text(group))} {_method_text()}{_md(_cold_text(group))}", ""]
+    for pl in placement_tables(doc):
+        lines += [f"## {_md(pl.title)}", ""]
+        lines += ["| " + " | ".join(_md(h) for h in pl.header) + " |", "|" + "---|" * len(pl.header),
+                  *("| " + " | ".join(_md(c) for c in row) + " |" for row in pl.rows)] if pl.rows else [NO_PAIRS]
+        lines += ["", _md(pl.caption), ""]
+        lines += [*(f"- {_md(g.text)}" for g in pl.gaps), ""] if pl.gaps else []
     for pt in phase_tables(doc):
         lines += [f"## {_md(pt.title)}", "", "| " + " | ".join(_md(h) for h in pt.header) + " |",
                   "|" + "---|" * len(pt.header), *("| " + " | ".join(_md(c) for c in row) + " |" for row in pt.rows),
@@ -405,7 +420,11 @@ def _row_dict(r: Row) -> dict[str, Any]:
 
 
 def _short_host(doc: dict[str, Any]) -> dict[str, Any]:
-    host = _dict(doc.get("host"))
+    return _short_fingerprint(_dict(doc.get("host")))
+
+
+def _short_fingerprint(host: dict[str, Any]) -> dict[str, Any]:
+    """The fingerprint keys a reader of the summary needs, of the host or of the level-1 guest."""
     short: dict[str, Any] = {k: host[k] for k in ("hostname", "cores", "memory_bytes", "os", "kernel", "arch") if k in host}
     versions = _dict(host.get("versions"))
     tools = {k: versions[k] for k in ("libguestfs", "qemu", "libvirt", "uml") if versions.get(k)}
@@ -434,6 +453,7 @@ def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
                    for pt in phase_tables(doc)],
         "unusable_backends": unusable_backends(doc),
         "warnings": warnings(doc),
+        **_placements_json(doc),
     }
 
 
@@ -493,6 +513,231 @@ def _cache_modes(bps: list[phases.BackendPhases]) -> list[str]:
     return [bp.cache_mode or NONE for bp in bps]
 
 
+# ---------------------------------------------------------------------------------------------- placements
+
+
+PLACEMENT_HEADER = ["measurement", "backend", "cache", "host: median s (n, min–max)",
+                    "nested: median s (n, min–max)", "nested / host", "95% CI of nested / host"]
+
+
+@dataclass
+class PlacementRow:
+    """One backend and measurement sampled both on the host and inside the level-1 guest."""
+
+    label: str
+    backend: str
+    cache_mode: str | None
+    host: Summary
+    nested: Summary
+    ratio: float  # median nested / median host; nan when the host median is 0
+    ci_low: float  # nan when a side has fewer than 2 samples (see stats.ratio_ci)
+    ci_high: float
+
+
+@dataclass
+class PlacementGap:
+    """A backend and measurement with samples at one placement only, and why the other has none."""
+
+    label: str
+    backend: str
+    cache_mode: str | None
+    present: str
+    missing: str
+    reason: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.label}: {self.backend}: {self.present} only, no {self.missing} samples: {self.reason}"
+
+
+@dataclass
+class PlacementTable:
+    """Host vs nested, the published E1 table's shape: a row per measurement and backend, both placements."""
+
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    caption: str
+    comparisons: list[PlacementRow]
+    gaps: list[PlacementGap]
+
+
+def _nested_info(doc: dict[str, Any]) -> dict[str, Any]:
+    """doc["placements"]["nested"], or {} for documents written before nested runs existed."""
+    return _dict(_dict(doc.get("placements")).get("nested"))
+
+
+def has_nested(doc: dict[str, Any]) -> bool:
+    """Whether the document says anything about a nested run (cells or a placements.nested record)."""
+    return bool(_nested_info(doc)) or any(c.get("placement") == "nested" for c in _cells(doc))
+
+
+def _integer_text(value: Any) -> str:
+    x = _number(value)
+    return NONE if x is None else f"{x:.0f}" if x.is_integer() else f"{x:g}"
+
+
+def _level1(doc: dict[str, Any]) -> dict[str, Any]:
+    return _dict(_nested_info(doc).get("level1"))
+
+
+def _level1_text(doc: dict[str, Any]) -> str:
+    """Where the nested figures were taken, e.g. "level-1 on tcg, 2 vCPUs, 4096 MiB"."""
+    level1 = _level1(doc)
+    return (f"level-1 on {level1.get('hypervisor') or 'an unrecorded hypervisor'}, "
+            f"{_integer_text(level1.get('vcpus'))} vCPUs, {_integer_text(level1.get('memory_mib'))} MiB")
+
+
+def nested_line(doc: dict[str, Any]) -> str | None:
+    """The level-1 guest's own host line, None when the document has no nested run."""
+    info = _nested_info(doc)
+    if not info:
+        return None
+    line = f"{_host_line({'host': info.get('host')})} · {_level1_text(doc)}"
+    status = info.get("status")
+    return line if status in (None, "complete") else f"{line} (nested run {status})"
+
+
+def nested_host(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The level-1 guest's fingerprint ({} when not recorded), None when the document has no nested run."""
+    info = _nested_info(doc)
+    return _dict(info.get("host")) if info else None
+
+
+def nested_error(doc: dict[str, Any]) -> str | None:
+    """Why the level-1 run failed, as a warning for the header, None when it did not."""
+    error = _level1(doc).get("error")
+    return f"level-1 run failed: {error}" if error else None
+
+
+def _unusable_reason(doc: dict[str, Any], placement: str, backend: str) -> str | None:
+    backends = _dict(doc.get("backends")) if placement == "host" else _dict(_nested_info(doc).get("backends"))
+    info = _dict(backends.get(backend))
+    if info.get("usable") is not False:
+        return None
+    return str(info.get("reason") or "no reason recorded")
+
+
+def _gap_reason(doc: dict[str, Any], placement: str, backend: str, cell: dict[str, Any] | None) -> str:
+    """The missing side's own account (cell status, skip reason, failures), then the backend's probe verdict."""
+    parts = [_no_data(_row(cell)) if cell is not None else "no cell recorded"]
+    status = _nested_info(doc).get("status")
+    if placement == "nested" and status not in (None, "complete"):
+        parts.append(f"nested run {status}")
+    unusable = _unusable_reason(doc, placement, backend)
+    if unusable is not None and unusable not in parts[0]:
+        where = "on the host" if placement == "host" else "in the level-1 guest"
+        parts.append(f"{backend} not usable {where}: {unusable}")
+    return "; ".join(parts)
+
+
+def placement_tables(doc: dict[str, Any]) -> list[PlacementTable]:
+    """The host vs nested table, when the document has cells at both placements (else none)."""
+    cells = _cells(doc)
+    found = {c.get("placement") for c in cells}
+    if not {"host", "nested"} <= found:
+        return []
+    sides: dict[tuple[str, str, str | None], dict[str, dict[str, Any]]] = {}
+    for c in cells:  # (label, backend, cache) in file order; the first cell of each placement counts
+        placement = c.get("placement")
+        if placement in ("host", "nested"):
+            r = _row(c)
+            sides.setdefault((r.label, r.backend, r.cache_mode), {}).setdefault(str(placement), c)
+    comparisons: list[PlacementRow] = []
+    gaps: list[PlacementGap] = []
+    timed: dict[str, list[str]] = {}
+    for (label, backend, cache_mode), by_placement in sides.items():
+        samples = {p: _seconds(c) for p, c in by_placement.items()}
+        present = [p for p in ("host", "nested") if samples.get(p)]
+        if not present:
+            continue  # no samples anywhere: the measurement table already says why
+        for c in by_placement.values():
+            timed.setdefault(label, []).append(str(c.get("timed") or "not recorded"))
+        if len(present) == 1:
+            missing = "nested" if present == ["host"] else "host"
+            gaps.append(PlacementGap(label, backend, cache_mode, present[0], missing,
+                                     _gap_reason(doc, missing, backend, by_placement.get(missing))))
+            continue
+        host_s, nested_s = samples["host"], samples["nested"]
+        host, nested = summarize(host_s), summarize(nested_s)
+        ratio = nested.median / host.median if host.median else math.nan
+        low, high = ratio_ci(host_s, nested_s)
+        comparisons.append(PlacementRow(label, backend, cache_mode, host, nested, ratio, low, high))
+    return [PlacementTable("host vs nested", list(PLACEMENT_HEADER), [_placement_cells(r) for r in comparisons],
+                           _placement_caption(doc, comparisons, timed), comparisons, gaps)]
+
+
+def _side_text(s: Summary) -> str:
+    return f"{fmt_seconds(s.median)} (n={s.n}, {fmt_seconds(s.min)}–{fmt_seconds(s.max)})"
+
+
+def fmt_placement_ratio(x: float) -> str:
+    return NONE if math.isnan(x) else f"{x:.2f}×"
+
+
+def _placement_cells(r: PlacementRow) -> list[str]:
+    ci = NONE if math.isnan(r.ci_low) or math.isnan(r.ci_high) else f"{r.ci_low:.2f}–{r.ci_high:.2f}"
+    return [r.label, r.backend, r.cache_mode or NONE, _side_text(r.host), _side_text(r.nested),
+            fmt_placement_ratio(r.ratio), ci]
+
+
+def _placement_caption(doc: dict[str, Any], comparisons: list[PlacementRow], timed: dict[str, list[str]]) -> str:
+    """What was timed per measurement, cache modes, n, where the nested figures come from, the CI method."""
+    what = "; ".join(f"{label}: {' / '.join(dict.fromkeys(texts))}" for label, texts in timed.items())
+    modes = ", ".join(dict.fromkeys(r.cache_mode or NONE for r in comparisons)) or NONE
+    level1 = _level1(doc)
+    scale = _number(level1.get("timeout_scale"))
+    scaled = f", its time-outs scaled ×{scale:g}" if scale is not None else ""
+    return (f"Timed: {what or 'not recorded'}. Cache mode of the scratch disk: {modes} (– where none applies). "
+            f"Medians in seconds, min–max as spread; {SAMPLES_NOTE}. host: on this run's host; nested: the same "
+            f"scenario inside a level-1 guest on {level1.get('hypervisor') or 'an unrecorded hypervisor'} with "
+            f"{_integer_text(level1.get('vcpus'))} vCPUs / {_integer_text(level1.get('memory_mib'))} MiB{scaled}. "
+            f"nested / host = ratio of medians; its CI: {RATIO_CI_METHOD}; – where a side has fewer than 2 samples.")
+
+
+def _placement_dict(r: PlacementRow) -> dict[str, Any]:
+    def side(s: Summary) -> dict[str, Any]:
+        return {"median_s": s.median, "n": s.n, "min_s": s.min, "max_s": s.max}
+
+    return {"label": r.label, "backend": r.backend, "cache_mode": r.cache_mode, "host": side(r.host),
+            "nested": side(r.nested), "ratio": _json_float(r.ratio), "ratio_ci_low": _json_float(r.ci_low),
+            "ratio_ci_high": _json_float(r.ci_high)}
+
+
+def _level1_dict(doc: dict[str, Any]) -> dict[str, Any] | None:
+    info = _nested_info(doc)
+    if not info:
+        return None
+    level1 = _level1(doc)
+
+    def text(key: str) -> str | None:
+        value = level1.get(key)
+        return None if value is None else str(value)
+
+    def number(key: str) -> int | float | None:  # ints stay ints; NaN, strings and bools become null
+        value = level1.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else _number(value)
+
+    return {"hypervisor": text("hypervisor"),
+            **{k: number(k) for k in ("memory_mib", "vcpus", "timeout_scale", "seconds")},
+            "image": text("image"), "error": text("error"),
+            "status": None if info.get("status") is None else str(info.get("status")),
+            "host": _short_fingerprint(_dict(info.get("host")))}
+
+
+def _placements_json(doc: dict[str, Any]) -> dict[str, Any]:
+    """Summary-JSON keys of the host vs nested comparison; none for documents without a nested run."""
+    if not has_nested(doc):
+        return {}
+    tables = placement_tables(doc)
+    return {"placements": [_placement_dict(r) for t in tables for r in t.comparisons],
+            "placements_missing": [{"label": g.label, "backend": g.backend, "cache_mode": g.cache_mode,
+                                    "present": g.present, "missing": g.missing, "reason": g.reason}
+                                   for t in tables for g in t.gaps],
+            "placements_method": RATIO_CI_METHOD,
+            "level1": _level1_dict(doc)}
+
+
 # ---------------------------------------------------------------------------------------------- terminal
 
 
@@ -521,6 +766,15 @@ def _rich_phase_table(pt: PhaseTable) -> Table:
     return table
 
 
+def _rich_placement_table(pl: PlacementTable) -> Table:
+    table = Table(title=Text(pl.title, style="bold"), caption=Text(pl.caption), caption_justify="left")
+    for i, name in enumerate(pl.header):
+        table.add_column(name, justify="left" if i < 3 else "right", overflow="fold")
+    for row in pl.rows:
+        table.add_row(*(Text(c) for c in row))
+    return table
+
+
 def _unusable_table(unusable: dict[str, str]) -> Table:
     table = Table(title=Text("Backends not measured", style="bold"))
     table.add_column("backend")
@@ -531,16 +785,29 @@ def _unusable_table(unusable: dict[str, str]) -> Table:
 
 
 def render(doc: dict[str, Any], console: Console) -> None:
-    """The human report: header, one table per measurement, unusable backends, warnings."""
+    """The human report: header, one table per measurement, host vs nested, unusable backends, warnings."""
     console.print(Text.assemble(("guestbench: ", "bold"), (_scenario_name(doc), "bold cyan")))
     console.print(Text(_run_line(doc)))
     console.print(Text(f"host: {_host_line(doc)}"))
+    nested, error = nested_line(doc), nested_error(doc)
+    if nested:
+        console.print(Text(f"nested: {nested}"))
+    if error:
+        console.print(Text(f"warning: {error}", style="yellow"))
     groups = _by_label(rows(doc))
     if not groups:
         console.print(Text("No measurements recorded.", style="yellow"))
     for label, group in groups.items():
         console.print()
         console.print(_rich_table(label, group))
+    for pl in placement_tables(doc):
+        console.print()
+        if pl.rows:
+            console.print(_rich_placement_table(pl))
+        else:
+            console.print(Text(f"{pl.title}: {NO_PAIRS} {pl.caption}"))
+        for gap in pl.gaps:
+            console.print(Text(f"{pl.title}: {gap.text}", style="yellow"))
     for pt in phase_tables(doc):
         console.print()
         console.print(_rich_phase_table(pt))

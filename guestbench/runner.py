@@ -7,7 +7,9 @@ domain are killed, the results file is closed as 'interrupted' with every sample
 
 from __future__ import annotations
 
+import re
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -27,6 +29,7 @@ from guestbench.scenario import Scenario
 from guestbench.supervisor import Supervisor, TrapSignals, WorkerExit, stderr_reason, workdir_for
 
 MAX_WORKER_RESTARTS = 3
+KERNEL_LINE = re.compile(r"^\[\s*\d+\.\d+\]")  # the level-1 kernel's own messages: shown with --verbose only
 
 
 @dataclass
@@ -62,8 +65,10 @@ class Runner:
         self.run_dir = make_run_dir()
         with TrapSignals():
             try:
-                usable = self._check_backends()
-                self._run_cells(usable)
+                if "host" in self.sc.placements:
+                    self._run_cells(self._check_backends())
+                if "nested" in self.sc.placements:
+                    self._run_nested()
                 self.results.finish("complete")
             except Interrupted:
                 self.supervisor.abort()
@@ -84,6 +89,9 @@ class Runner:
         with self.console.status("") as status:
             for name in names:
                 status.update(f"checking backend {name} (a real launch under a deadline, or a cached verdict)")
+                if not self.console.is_terminal:  # no live status line in a log: say what the wait is for
+                    self.console.print(f"checking backend {name} (a real launch under a deadline, or a cached "
+                                       "verdict)", highlight=False)
                 av = probe.check(BACKENDS[name], self.supervisor, self.run_dir, refresh=self.opts.reprobe,
                                  timeout=self.opts.probe_timeout)
                 self.results.set_backend(name, av.to_dict())
@@ -208,6 +216,78 @@ class Runner:
             cell["status"] = "done"
         self.results.save()
 
+    # ------------------------------------------------------------------ nested placement
+    def _kvm_usable(self) -> bool:
+        """Whether the level-1 guest can have KVM: the kvm backend's verdict (this run's, else cached/probed)."""
+        assert self.results is not None and self.run_dir is not None
+        known = self.results.doc["backends"].get("kvm")
+        if known is not None:
+            return bool(known.get("usable"))
+        with self.console.status("checking whether KVM works here, for the level-1 guest"):
+            av = probe.check(BACKENDS["kvm"], self.supervisor, self.run_dir, refresh=self.opts.reprobe,
+                             timeout=self.opts.probe_timeout)
+        return av.usable
+
+    def _run_nested(self) -> None:
+        """The scenario again, inside a level-1 guest; its samples join this results file as they are taken."""
+        from guestbench.nested import guest
+        from guestbench.nested import image as nested_image
+        from guestbench.nested import run as nested_run
+
+        assert self.results is not None and self.run_dir is not None
+        level1 = nested_run.plan(self.sc, self._kvm_usable(), self.opts.probe_timeout)
+        self.console.print(level1.describe(), highlight=False)
+        try:
+            img = nested_image.build(lambda line: self.console.print(f"nested build: {line}", highlight=False))
+            files = nested_run.job_files(self.sc, level1)
+        except nested_image.ImageError as e:
+            merger = nested_run.Merger(self.results, level1, None)
+            merger.finish(None, f"the level-1 guest image could not be built: {e}")
+            self.console.print(f"[red]✗[/] nested: {merger.info['level1']['error']}", highlight=False)
+            return
+        merger = nested_run.Merger(self.results, level1, img.path.name)
+        verbose = self.opts.verbose
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+        with Progress(*columns, console=self.console, transient=False) as progress:
+            task = progress.add_task(f"{self.sc.name} · nested · booting the level-1 guest", total=None)
+
+            def on_console(line: str) -> None:
+                if verbose or not KERNEL_LINE.match(line):
+                    self.console.print(f"  level-1 │ {line}", markup=False, highlight=False)
+
+            def on_live(snap: Any) -> None:
+                merger.take_bytes(snap.content)
+                done, total = merger.progress(self.sc)
+                progress.update(task, completed=done, total=total,
+                                description=f"{self.sc.name} · nested · {merger.info.get('status')}")
+
+            t0 = time.monotonic()
+            try:
+                result = guest.run_job(img, files, self.run_dir / "level1-out", memory_mib=level1.memory_mib,
+                                       vcpus=level1.vcpus, kvm=level1.kvm, timeout_s=level1.deadline_s,
+                                       on_console=on_console, on_live=on_live, silence_s=nested_run.SILENCE_S)
+            except guest.GuestError as e:
+                merger.finish(time.monotonic() - t0, str(e))
+                self.console.print(f"[red]✗[/] nested: {e}", highlight=False)
+                return
+            except Interrupted:
+                merger.finish(time.monotonic() - t0, "interrupted by a signal; samples taken inside until then "
+                              "are kept", interrupted=True)
+                raise
+        final = nested_run.guest_results(result.output)
+        if final is not None:
+            merger.take(final)
+        error = None
+        if final is None:
+            error = "the level-1 guest brought back no results file; its console last said: " + \
+                " / ".join(result.console[-3:])
+        elif result.exit_status not in (0, 1):  # 1: some cell has no samples, reported per cell
+            error = f"guestbench inside the level-1 guest ended with exit status {result.exit_status}"
+        merger.finish(result.seconds, error)
+        if error:
+            self.console.print(f"[red]✗[/] nested: {error}", highlight=False)
+
     # ------------------------------------------------------------------ recording
     def _record_sample(self, cell: dict[str, Any], it: tuple[str, int], seconds: float,
                        phases: list[dict[str, Any]] | None = None) -> None:
@@ -252,7 +332,11 @@ def run_scenario(sc: Scenario, opts: RunOptions, console: Console | None = None)
 
 
 def exit_status(doc: dict[str, Any]) -> int:
-    """0 when every measured cell has samples; 1 when some usable backend produced none."""
+    """0 when every measured cell has samples; 1 when some usable backend produced none or the level-1 run failed."""
+    from guestbench.nested.run import exit_problem
+
+    if exit_problem(doc):
+        return 1
     for cell in doc.get("cells", []):
         if not cell.get("samples"):
             return 1

@@ -24,7 +24,9 @@ DEFAULT_REPETITIONS = 5
 DEFAULT_WARMUP = 1
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_SAMPLE_TIMEOUT_S = 1800.0
-PLACEMENTS = ("host",)
+PLACEMENTS = ("host", "nested")
+DEFAULT_NESTED_MEMORY_MIB = 4096
+DEFAULT_NESTED_VCPUS = 2
 
 TOP_KEYS: dict[str, str] = {
     "name": "string: the scenario's name, used in the results file name",
@@ -39,9 +41,19 @@ TOP_KEYS: dict[str, str] = {
     "phases": "true or false: break every start-up sample into boot phases (the appliance then boots with "
               "a verbose console, which itself costs time; default false)",
     "appliance": "mapping: memsize (MiB or a size such as 2GiB), smp (vCPUs)",
+    "placement": "list of where to measure: host (this machine), nested (inside a level-1 VM that guestbench "
+                 "builds and starts through libvirt; see 'nested'); default [host]",
+    "nested": "mapping for placement nested: memory (the level-1 VM's RAM, MiB or a size; default "
+              f"{DEFAULT_NESTED_MEMORY_MIB}), vcpus (default {DEFAULT_NESTED_VCPUS}), timeout_scale (factor > 0 applied "
+              "to every time-out inside it; default 3 when the level-1 VM runs on KVM, 25 on TCG), timeout "
+              "(limit for the whole level-1 run; default: the worst case of all time-outs inside)",
     "measurements": f"non-empty list; each item a measurement name or a mapping with key 'measurement' "
                     f"({', '.join(MEASUREMENTS)}), an optional 'label', and that measurement's parameters",
 }
+NESTED_KEYS = {"memory": "the level-1 VM's RAM: an integer in MiB or a size (e.g. 4GiB), at least 1024 MiB",
+               "vcpus": "integer >= 1: the level-1 VM's vCPUs",
+               "timeout_scale": "number > 0: factor for every time-out inside the level-1 VM",
+               "timeout": "seconds > 0: limit for the whole level-1 run (boot, probes, every sample)"}
 APPLIANCE_KEYS = {"memsize": "appliance RAM: an integer in MiB or a size (e.g. 2GiB)",
                   "smp": "integer >= 1: appliance vCPUs"}
 
@@ -57,6 +69,16 @@ class MeasurementSpec:
 
 
 @dataclass(frozen=True)
+class NestedSpec:
+    """How the level-1 VM of placement 'nested' is sized; None = decided at run time (see TOP_KEYS)."""
+
+    memory_mib: int = DEFAULT_NESTED_MEMORY_MIB
+    vcpus: int = DEFAULT_NESTED_VCPUS
+    timeout_scale: float | None = None
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     source: str
@@ -69,14 +91,39 @@ class Scenario:
     memsize: int | None = None  # MiB; None = libguestfs's default
     smp: int | None = None
     phases: bool = False
+    placements: tuple[str, ...] = ("host",)
+    nested: NestedSpec = field(default_factory=NestedSpec)
     measurements: tuple[MeasurementSpec, ...] = field(default_factory=tuple)
     overrides: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["backends"] = list(self.backends) if self.backends is not None else None
+        d["placements"] = list(self.placements)
         d["measurements"] = [m.to_dict() for m in self.measurements]
         return d
+
+    def to_file(self, **changes: Any) -> dict[str, Any]:
+        """This scenario as a scenario file (what parse_scenario reads back to the same Scenario), with
+        `changes` (file keys) applied: how a nested run hands the scenario to the guestbench inside."""
+        doc: dict[str, Any] = {
+            "name": self.name, "repetitions": self.repetitions, "warmup": self.warmup, "timeout": self.timeout,
+            "sample_timeout": self.sample_timeout, "phases": self.phases, "placement": list(self.placements),
+            "measurements": [{"measurement": m.measurement, "label": m.label, **m.params} for m in self.measurements],
+        }
+        if self.description:
+            doc["description"] = self.description
+        if self.backends is not None:
+            doc["backends"] = list(self.backends)
+        appliance = {k: v for k, v in (("memsize", self.memsize), ("smp", self.smp)) if v is not None}
+        if appliance:
+            doc["appliance"] = appliance
+        nested = {k: v for k, v in (("memory", self.nested.memory_mib), ("vcpus", self.nested.vcpus),
+                                    ("timeout_scale", self.nested.timeout_scale), ("timeout", self.nested.timeout))
+                  if v is not None}
+        doc["nested"] = nested
+        doc.update(changes)
+        return doc
 
 
 class Checker:
@@ -135,6 +182,46 @@ class Checker:
                 raise self.fail(f"{key}[{i}]", f"backend {b!r} is listed twice")
             out.append(b)
         return tuple(out)
+
+    def placements(self, key: str, value: object) -> tuple[str, ...]:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",")]
+        allowed = ", ".join(PLACEMENTS)
+        if not isinstance(value, list) or not value:
+            raise self.fail(key, f"{value!r} is not a non-empty list; allowed: one or both of {allowed}")
+        out: list[str] = []
+        for i, p in enumerate(value):
+            if not isinstance(p, str) or p not in PLACEMENTS:
+                raise self.fail(f"{key}[{i}]", f"unknown placement {p!r}; allowed: {allowed}")
+            if p in out:
+                raise self.fail(f"{key}[{i}]", f"placement {p!r} is listed twice")
+            out.append(p)
+        return tuple(p for p in PLACEMENTS if p in out)  # host first: its figures are the reference
+
+    def positive(self, key: str, value: object) -> float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
+            return float(value)
+        raise self.fail(key, f"{value!r} is not a number > 0")
+
+    def nested(self, key: str, value: object) -> NestedSpec:
+        if not isinstance(value, dict):
+            raise self.fail(key, f"{value!r} is not a mapping; allowed keys: {', '.join(NESTED_KEYS)}")
+        spec = NestedSpec()
+        for k, v in value.items():
+            if k == "memory":
+                mib = self.memsize(f"{key}.memory", v)
+                if mib < 1024:
+                    raise self.fail(f"{key}.memory", f"{mib} MiB is too small; allowed: at least 1024 (MiB)")
+                spec = dataclasses.replace(spec, memory_mib=mib)
+            elif k == "vcpus":
+                spec = dataclasses.replace(spec, vcpus=self.integer(f"{key}.vcpus", v, 1))
+            elif k == "timeout_scale":
+                spec = dataclasses.replace(spec, timeout_scale=self.positive(f"{key}.timeout_scale", v))
+            elif k == "timeout":
+                spec = dataclasses.replace(spec, timeout=self.seconds(f"{key}.timeout", v))
+            else:
+                raise self.fail(f"{key}.{k}", f"unknown key; allowed: {', '.join(NESTED_KEYS)}")
+        return spec
 
     def memsize(self, key: str, value: object) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -237,6 +324,8 @@ def parse_scenario(data: object, source: str) -> Scenario:
         memsize=memsize,
         smp=smp,
         phases=c.boolean("phases", data.get("phases", False)),
+        placements=c.placements("placement", data["placement"]) if "placement" in data else ("host",),
+        nested=c.nested("nested", data["nested"]) if "nested" in data else NestedSpec(),
         measurements=c.measurements("measurements", data["measurements"], memsize),
     )
 
@@ -286,6 +375,8 @@ def apply_overrides(sc: Scenario, **overrides: Any) -> Scenario:
         changes["memsize"] = c.memsize("--memsize", given["memsize"])
     if given.get("phases"):
         changes["phases"] = True
+    if "placement" in given:
+        changes["placements"] = c.placements("--placement", given["placement"])
     measurements = sc.measurements
     if "measurement" in given:
         wanted = [w.strip() for w in str(given["measurement"]).split(",") if w.strip()]

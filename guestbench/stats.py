@@ -23,6 +23,11 @@ WIDE_CV = 0.10
 MIN_N_FOR_OUTLIERS = 4
 """Quartiles of fewer samples are meaningless, so outliers are only counted from this many on."""
 
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0
+RATIO_CI_METHOD = (f"95% percentile bootstrap of the ratio of medians ({BOOTSTRAP_RESAMPLES:,} resamples of each "
+                   f"side independently, numpy default_rng({BOOTSTRAP_SEED}) per row)")
+
 _CONFIDENCE = 0.95
 _TUKEY_K = 1.5
 
@@ -135,3 +140,23 @@ def _ranking_warnings(label: str, summaries: Mapping[str, Summary]) -> list[str]
         for name, s in rankable.items()
         if name != fastest and overlaps(rankable[fastest], s)
     ]
+
+
+def ratio_ci(base: Sequence[float], other: Sequence[float]) -> tuple[float, float]:
+    """Percentile bootstrap of median(other)/median(base), each side resampled independently.
+
+    A fresh, seeded generator per row makes every row reproducible and independent of the others. With one
+    sample on a side there is no spread to resample, so no interval (nan) rather than a zero-width one.
+    """
+    b, o = np.asarray(base, dtype=float), np.asarray(other, dtype=float)
+    if b.size < 2 or o.size < 2:
+        return math.nan, math.nan
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    med_b = np.median(rng.choice(b, size=(BOOTSTRAP_RESAMPLES, b.size), replace=True), axis=1)
+    med_o = np.median(rng.choice(o, size=(BOOTSTRAP_RESAMPLES, o.size), replace=True), axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = med_o / med_b
+    if not np.all(np.isfinite(ratios)):
+        return math.nan, math.nan
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return float(low), float(high)

@@ -3,7 +3,9 @@
 Inputs are real: the results files in tests/data/results were written by `guestbench scenario` on the
 project's machine (copied from results/, which git ignores), and the boot-phase document is written with the
 real `ResultsFile` from the two real verbose launches in tests/data/phases, cut by `phases.split` (one launch
-per backend, so n = 1 there). Nothing launches an appliance.
+per backend, so n = 1 there). The host vs nested document is the real E1 run (uml, tcg) with placement-nested cells
+added as a nested run merges them: no real nested run is stored yet, so their samples are the host's scaled by fixed
+factors, and tcg is skipped for one measurement as unusable inside the level-1 guest. Nothing launches an appliance.
 
 The must-hold: every number in every table of index.html is recomputed here from the results JSON, with
 numpy/scipy rather than guestbench.stats, and must agree to the digits shown.
@@ -27,7 +29,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from guestbench import cli, phases
+from guestbench import cli, htmlreport, phases, stats
 from guestbench.results import ResultsFile
 
 from test_phases import replay
@@ -61,6 +63,40 @@ def phases_results(directory: Path) -> Path:
     return rf.path
 
 
+NESTED_FACTORS = {"uml": 1.45, "tcg": 2.6}  # nested sample = host sample × factor × (1 + rep / 100)
+NESTED_UNUSABLE = "probe launch did not finish within 6000 s and was killed"
+
+
+def nested_results(directory: Path) -> Path:
+    """The real E1 run plus nested cells, a placements.nested record, and tcg unusable inside for one label."""
+    real = json.loads(REAL[0].read_text())
+    rf = ResultsFile.create(directory / "20261121T230000Z-uml-vs-kvm-nested.json", scenario=real["scenario"],
+                            host=real["host"], command=[*real["command"], "--placement", "host,nested"],
+                            guestbench=real["guestbench"])
+    for name, info in real["backends"].items():
+        rf.set_backend(name, info)
+    for c in real["cells"]:
+        rf.add_cell(json.loads(json.dumps(c)))
+    for c in real["cells"]:
+        nested = dict(json.loads(json.dumps(c)), placement="nested")
+        if c["backend"] == "tcg" and c["measurement"] == "upload-no-write":
+            nested.update(samples=[], warmups=[], status="skipped", skip_reason="backend not usable")
+        else:
+            nested["samples"] = [dict(s, seconds=s["seconds"] * NESTED_FACTORS[c["backend"]] * (1 + i / 100))
+                                 for i, s in enumerate(c["samples"])]
+        rf.add_cell(nested)
+    guest = dict(real["host"], hostname="level1", cpu_model="QEMU TCG CPU version 2.5+", cores=2,
+                 memory_bytes=4 * 2**30, virtualization={"summary": "QEMU guest (TCG), no /dev/kvm"})
+    rf.doc["placements"] = {"nested": {
+        "host": guest, "status": "complete",
+        "backends": {"uml": {"usable": True, "reason": "launched in 9.1 s (probe)", "details": {}},
+                     "tcg": {"usable": False, "reason": NESTED_UNUSABLE}},
+        "level1": {"hypervisor": "tcg", "memory_mib": 4096, "vcpus": 2, "timeout_scale": 25.0,
+                   "image": "ea2cc8d5cc89fa92", "seconds": 812.3, "error": None}}}
+    rf.finish("complete")
+    return rf.path
+
+
 @dataclass
 class Written:
     inputs: list[Path]
@@ -74,7 +110,7 @@ class Written:
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> Written:
     d = tmp_path_factory.mktemp("report")
-    inputs = [*REAL, phases_results(d)]
+    inputs = [*REAL, nested_results(d), phases_results(d)]
     out = d / "out"
     assert cli.main(["report", *map(str, inputs), "--output", str(out)]) == 0
     html_text = (out / "index.html").read_text()
@@ -234,8 +270,12 @@ def test_every_figure_in_the_measurement_tables_is_recomputed_from_the_results(w
                 assert (got["backend"], got["placement"], got["cache"]) == (
                     cell["backend"], cell["placement"], cell["cache_mode"] or "–")
                 assert got["n"] == str(len(cell["samples"])) and got["failures"] == str(len(cell["failures"]))
+                if not cell["samples"]:  # the status and why, in place of figures
+                    assert got["median s"] == f"{cell['status']}: {cell['skip_reason']}"
+                    assert all(v == "–" for v in row[6:])
+                    continue
                 fastest = min(float(np.median(sample_seconds(c))) for c in cells
-                              if c["placement"] == cell["placement"])
+                              if c["placement"] == cell["placement"] and c["samples"])
                 for column, expected in expected_figures(cell, fastest).items():
                     if expected is None:
                         assert got[column] == "–", (table.label, cell["backend"], column)
@@ -281,6 +321,10 @@ def test_every_figure_in_the_phase_tables_is_recomputed_from_the_samples(written
 def test_unmeasured_backends_and_host_fingerprint_are_the_recorded_ones(written: Written) -> None:
     for section, doc in sections_with_docs(written):
         unusable = {name: info["reason"] for name, info in doc["backends"].items() if not info["usable"]}
+        nested = doc.get("placements", {}).get("nested")
+        if nested:
+            unusable.update({f"{name} (nested)": info["reason"] for name, info in nested["backends"].items()
+                             if not info["usable"]})
         tables = {t.kind: t for t in section.tables}
         if unusable:
             assert {row[0]: row[1] for row in tables["unusable"].rows} == unusable
@@ -291,6 +335,69 @@ def test_unmeasured_backends_and_host_fingerprint_are_the_recorded_ones(written:
         assert host.keys() == leaves.keys()
         for key, value in leaves.items():
             assert host[key] == expected_host_text(key, value), key
+        if nested:  # the level-1 guest's own fingerprint, leaf by leaf
+            guest = {row[0]: row[1] for row in tables["nested-host"].rows}
+            assert guest == {k: expected_host_text(k, v) for k, v in flatten(nested["host"])}
+        else:
+            assert "nested-host" not in tables
+
+
+def test_every_figure_in_the_placement_table_is_recomputed_from_the_results(written: Written) -> None:
+    compared = 0
+    for section, doc in sections_with_docs(written):
+        tables = [t for t in section.tables if t.kind == "placements"]
+        if not {"host", "nested"} <= {c["placement"] for c in doc["cells"]}:
+            assert tables == [] and "host vs nested" not in section.text and "Nested:" not in section.text
+            continue
+        (table,) = tables
+        level1 = doc["placements"]["nested"]["level1"]
+        assert table.header == ["measurement", "backend", "cache", "host: median s (n, min–max)",
+                                "nested: median s (n, min–max)", "nested / host", "95% CI of nested / host"]
+        pairs = [(h, n) for h in doc["cells"] if h["placement"] == "host" for n in doc["cells"]
+                 if n["placement"] == "nested" and (n["label"], n["backend"]) == (h["label"], h["backend"])]
+        sampled = [(h, n) for h, n in pairs if h["samples"] and n["samples"]]
+        assert [(r[0], r[1]) for r in table.rows] == [(h["label"], h["backend"]) for h, _ in sampled]
+        for (host_cell, nested_cell), row in zip(sampled, table.rows):
+            host, nested = sample_seconds(host_cell), sample_seconds(nested_cell)
+            assert row[2] == (host_cell["cache_mode"] or "–")
+            for text, x in ((row[3], host), (row[4], nested)):
+                assert agrees(text, [float(np.median(x)), len(x), min(x), max(x)]), (row, text)
+            ratio = float(np.median(nested)) / float(np.median(host))
+            assert agrees(row[5], [ratio]), row
+            assert abs(ratio / NESTED_FACTORS[host_cell["backend"]] - 1) < 0.03  # the factor the data was made with
+            low, high = stats.ratio_ci(host, nested)
+            assert agrees(row[6], [low, high]) and low <= ratio <= high, row
+            # what was timed, and where the nested figures come from, said next to the figures
+            assert host_cell["timed"] in section.text
+            compared += 1
+        assert (f"level-1 guest on {level1['hypervisor']} with {level1['vcpus']} vCPUs / {level1['memory_mib']} MiB"
+                in section.text)
+        assert stats.RATIO_CI_METHOD in section.text
+        assert (f"Nested: QEMU TCG CPU version 2.5+ · QEMU guest (TCG), no /dev/kvm · level-1 on tcg, 2 vCPUs, "
+                f"4096 MiB") in section.text
+        # the one backend × measurement sampled on the host only says which side is missing and why
+        missing = [(h, n) for h, n in pairs if h["samples"] and not n["samples"]]
+        assert len(missing) == 1
+        h, n = missing[0]
+        assert (f"{h['label']}: {h['backend']}: host only, no nested samples: skipped: {n['skip_reason']}; "
+                f"tcg not usable in the level-1 guest: {NESTED_UNUSABLE}") in section.text
+    assert compared == 7
+
+
+def test_level1_failure_is_a_header_warning_and_partial_nested_records_render(tmp_path: Path) -> None:
+    doc = json.loads(nested_results(tmp_path).read_text())
+    doc["placements"]["nested"]["level1"]["error"] = "level-1 guest did not boot within 900 s"
+    sections = htmlreport.build([("nested.json", doc)])
+    warning = "Warning: level-1 run failed: level-1 guest did not boot within 900 s"
+    assert f'<p class="warning">{warning}</p>' in htmlreport.to_html(sections)
+    assert f"**{warning}**" in htmlreport.to_markdown(sections)
+    doc["placements"] = {"nested": {"host": None, "backends": None, "level1": None, "status": None}}
+    page = Page()
+    page.feed(htmlreport.to_html(htmlreport.build([("partial.json", doc)])))
+    (section,) = page.sections
+    assert [t.kind for t in section.tables].count("placements") == 1
+    assert "nested-host" not in [t.kind for t in section.tables] and "Not recorded." in section.text
+    assert "level-1 guest on an unrecorded hypervisor with – vCPUs / – MiB" in section.text
 
 
 def flatten(value: Any, key: str = "") -> list[tuple[str, Any]]:

@@ -6,13 +6,16 @@ import csv
 import io
 import json
 import math
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from rich.console import Console
 
-from guestbench import report
+from guestbench import report, stats
 from guestbench.report import CSV_HEADER, fmt_seconds, rows, to_csv, to_markdown, to_summary_json, warnings
+from guestbench.results import ResultsFile, load_results
 
 MB500 = 500 * 10**6
 STARTUP_TIMED = "guestfs launch() until the appliance daemon answered"
@@ -285,3 +288,209 @@ def test_interrupted_with_half_written_cells_renders() -> None:
 ])
 def test_fmt_seconds(value: float | None, expected: str) -> None:
     assert fmt_seconds(value) == expected
+
+
+# ---------------------------------------------------------------------------------------------- host vs nested
+
+HOST_UML = [6.33, 6.71, 6.02, 6.20]
+HOST_TCG = [12.9, 13.0, 16.6, 12.7]
+NESTED_UML = [9.1, 8.7, 9.6, 9.0]
+NESTED_TCG = [31.0, 29.5, 33.2]
+HOST_UML_UP = [8.04, 8.00, 8.34]
+NESTED_UML_UP = [19.5]  # one sample: a ratio, but no CI
+HOST_TCG_UP = [13.1, 11.8, 10.9]
+TCG_NESTED_REASON = "probe launch did not finish within 6000 s and was killed"
+LEVEL1 = {"hypervisor": "tcg", "memory_mib": 4096, "vcpus": 2, "timeout_scale": 25.0, "image": "ea2cc8d5cc89fa92",
+          "seconds": 812.3, "error": None}
+NESTED_HOST = {"cpu_model": "QEMU TCG CPU version 2.5+", "cores": 2, "memory_bytes": 4 * 2**30,
+               "kernel": "6.1.0-guest", "virtualization": {"summary": "QEMU guest (TCG), no /dev/kvm"},
+               "versions": {"libguestfs": "1.48.6", "qemu": "7.2.0"}}
+
+
+def nested_results(tmp_path: Path, **level1: Any) -> dict[str, Any]:
+    """A results file as a run with placements host and nested writes it: the real ResultsFile, then loaded."""
+    rf = ResultsFile.create(tmp_path / "nested.json", scenario={"name": "uml-vs-kvm", "placements": ["host", "nested"]},
+                            host={"cpu_model": "AMD EPYC", "virtualization": {"summary": "KVM guest"}},
+                            command=["guestbench", "scenario", "uml-vs-kvm.yaml", "--placement", "host,nested"],
+                            guestbench={"version": "0.1.0", "git_commit": None})
+    rf.set_backend("uml", {"usable": True, "reason": "launched in 6.3 s (probe)"})
+    rf.set_backend("tcg", {"usable": True, "reason": "launched in 11.9 s (probe)"})
+    for placement, backend, label, seconds, nbytes in (
+            ("host", "uml", "startup", HOST_UML, None), ("host", "tcg", "startup", HOST_TCG, None),
+            ("host", "uml", "upload", HOST_UML_UP, MB500), ("host", "tcg", "upload", HOST_TCG_UP, MB500),
+            ("nested", "uml", "startup", NESTED_UML, None), ("nested", "tcg", "startup", NESTED_TCG, None),
+            ("nested", "uml", "upload", NESTED_UML_UP, MB500)):
+        rf.add_cell({**cell(backend, label, seconds, placement=placement, nbytes=nbytes)})
+    rf.add_cell(cell("tcg", "upload", [], placement="nested", nbytes=MB500, status="skipped",
+                     skip_reason="backend not usable"))
+    rf.doc["placements"] = {"nested": {"host": NESTED_HOST, "status": "complete", "level1": {**LEVEL1, **level1},
+                                       "backends": {"uml": {"usable": True, "reason": "launched in 40 s (probe)"},
+                                                    "tcg": {"usable": False, "reason": TCG_NESTED_REASON}}}}
+    rf.finish("complete")
+    return load_results(rf.path)
+
+
+def expected_comparisons() -> list[tuple[str, str, list[float], list[float]]]:
+    return [("startup", "uml", HOST_UML, NESTED_UML), ("startup", "tcg", HOST_TCG, NESTED_TCG),
+            ("upload", "uml", HOST_UML_UP, NESTED_UML_UP)]
+
+
+def test_placement_table_ratios_and_cis_are_recomputed(tmp_path: Path) -> None:
+    (table,) = report.placement_tables(nested_results(tmp_path))
+    assert table.header[:3] == ["measurement", "backend", "cache"]
+    assert [(r.label, r.backend) for r in table.comparisons] == [(l, b) for l, b, _, _ in expected_comparisons()]
+    for r, text, (label, backend, host, nested) in zip(table.comparisons, table.rows, expected_comparisons()):
+        host_median, nested_median = float(np.median(host)), float(np.median(nested))
+        assert r.host.median == pytest.approx(host_median) and r.nested.median == pytest.approx(nested_median)
+        assert (r.host.n, r.nested.n) == (len(host), len(nested))
+        assert r.ratio == pytest.approx(nested_median / host_median)
+        low, high = stats.ratio_ci(host, nested)
+        assert text[0:3] == [label, backend, "writeback"]
+        assert text[3] == (f"{fmt_seconds(host_median)} (n={len(host)}, "
+                           f"{fmt_seconds(min(host))}–{fmt_seconds(max(host))})")
+        assert text[4] == (f"{fmt_seconds(nested_median)} (n={len(nested)}, "
+                           f"{fmt_seconds(min(nested))}–{fmt_seconds(max(nested))})")
+        assert text[5] == f"{nested_median / host_median:.2f}×"
+        if len(nested) < 2:
+            assert math.isnan(r.ci_low) and math.isnan(r.ci_high) and text[6] == "–"
+        else:
+            assert (r.ci_low, r.ci_high) == pytest.approx((low, high))
+            assert low <= nested_median / host_median <= high
+            assert text[6] == f"{low:.2f}–{high:.2f}"
+    caption = table.caption
+    assert STARTUP_TIMED in caption and UPLOAD_TIMED in caption and "writeback" in caption
+    assert report.SAMPLES_NOTE in caption and stats.RATIO_CI_METHOD in caption
+    assert "level-1 guest on tcg with 2 vCPUs / 4096 MiB" in caption
+
+
+def test_backend_with_host_samples_only_says_what_is_missing_and_why(tmp_path: Path) -> None:
+    doc = nested_results(tmp_path)
+    (table,) = report.placement_tables(doc)
+    (gap,) = table.gaps
+    assert (gap.label, gap.backend, gap.present, gap.missing) == ("upload", "tcg", "host", "nested")
+    assert "skipped: backend not usable" in gap.reason and TCG_NESTED_REASON in gap.reason
+    line = f"upload: tcg: host only, no nested samples: skipped: backend not usable; tcg not usable in the " \
+           f"level-1 guest: {TCG_NESTED_REASON}"
+    assert gap.text == line
+    assert f"- {line}" in to_markdown(doc)
+    assert line in squash(render_text(doc))
+    assert to_summary_json(doc)["placements_missing"] == [
+        {"label": "upload", "backend": "tcg", "cache_mode": "writeback", "present": "host", "missing": "nested",
+         "reason": gap.reason}]
+
+
+def test_backend_sampled_nested_only_names_the_host_reason(tmp_path: Path) -> None:
+    doc = nested_results(tmp_path)
+    doc["backends"]["uml"] = {"usable": False, "reason": "no UML kernel on the host"}
+    for c in doc["cells"]:
+        if c["placement"] == "host" and c["backend"] == "uml":
+            c.update(samples=[], status="skipped", skip_reason="backend not usable")
+    (table,) = report.placement_tables(doc)
+    assert [(r.label, r.backend) for r in table.comparisons] == [("startup", "tcg")]
+    assert [g.text for g in table.gaps if g.backend == "uml"] == [
+        f"{label}: uml: nested only, no host samples: skipped: backend not usable; uml not usable on the host: "
+        "no UML kernel on the host" for label in ("startup", "upload")]
+
+
+def test_missing_nested_cell_of_an_interrupted_nested_run(tmp_path: Path) -> None:
+    doc = nested_results(tmp_path)
+    doc["cells"] = [c for c in doc["cells"] if not (c["placement"] == "nested" and c["label"] == "upload")]
+    doc["placements"]["nested"]["status"] = "interrupted"
+    (table,) = report.placement_tables(doc)
+    reasons = {(g.label, g.backend): g.reason for g in table.gaps}
+    assert reasons[("upload", "uml")] == "no cell recorded; nested run interrupted"
+    assert reasons[("upload", "tcg")].startswith("no cell recorded; nested run interrupted; tcg not usable in")
+    assert "(nested run interrupted)" in report.nested_line(doc)
+
+
+def test_header_lines_and_unusable_backends_of_the_level1_guest(tmp_path: Path) -> None:
+    doc = nested_results(tmp_path)
+    line = "QEMU TCG CPU version 2.5+ · QEMU guest (TCG), no /dev/kvm · level-1 on tcg, 2 vCPUs, 4096 MiB"
+    assert report.nested_line(doc) == line
+    text = render_text(doc)
+    assert f"nested: {line}" in text.splitlines()
+    assert text.splitlines().index(f"nested: {line}") == text.splitlines().index("host: AMD EPYC · KVM guest") + 1
+    assert f"Host: AMD EPYC · KVM guest  \nNested: {line}  \n" in to_markdown(doc)
+    assert report.unusable_backends(doc) == {"tcg (nested)": TCG_NESTED_REASON}
+    assert "tcg (nested): " + TCG_NESTED_REASON in to_markdown(doc)
+    assert "level-1 run failed" not in text
+    failed = nested_results(tmp_path, error="level-1 guest did not boot within 900 s")
+    assert "warning: level-1 run failed: level-1 guest did not boot within 900 s" in render_text(failed)
+    assert "**Warning:** level-1 run failed: level-1 guest did not boot within 900 s" in to_markdown(failed)
+
+
+def test_markdown_terminal_and_json_agree_on_the_placement_table(tmp_path: Path) -> None:
+    doc = nested_results(tmp_path)
+    (table,) = report.placement_tables(doc)
+    md = to_markdown(doc)
+    section = md.split("## host vs nested", 1)[1]
+    assert "| " + " | ".join(table.header) + " |" in section
+    for row in table.rows:
+        assert "| " + " | ".join(row) + " |" in section
+    assert table.caption in section
+    text = squash(render_text(doc))
+    for row in table.rows:
+        assert all(c in text for c in row)
+    summary = json.loads(json.dumps(to_summary_json(doc), allow_nan=False))
+    assert len(summary["placements"]) == len(table.rows)
+    for got, row in zip(summary["placements"], table.rows):
+        assert [got["label"], got["backend"], got["cache_mode"]] == row[:3]
+        for side, column in (("host", 3), ("nested", 4)):
+            s = got[side]
+            assert set(s) == {"median_s", "n", "min_s", "max_s"}
+            assert row[column] == f"{fmt_seconds(s['median_s'])} (n={s['n']}, {fmt_seconds(s['min_s'])}–" \
+                                  f"{fmt_seconds(s['max_s'])})"
+        assert row[5] == f"{got['ratio']:.2f}×"
+        assert got["ratio"] == pytest.approx(got["nested"]["median_s"] / got["host"]["median_s"])
+        ci = got["ratio_ci_low"], got["ratio_ci_high"]
+        assert row[6] == ("–" if ci == (None, None) else f"{ci[0]:.2f}–{ci[1]:.2f}")
+    assert summary["placements_method"] == stats.RATIO_CI_METHOD
+    assert summary["level1"] == {**LEVEL1, "status": "complete",
+                                 "host": {"cpu_model": NESTED_HOST["cpu_model"],
+                                          "virtualization": "QEMU guest (TCG), no /dev/kvm", "cores": 2,
+                                          "memory_bytes": 4 * 2**30, "kernel": "6.1.0-guest",
+                                          "versions": NESTED_HOST["versions"]}}
+
+
+def test_documents_without_nested_cells_have_no_placement_table(tmp_path: Path) -> None:
+    doc = standard()
+    keys = {"scenario", "status", "results_file", "host", "methods", "rows", "phases", "unusable_backends",
+            "warnings"}
+    assert report.placement_tables(doc) == []
+    assert set(to_summary_json(doc)) == keys  # the summary of a host-only run is unchanged
+    assert "nested" not in render_text(doc).lower() and "nested" not in to_markdown(doc).lower()
+    # host and another placement (not nested): no comparison either
+    assert report.placement_tables(document([cell("tcg", "startup", [1.0, 1.1]),
+                                             cell("tcg", "startup", [2.0, 2.1], placement="appliance")])) == []
+    # a nested run that failed before its first cell: header and level-1 record, no table
+    host_only = nested_results(tmp_path, error="level-1 guest did not boot")
+    host_only["cells"] = [c for c in host_only["cells"] if c["placement"] == "host"]
+    assert report.placement_tables(host_only) == []
+    assert "## host vs nested" not in to_markdown(host_only)
+    summary = to_summary_json(host_only)
+    assert summary["placements"] == [] and summary["level1"]["error"] == "level-1 guest did not boot"
+    assert "warning: level-1 run failed: level-1 guest did not boot" in render_text(host_only)
+
+
+@pytest.mark.parametrize("placements", [
+    None, [], {"nested": None}, {"nested": {"host": None, "backends": None, "status": None, "level1": None}},
+    {"nested": {"host": {"virtualization": None}, "backends": {"tcg": None, "uml": {"usable": False}},
+                "level1": {"hypervisor": None, "vcpus": "two", "memory_mib": math.nan, "timeout_scale": True,
+                           "seconds": None, "error": ""}}},
+])
+def test_partial_nested_documents_render(tmp_path: Path, placements: Any) -> None:
+    doc = nested_results(tmp_path)
+    doc["placements"] = placements
+    doc["cells"].append({"backend": "uml", "placement": "nested", "label": "upload-no-write", "samples": None,
+                         "status": "running"})
+    doc["cells"].append({"backend": "kvm", "placement": "nested", "measurement": "startup",
+                         "samples": [{"seconds": None}, {"seconds": 4.0}], "failures": None})
+    doc["cells"].append({"backend": "kvm", "placement": "host", "measurement": "startup", "samples": [{}]})
+    (table,) = report.placement_tables(doc)
+    assert [(r.label, r.backend) for r in table.comparisons] == [(l, b) for l, b, _, _ in expected_comparisons()]
+    assert ("startup", "kvm", "nested", "host") in [(g.label, g.backend, g.present, g.missing) for g in table.gaps]
+    render_text(doc)
+    to_markdown(doc)
+    to_csv(doc)
+    json.dumps(to_summary_json(doc), allow_nan=False)
+    report.unusable_backends(doc)

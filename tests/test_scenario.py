@@ -286,6 +286,27 @@ MIN = "name: x\nmeasurements: [startup]\n"
         pytest.param("name: x\nmeasurements:\n  - measurement: upload-no-write\n    size: 1GiB\n",
                      "measurements[0].size", ["memsize 1280MiB", "at least 1408 (MiB)"],
                      id="upload-no-write-too-big-default-memsize"),
+        pytest.param(MIN + "placement: [host, cloud]\n", "placement[1]", ["unknown placement 'cloud'", "host, nested"],
+                     id="unknown-placement"),
+        pytest.param(MIN + "placement: [nested, nested]\n", "placement[1]", ["'nested' is listed twice"],
+                     id="placement-twice"),
+        pytest.param(MIN + "placement: []\n", "placement", ["not a non-empty list", "host, nested"],
+                     id="empty-placement"),
+        pytest.param(MIN + "placement: {host: 1}\n", "placement", ["not a non-empty list"], id="placement-mapping"),
+        pytest.param(MIN + "nested: 4096\n", "nested", ["not a mapping", "memory, vcpus, timeout_scale, timeout"],
+                     id="nested-not-mapping"),
+        pytest.param(MIN + "nested: {cpus: 2}\n", "nested.cpus", ["unknown key", "memory, vcpus"],
+                     id="nested-unknown-key"),
+        pytest.param(MIN + "nested: {memory: 512}\n", "nested.memory", ["512 MiB is too small", "at least 1024"],
+                     id="nested-memory-too-small"),
+        pytest.param(MIN + "nested: {vcpus: 0}\n", "nested.vcpus", ["0 is too small", "integer >= 1"],
+                     id="nested-vcpus-zero"),
+        pytest.param(MIN + "nested: {timeout_scale: -2}\n", "nested.timeout_scale", ["-2 is not a number > 0"],
+                     id="nested-scale-negative"),
+        pytest.param(MIN + "nested: {timeout_scale: .inf}\n", "nested.timeout_scale", ["not a number > 0"],
+                     id="nested-scale-inf"),
+        pytest.param(MIN + "nested: {timeout: never}\n", "nested.timeout", ["'never' is not a duration"],
+                     id="nested-timeout-word"),
     ],
 )
 def test_bad_scenario(tmp_path: Path, text: str, key: str, needles: list[str]) -> None:
@@ -295,6 +316,24 @@ def test_bad_scenario(tmp_path: Path, text: str, key: str, needles: list[str]) -
     assert str(err).startswith(f"{p}: {key}: ")
     for n in needles:
         assert n in str(err), (n, str(err))
+
+
+def test_placement_and_nested_keys(tmp_path: Path) -> None:
+    sc = scenario_from(MIN + "placement: [nested, host]\nnested:\n  memory: 2GiB\n  vcpus: 1\n"
+                       "  timeout_scale: 10\n  timeout: 2h\n", tmp_path)
+    assert sc.placements == ("host", "nested")  # host first: the reference for nested/host ratios
+    assert (sc.nested.memory_mib, sc.nested.vcpus, sc.nested.timeout_scale, sc.nested.timeout) == (2048, 1, 10.0, 7200.0)
+    assert scenario_from(MIN, tmp_path).placements == ("host",)
+    assert apply_overrides(sc, placement="nested").placements == ("nested",)
+    assert scenario_from(MIN + "placement: nested, host\n", tmp_path).placements == ("host", "nested")
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_to_file_reads_back_to_the_same_scenario(path: Path) -> None:
+    """A nested run hands the guest its scenario as a file: nothing may change on the way."""
+    sc = load_scenario(path)
+    assert parse_scenario(json.loads(json.dumps(sc.to_file())), str(path)) == sc
+    assert parse_scenario(sc.to_file(placement=["host"]), str(path)).placements == ("host",)
 
 
 def test_document_is_a_list(tmp_path: Path) -> None:
@@ -477,6 +516,8 @@ def test_measurement_filter(uml_vs_kvm: Scenario) -> None:
          ["'nosuch' is not in this scenario", "startup, upload, upload-no-write, write-no-upload"]),
         ({"measurement": ","}, "--measurement", ["empty", "startup, upload"]),
         ({"measurement": "startup", "size": "1GiB"}, "--size", ["no measurement in this scenario takes a size"]),
+        ({"placement": "host,moon"}, "--placement[1]", ["unknown placement 'moon'", "host, nested"]),
+        ({"placement": "nested,nested"}, "--placement[1]", ["listed twice"]),
     ],
 )
 def test_bad_override(uml_vs_kvm: Scenario, kw: dict[str, object], key: str, needles: list[str]) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 from xml.sax.saxutils import escape
 
+from guestbench.nested import live
 from guestbench.nested.image import Image
 from guestbench.paths import make_run_dir, remove_tree
 
@@ -73,14 +74,22 @@ def domain_xml(name: str, image: Image, run_dir: Path, memory_mib: int, vcpus: i
 {disk(image.data, 'vdb', 'raw', True)}
 {disk(run_dir / 'job.tar', 'vdc', 'raw', True)}
 {disk(run_dir / 'output.raw', 'vdd', 'raw', False)}
+{disk(run_dir / 'live.raw', 'vde', 'raw', False)}
 <serial type='file'><source path='{escape(str(run_dir / 'console.log'))}'/><target port='0'/></serial>
 <memballoon model='none'/>
 </devices></domain>"""
 
 
 def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_mib: int, vcpus: int,
-            kvm: bool, timeout_s: float, on_console: Callable[[str], None] = lambda line: None) -> JobResult:
-    """Boot the guest with `files` (must hold job.sh), wait for it to power off, unpack its output to `dest`."""
+            kvm: bool, timeout_s: float, on_console: Callable[[str], None] = lambda line: None,
+            on_live: Callable[[live.Snapshot], None] = lambda snap: None,
+            silence_s: float | None = None) -> JobResult:
+    """Boot the guest with `files` (must hold job.sh), wait for it to power off, unpack its output to `dest`.
+
+    The job may write snapshots to /dev/vde (guestbench.nested.live): each new one reaches `on_live` while
+    the guest runs, and once more after it is gone, also when this ends in an error or an interruption.
+    `silence_s`: the guest is destroyed as hung when its console says nothing for that long.
+    """
     import libvirt
 
     from guestbench.backends.libvirt import ensure_daemons
@@ -92,6 +101,7 @@ def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_
     console: list[str] = []
     t0 = time.monotonic()
     dom = None
+    last_seq = 0
     conn = libvirt.open("qemu:///system")
     try:
         subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(image.root),
@@ -99,17 +109,28 @@ def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_
         (run_dir / "job.tar").write_bytes(_tar(files))
         with open(run_dir / "output.raw", "wb") as f:
             f.truncate(OUTPUT_SIZE)
-        for f in run_dir.iterdir():
-            os.chmod(f, 0o666)
+        with open(run_dir / "live.raw", "wb") as f:
+            f.truncate(live.DISK_SIZE)
+        for made in run_dir.iterdir():
+            os.chmod(made, 0o666)
         dom = conn.createXML(domain_xml(name, image, run_dir, memory_mib, vcpus, kvm), 0)
         seen = 0
+        heard = time.monotonic()
         while True:
+            before = seen
             seen = _relay(run_dir / "console.log", seen, console, on_console)
+            now = time.monotonic()
+            if seen != before:
+                heard = now
+            last_seq = _pass_live(run_dir, last_seq, on_live)
             if not _active(dom):
                 break
-            if time.monotonic() - t0 > timeout_s:
-                last = console[-1] if console else "no console output"
+            last = console[-1] if console else "no console output"
+            if now - t0 > timeout_s:
                 raise GuestError(f"the level-1 guest did not finish within {timeout_s:.0f} s and was destroyed; "
+                                 f"its console last said: {last}")
+            if silence_s is not None and now - heard > silence_s:
+                raise GuestError(f"the level-1 guest said nothing for {silence_s:.0f} s (hung?) and was destroyed; "
                                  f"its console last said: {last}")
             time.sleep(0.5)
         _relay(run_dir / "console.log", seen, console, on_console)
@@ -118,8 +139,8 @@ def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_
             with tarfile.open(run_dir / "output.raw", mode="r:") as tar:
                 tar.extractall(dest, members=_safe_members(tar))
         except tarfile.ReadError:
-            last = console[-3:] if console else ["no console output"]
-            raise GuestError("the level-1 guest wrote no output; its console last said: " + " / ".join(last)) from None
+            tail = console[-3:] if console else ["no console output"]
+            raise GuestError("the level-1 guest wrote no output; its console last said: " + " / ".join(tail)) from None
         status_file = dest / "exit-status"
         status = int(status_file.read_text()) if status_file.exists() else None
         return JobResult(status, dest, console, time.monotonic() - t0)
@@ -130,7 +151,18 @@ def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_
             except libvirt.libvirtError:
                 pass  # already gone (powered off)
         conn.close()
-        remove_tree(run_dir)
+        try:
+            _pass_live(run_dir, last_seq, on_live)  # what the guest wrote in its last moments
+        finally:
+            remove_tree(run_dir)
+
+
+def _pass_live(run_dir: Path, last_seq: int, on_live: Callable[[live.Snapshot], None]) -> int:
+    snap = live.read(run_dir / "live.raw")
+    if snap is None or snap.seq <= last_seq:
+        return last_seq
+    on_live(snap)
+    return snap.seq
 
 
 def _safe_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:

@@ -1,0 +1,211 @@
+"""Placement 'nested': the same scenario run by guestbench inside a level-1 guest, merged into the host's file.
+
+The host hands the guest its scenario (placement host only, every time-out scaled), this guestbench's
+source, and a job that runs it (guestbench.nested.inside). The guest's results come back while it runs
+(live snapshots) and at the end (output disk); its cells join the host's results file as placement
+'nested', and the guest's own fingerprint, backend verdicts and level-1 set-up go under
+doc["placements"]["nested"].
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+import tarfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import guestbench
+from guestbench.backends import BACKENDS
+from guestbench.measurements import get as get_measurement
+from guestbench.nested import image as nested_image
+from guestbench.nested.image import GUEST_CACHE, GUEST_DATA
+from guestbench.probe import DEFAULT_PROBE_TIMEOUT_S, PROBE_TIMEOUT_S
+from guestbench.results import ResultsFile
+from guestbench.scenario import Scenario
+
+# Time-outs inside the level-1 guest are the scenario's times this. Measured here with the level-1 guest on
+# TCG: UML start-up 107 s against 5.8 s on the host (18x); TCG inside TCG slower still.
+TCG_SCALE = 25.0
+KVM_SCALE = 3.0
+BOOT_ALLOWANCE_S = 600.0  # level-1 boot and set-up before the scenario starts, TCG included
+SILENCE_S = 600.0  # the guest prints a heartbeat every minute (guestbench.nested.inside): this much silence = hung
+LIVE_DEVICE = "/dev/vde"
+GUEST_OUT = "/guestbench-l1/out"
+GUEST_IN = "/guestbench-l1/in"
+PLACEMENT = "nested"
+
+
+@dataclass(frozen=True)
+class Level1:
+    """How the level-1 guest runs, and the limits that follow from it; recorded with the results."""
+
+    hypervisor: str  # "kvm" or "tcg"
+    memory_mib: int
+    vcpus: int
+    timeout_scale: float
+    launch_timeout_s: float
+    sample_timeout_s: float
+    probe_timeout_s: float
+    deadline_s: float
+
+    @property
+    def kvm(self) -> bool:
+        return self.hypervisor == "kvm"
+
+    def describe(self) -> str:
+        accel = "KVM" if self.kvm else "qemu TCG (no usable KVM here: the guest is emulated)"
+        return (f"nested: level-1 guest on {accel}, {self.vcpus} vCPU{'s' if self.vcpus > 1 else ''}, {self.memory_mib} MiB; every time-out "
+                f"inside is ×{self.timeout_scale:g}: launch {self.launch_timeout_s:.0f} s, timed step "
+                f"{self.sample_timeout_s:.0f} s, backend probe {self.probe_timeout_s:.0f} s; the whole level-1 run "
+                f"is stopped after {_duration(self.deadline_s)}, or after {SILENCE_S:.0f} s without a word from it")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+
+
+def plan(sc: Scenario, kvm: bool, probe_timeout: float | None) -> Level1:
+    """Limits for the level-1 run: each inside time-out scaled, and a worst case for the whole run."""
+    scale = sc.nested.timeout_scale or (KVM_SCALE if kvm else TCG_SCALE)
+    probe = (probe_timeout or max(DEFAULT_PROBE_TIMEOUT_S, *PROBE_TIMEOUT_S.values())) * scale
+    launch, sample = sc.timeout * scale, sc.sample_timeout * scale
+    backends = list(sc.backends or BACKENDS)
+    worst = BOOT_ALLOWANCE_S + len(backends) * probe
+    for spec in sc.measurements:
+        m = get_measurement(spec.measurement)
+        per_iteration = launch if m.times_launch else launch + sample
+        worst += len(backends) * (int(m.times_launch) + sc.warmup + sc.repetitions) * per_iteration
+    deadline = sc.nested.timeout or worst
+    return Level1("kvm" if kvm else "tcg", sc.nested.memory_mib, sc.nested.vcpus, scale, launch, sample, probe,
+                  deadline)
+
+
+def inner_scenario(sc: Scenario, level1: Level1) -> dict[str, Any]:
+    """The scenario file the guest runs: the same measurements, placement host, time-outs scaled."""
+    return sc.to_file(placement=["host"], timeout=level1.launch_timeout_s, sample_timeout=level1.sample_timeout_s)
+
+
+def _source() -> tuple[Path, bytes | None]:
+    """This guestbench's package directory, and a tar of it unless the venv on the data disk already holds it."""
+    package = Path(guestbench.__file__).resolve().parent
+    venv = nested_image.venv_prefix()
+    if venv is not None and venv.resolve() in package.parents:
+        return package, None
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(str(package), arcname=package.name,
+                filter=lambda ti: None if "__pycache__" in ti.name or ti.name.endswith(".pyc") else ti)
+    return package, buf.getvalue()
+
+
+def job_files(sc: Scenario, level1: Level1) -> dict[str, bytes | Path]:
+    """job.sh, scenario.yaml and (editable installs) the source: everything the guest's /init is given."""
+    venv = nested_image.venv_prefix()
+    if venv is None:
+        raise nested_image.ImageError("nested runs need guestbench installed in a virtualenv (make setup makes one)")
+    package, src = _source()
+    files: dict[str, bytes | Path] = {
+        "scenario.yaml": yaml.safe_dump(inner_scenario(sc, level1), sort_keys=False).encode(),
+    }
+    unpack = ""
+    if src is not None:
+        files["src.tar"] = src
+        parent = shlex.quote(str(package.parent))
+        unpack = f"mkdir -p {parent} && tar -xf {GUEST_IN}/src.tar -C {parent} || exit 90\n"
+    python = shlex.quote(str(venv / "bin" / "python"))
+    files["job.sh"] = f"""# guestbench inside the level-1 guest (written by guestbench.nested.run)
+export GUESTBENCH_CACHE={GUEST_CACHE} LIBGUESTFS_PATH={GUEST_DATA}/appliance
+export GUESTBENCH_UML_APPLIANCE={GUEST_DATA}/uml-appliance COLUMNS=200 TERM=dumb
+{unpack}cd {GUEST_IN}
+exec {python} -m guestbench.nested.inside {LIVE_DEVICE} {GUEST_OUT}/results -- {GUEST_IN}/scenario.yaml \\
+  --probe-timeout {level1.probe_timeout_s:.0f} --csv > {GUEST_OUT}/report.csv
+""".encode()
+    return files
+
+
+def guest_results(output: Path) -> dict[str, Any] | None:
+    """The results file the guest wrote (the authoritative copy, from its output disk), if any."""
+    files = sorted((output / "results").glob("*.json")) if (output / "results").is_dir() else []
+    for path in reversed(files):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict):
+            return doc
+    return None
+
+
+class Merger:
+    """Puts the guest's results into the host's results file, every time newer ones arrive; saves atomically."""
+
+    def __init__(self, results: ResultsFile, level1: Level1, image: str | None) -> None:
+        self.results = results
+        self.info: dict[str, Any] = {"host": None, "backends": {}, "status": "starting", "started_utc": None,
+                                     "finished_utc": None, "guestbench": None,
+                                     "level1": {**level1.to_dict(), "image": image, "seconds": None, "error": None}}
+        self.results.doc.setdefault("placements", {})[PLACEMENT] = self.info
+        self.results.save()
+
+    def take(self, guest_doc: dict[str, Any]) -> None:
+        cells = guest_doc.get("cells")
+        if not isinstance(cells, list):
+            return
+        kept = [c for c in self.results.doc["cells"] if c.get("placement") != PLACEMENT]
+        self.results.doc["cells"] = kept + [{**c, "placement": PLACEMENT} for c in cells if isinstance(c, dict)]
+        for k in ("host", "backends", "status", "started_utc", "finished_utc", "guestbench"):
+            if k in guest_doc:
+                self.info[k] = guest_doc[k]
+        self.results.save()
+
+    def take_bytes(self, content: bytes) -> None:
+        try:
+            doc = json.loads(content)
+        except ValueError:
+            return
+        if isinstance(doc, dict):
+            self.take(doc)
+
+    def finish(self, seconds: float | None, error: str | None, interrupted: bool = False) -> None:
+        self.info["level1"]["seconds"] = seconds
+        self.info["level1"]["error"] = error
+        if (error or interrupted) and self.info.get("status") in ("starting", "running"):
+            self.info["status"] = "interrupted" if interrupted else "failed"
+        self.results.save()
+
+    def progress(self, sc: Scenario) -> tuple[int, int | None]:
+        """(iterations done, planned) inside; planned is None until the guest has checked its backends."""
+        cells = [c for c in self.results.doc["cells"] if c.get("placement") == PLACEMENT]
+        if not cells:
+            return 0, None
+        done = total = 0
+        for c in cells:
+            m = get_measurement(str(c.get("measurement")))
+            planned = int(m.times_launch) + sc.warmup + sc.repetitions
+            total += planned
+            if c.get("status") == "skipped":
+                done += planned
+            else:
+                done += min(planned, len(c.get("samples") or []) + len(c.get("warmups") or [])
+                            + len(c.get("failures") or []) + int(m.times_launch and c.get("cold_s") is not None))
+        return done, total
+
+
+def exit_problem(doc: dict[str, Any]) -> str | None:
+    """Why the nested placement produced nothing usable, if it did not."""
+    info = (doc.get("placements") or {}).get(PLACEMENT)
+    if not isinstance(info, dict):
+        return None
+    error = (info.get("level1") or {}).get("error")
+    return str(error) if error else None
+
+
+__all__ = ["Level1", "Merger", "plan", "job_files", "inner_scenario", "guest_results", "exit_problem"]
