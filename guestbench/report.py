@@ -572,6 +572,10 @@ def has_nested(doc: dict[str, Any]) -> bool:
     return bool(_nested_info(doc)) or any(c.get("placement") == "nested" for c in _cells(doc))
 
 
+def _vcpus_text(value: Any) -> str:
+    return f"{_integer_text(value)} vCPU{'' if value == 1 else 's'}"
+
+
 def _integer_text(value: Any) -> str:
     x = _number(value)
     return NONE if x is None else f"{x:.0f}" if x.is_integer() else f"{x:g}"
@@ -585,7 +589,7 @@ def _level1_text(doc: dict[str, Any]) -> str:
     """Where the nested figures were taken, e.g. "level-1 on tcg, 2 vCPUs, 4096 MiB"."""
     level1 = _level1(doc)
     return (f"level-1 on {level1.get('hypervisor') or 'an unrecorded hypervisor'}, "
-            f"{_integer_text(level1.get('vcpus'))} vCPUs, {_integer_text(level1.get('memory_mib'))} MiB")
+            f"{_vcpus_text(level1.get('vcpus'))}, {_integer_text(level1.get('memory_mib'))} MiB")
 
 
 def nested_line(doc: dict[str, Any]) -> str | None:
@@ -691,7 +695,7 @@ def _placement_caption(doc: dict[str, Any], comparisons: list[PlacementRow], tim
     return (f"Timed: {what or 'not recorded'}. Cache mode of the scratch disk: {modes} (– where none applies). "
             f"Medians in seconds, min–max as spread; {SAMPLES_NOTE}. host: on this run's host; nested: the same "
             f"scenario inside a level-1 guest on {level1.get('hypervisor') or 'an unrecorded hypervisor'} with "
-            f"{_integer_text(level1.get('vcpus'))} vCPUs / {_integer_text(level1.get('memory_mib'))} MiB{scaled}. "
+            f"{_vcpus_text(level1.get('vcpus'))} / {_integer_text(level1.get('memory_mib'))} MiB{scaled}. "
             f"nested / host = ratio of medians; its CI: {RATIO_CI_METHOD}; – where a side has fewer than 2 samples.")
 
 

@@ -71,3 +71,95 @@ def test_doctor_says_whether_nested_runs_are_possible(built: image.Image) -> Non
     proc = guestbench("doctor", "--json", "--backend", "uml")
     nested = json.loads(proc.stdout)["nested"]
     assert nested["possible"] is True and nested["image"] == str(built.path)
+
+
+# ------------------------------------------------------------------ placement nested, end to end
+
+NESTED_SCENARIO = """name: nested-smoke
+backends: [uml]
+placement: [host, nested]
+repetitions: 1
+warmup: 0
+timeout: 120
+nested: {memory: 2048, vcpus: 2}
+measurements: [startup]
+"""
+
+
+def _virsh_domains() -> str:
+    import subprocess
+
+    return subprocess.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"], capture_output=True,
+                          text=True, timeout=60).stdout
+
+
+def test_scenario_runs_on_the_host_and_nested_and_merges_one_results_file(built: image.Image,
+                                                                          tmp_path: Path) -> None:
+    """Must-hold 2: boot the level-1 guest, run a one-repetition scenario inside, check the merged file."""
+    sc = tmp_path / "nested.yaml"
+    sc.write_text(NESTED_SCENARIO)
+    proc = guestbench("scenario", str(sc), "--results", str(tmp_path / "results"), "--json", timeout=2400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [path] = list((tmp_path / "results").glob("*.json"))
+    doc = json.loads(path.read_text())
+    assert doc["status"] == "complete"
+    cells = {c["placement"]: c for c in doc["cells"]}
+    assert set(cells) == {"host", "nested"} and len(doc["cells"]) == 2
+    for placement, cell in cells.items():
+        assert cell["backend"] == "uml" and cell["measurement"] == "startup" and cell["status"] == "done"
+        assert len(cell["samples"]) == 1 and cell["samples"][0]["seconds"] > 0, (placement, cell)
+        assert cell["cold_s"] is not None
+    nested = doc["placements"]["nested"]
+    assert nested["status"] == "complete" and nested["level1"]["error"] is None
+    assert nested["level1"]["hypervisor"] == "tcg" and nested["level1"]["vcpus"] == 2  # no usable KVM here
+    assert nested["level1"]["memory_mib"] == 2048 and nested["level1"]["image"] == built.path.name
+    # the guest's own fingerprint: a qemu machine with the level-1 guest's RAM, not this host
+    assert nested["host"]["memory_bytes"] < 2048 * 2**20 < doc["host"]["memory_bytes"]
+    assert nested["host"]["cores"] == 2 and nested["backends"]["uml"]["usable"] is True
+    # time-outs scaled inside: the guest's scenario says so
+    assert nested["level1"]["launch_timeout_s"] == 120 * nested["level1"]["timeout_scale"]
+    # the printed summary has the side-by-side row with the nested/host ratio of medians
+    summary = json.loads(proc.stdout)
+    [row] = summary["placements"]
+    host_s, nested_s = cells["host"]["samples"][0]["seconds"], cells["nested"]["samples"][0]["seconds"]
+    assert row["backend"] == "uml" and abs(row["ratio"] - nested_s / host_s) < 1e-9
+    assert "nested: level-1 guest on qemu TCG" in proc.stderr and "time-out" in proc.stderr
+    # must-hold 3: no guestbench domain, no overlay or run directory left
+    assert guest.leftover_domains() == [] and "guestbench" not in _virsh_domains()
+    assert run_dirs() == []
+
+
+def test_sigterm_during_the_nested_part_destroys_the_guest_and_keeps_the_host_samples(built: image.Image,
+                                                                                      tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    sc = tmp_path / "nested.yaml"
+    sc.write_text(NESTED_SCENARIO)
+    results = tmp_path / "results"
+    log = tmp_path / "stderr.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--results", str(results)],
+                                cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            deadline = time.monotonic() + 900
+            while "guestbench-l1: job starts" not in log.read_text():
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+                time.sleep(1)
+            assert guest.leftover_domains() != []  # the level-1 guest is running now
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert guest.leftover_domains() == [] and "guestbench" not in _virsh_domains()
+    assert run_dirs() == []
+    [path] = list(results.glob("*.json"))
+    doc = json.loads(path.read_text())
+    assert doc["status"] == "interrupted"
+    [host_cell] = [c for c in doc["cells"] if c["placement"] == "host"]
+    assert len(host_cell["samples"]) == 1  # taken before the nested part: kept
+    nested = doc["placements"]["nested"]
+    assert nested["status"] == "interrupted" and "interrupted" in nested["level1"]["error"]

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 from guestbench.nested import live
 
@@ -26,14 +28,24 @@ def _newest(results_dir: Path) -> Path | None:
     return max(files, key=lambda p: p.stat().st_mtime_ns) if files else None
 
 
+def _copy_lines(stream: IO[bytes] | None) -> None:
+    assert stream is not None
+    for line in stream:
+        sys.stderr.buffer.write(line)
+        sys.stderr.buffer.flush()
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[2] != "--":
         sys.stderr.write("usage: python -m guestbench.nested.inside LIVE_DEVICE RESULTS_DIR -- ARGS...\n")
         return 2
     device, results_dir, args = argv[0], Path(argv[1]), argv[3:]
     results_dir.mkdir(parents=True, exist_ok=True)
+    # stderr through a pipe: the child then writes one line per sample instead of a live progress bar that
+    # the host would receive as a garbled console line
     child = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", *args, "--results", str(results_dir)],
-                             stdin=subprocess.DEVNULL)
+                             stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    threading.Thread(target=_copy_lines, args=(child.stderr,), daemon=True).start()
     seq, last, beat = 0, None, time.monotonic()
     started = time.monotonic()
     while True:

@@ -24,7 +24,6 @@ from guestbench.backends import BACKENDS
 from guestbench.measurements import get as get_measurement
 from guestbench.nested import image as nested_image
 from guestbench.nested.image import GUEST_CACHE, GUEST_DATA
-from guestbench.probe import DEFAULT_PROBE_TIMEOUT_S, PROBE_TIMEOUT_S
 from guestbench.results import ResultsFile
 from guestbench.scenario import Scenario
 
@@ -75,8 +74,8 @@ def _duration(seconds: float) -> str:
 def plan(sc: Scenario, kvm: bool, probe_timeout: float | None) -> Level1:
     """Limits for the level-1 run: each inside time-out scaled, and a worst case for the whole run."""
     scale = sc.nested.timeout_scale or (KVM_SCALE if kvm else TCG_SCALE)
-    probe = (probe_timeout or max(DEFAULT_PROBE_TIMEOUT_S, *PROBE_TIMEOUT_S.values())) * scale
     launch, sample = sc.timeout * scale, sc.sample_timeout * scale
+    probe = (probe_timeout or sc.timeout) * scale  # a probe is a launch: the scenario's launch limit, scaled
     backends = list(sc.backends or BACKENDS)
     worst = BOOT_ALLOWANCE_S + len(backends) * probe
     for spec in sc.measurements:
