@@ -132,11 +132,13 @@ def export(doc: dict[str, Any]) -> dict[str, Any]:
         label = str(cell.get("label") or cell.get("measurement") or "?")
         backend = str(cell.get("backend") or "?")
         origin = _mapping(cell.get("pytest_benchmark"))
-        name = f"{bench_name(label)}[{backend}]"
+        placement = str(cell.get("placement") or "host")
+        param = backend if placement == "host" else f"{backend}-{placement}"  # host and nested: distinct names
+        name = f"{bench_name(label)}[{param}]"
         benchmarks.append({
             "group": origin.get("group", label), "name": origin.get("name", name),
             "fullname": origin.get("fullname", f"{prefix}::{name}"),
-            "params": origin.get("params", {"guestbench_backend": backend}), "param": origin.get("param", backend),
+            "params": origin.get("params", {"guestbench_backend": backend}), "param": origin.get("param", param),
             "extra_info": extra,
             "options": origin.get("options", {"timer": "perf_counter", "warmup": bool(cell.get("warmups"))}),
             "stats": stats_fields([float(s["seconds"]) for s in samples]),

@@ -167,36 +167,30 @@ class Checker:
             raise self.fail(key, f"{value!r} is not a non-empty string")
         return value
 
-    def backends(self, key: str, value: object) -> tuple[str, ...]:
+    def names(self, key: str, value: object, what: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+        """A list (or comma-separated string) of distinct names out of `allowed`, in the given order."""
+        choices = ", ".join(allowed)
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",")]
         if not isinstance(value, list):
-            raise self.fail(key, f"{value!r} is not a list; allowed: a list of {', '.join(BACKENDS)}")
+            raise self.fail(key, f"{value!r} is not a list; allowed: a list of {choices}")
         if not value:
-            raise self.fail(key, f"the list is empty; allowed: one or more of {', '.join(BACKENDS)}")
+            raise self.fail(key, f"the list is empty; allowed: one or more of {choices}")
         out: list[str] = []
-        for i, b in enumerate(value):
-            if not isinstance(b, str) or b not in BACKENDS:
-                raise self.fail(f"{key}[{i}]", f"unknown backend {b!r}; allowed: {', '.join(BACKENDS)}")
-            if b in out:
-                raise self.fail(f"{key}[{i}]", f"backend {b!r} is listed twice")
-            out.append(b)
+        for i, name in enumerate(value):
+            if not isinstance(name, str) or name not in allowed:
+                raise self.fail(f"{key}[{i}]", f"unknown {what} {name!r}; allowed: {choices}")
+            if name in out:
+                raise self.fail(f"{key}[{i}]", f"{what} {name!r} is listed twice")
+            out.append(name)
         return tuple(out)
 
+    def backends(self, key: str, value: object) -> tuple[str, ...]:
+        return self.names(key, value, "backend", tuple(BACKENDS))
+
     def placements(self, key: str, value: object) -> tuple[str, ...]:
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",")]
-        allowed = ", ".join(PLACEMENTS)
-        if not isinstance(value, list) or not value:
-            raise self.fail(key, f"{value!r} is not a non-empty list; allowed: one or both of {allowed}")
-        out: list[str] = []
-        for i, p in enumerate(value):
-            if not isinstance(p, str) or p not in PLACEMENTS:
-                raise self.fail(f"{key}[{i}]", f"unknown placement {p!r}; allowed: {allowed}")
-            if p in out:
-                raise self.fail(f"{key}[{i}]", f"placement {p!r} is listed twice")
-            out.append(p)
-        return tuple(p for p in PLACEMENTS if p in out)  # host first: its figures are the reference
+        given = self.names(key, value, "placement", PLACEMENTS)
+        return tuple(p for p in PLACEMENTS if p in given)  # host first: its figures are the reference
 
     def positive(self, key: str, value: object) -> float:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:

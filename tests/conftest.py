@@ -31,6 +31,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_SESSION_TMP, ignore_errors=True)
 
 
+def session_tmp_path() -> Path:
+    """This test session's private root: every file (and so every libvirt domain) of its runs is under it."""
+    return _SESSION_TMP
+
+
 def run_dirs() -> list[Path]:
     return sorted((_SESSION_TMP / "tmp").glob("guestbench-run-*"))
 

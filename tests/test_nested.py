@@ -12,7 +12,9 @@ import pytest
 
 from guestbench.nested import guest, image
 
-from conftest import ROOT, guestbench, run_dirs
+from conftest import ROOT, guestbench, run_dirs, session_tmp_path
+
+TMP = session_tmp_path()
 
 pytestmark = pytest.mark.launch
 
@@ -55,7 +57,7 @@ exit 3
         "\n".join([ln for ln in lines if not ln.startswith("[")][-12:])
     assert "QEMU" in (result.output / "cpuinfo").read_text()  # it really ran in the guest
     assert any("guestbench-l1: booted" in ln for ln in lines), lines[-5:]
-    assert guest.leftover_domains() == []
+    assert guest.leftover_domains(TMP) == []
     assert run_dirs() == []
 
 
@@ -63,7 +65,7 @@ def test_a_job_that_overruns_is_destroyed(built: image.Image, tmp_path: Path) ->
     with pytest.raises(guest.GuestError, match="did not finish within 45 s and was destroyed"):
         guest.run_job(built, _job("echo about to hang; sleep 3600"), tmp_path / "out", memory_mib=512, vcpus=1,
                       kvm=False, timeout_s=45)
-    assert guest.leftover_domains() == []
+    assert guest.leftover_domains(TMP) == []
     assert run_dirs() == []
 
 
@@ -86,13 +88,17 @@ measurements: [startup]
 """
 
 
-def _virsh_domains() -> str:
+def _virsh_domains_under(path: Path) -> list[str]:
+    """What `virsh list --all` shows whose XML mentions `path`: this test session's domains, not another user's."""
     import subprocess
 
-    return subprocess.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"], capture_output=True,
-                          text=True, timeout=60).stdout
+    names = subprocess.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"], capture_output=True,
+                           text=True, timeout=60).stdout.split()
+    return [n for n in names if str(path) in subprocess.run(["virsh", "-c", "qemu:///system", "dumpxml", n],
+                                                              capture_output=True, text=True, timeout=60).stdout]
 
 
+@pytest.mark.timeout(3600)
 def test_scenario_runs_on_the_host_and_nested_and_merges_one_results_file(built: image.Image,
                                                                           tmp_path: Path) -> None:
     """Must-hold 2: boot the level-1 guest, run a one-repetition scenario inside, check the merged file."""
@@ -125,10 +131,11 @@ def test_scenario_runs_on_the_host_and_nested_and_merges_one_results_file(built:
     assert row["backend"] == "uml" and abs(row["ratio"] - nested_s / host_s) < 1e-9
     assert "nested: level-1 guest on qemu TCG" in proc.stderr and "time-out" in proc.stderr
     # must-hold 3: no guestbench domain, no overlay or run directory left
-    assert guest.leftover_domains() == [] and "guestbench" not in _virsh_domains()
+    assert guest.leftover_domains(TMP) == [] and not _virsh_domains_under(TMP)
     assert run_dirs() == []
 
 
+@pytest.mark.timeout(1800)
 def test_sigterm_during_the_nested_part_destroys_the_guest_and_keeps_the_host_samples(built: image.Image,
                                                                                       tmp_path: Path) -> None:
     import signal
@@ -148,13 +155,13 @@ def test_sigterm_during_the_nested_part_destroys_the_guest_and_keeps_the_host_sa
             while "guestbench-l1: job starts" not in log.read_text():
                 assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
                 time.sleep(1)
-            assert guest.leftover_domains() != []  # the level-1 guest is running now
+            assert guest.leftover_domains(TMP) != []  # the level-1 guest is running now
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=120) == 128 + signal.SIGTERM
         finally:
             if proc.poll() is None:
                 proc.kill()
-    assert guest.leftover_domains() == [] and "guestbench" not in _virsh_domains()
+    assert guest.leftover_domains(TMP) == [] and not _virsh_domains_under(TMP)
     assert run_dirs() == []
     [path] = list(results.glob("*.json"))
     doc = json.loads(path.read_text())

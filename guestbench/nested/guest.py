@@ -199,13 +199,24 @@ def _relay(path: Path, seen: int, console: list[str], on_console: Callable[[str]
     return seen + end + 1
 
 
-def leftover_domains() -> list[str]:
-    """Level-1 domains that exist now (for tests and doctor: there should be none between runs)."""
+def leftover_domains(under: Path | None = None) -> list[str]:
+    """Level-1 domains that exist now whose files lie under `under` (None: all), defined or running.
+
+    There should be none between runs; `under` keeps a check to one's own runs on a shared host.
+    """
     import libvirt
 
+    mark = str(under).rstrip("/") + "/" if under is not None else ""
     conn = libvirt.open("qemu:///system")
     try:
-        return [d.name() for d in conn.listAllDomains() if d.name().startswith(DOMAIN_PREFIX)]
+        found = []
+        for d in conn.listAllDomains():
+            try:
+                if d.name().startswith(DOMAIN_PREFIX) and mark in d.XMLDesc(0):
+                    found.append(d.name())
+            except libvirt.libvirtError:  # gone meanwhile
+                continue
+        return found
     finally:
         conn.close()
 
