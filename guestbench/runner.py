@@ -254,7 +254,7 @@ class Runner:
 
             def on_console(line: str) -> None:
                 if verbose or not KERNEL_LINE.match(line):
-                    self.console.print(f"  level-1 │ {line}", markup=False, highlight=False)
+                    self.console.print(f"  level-1 │ {line}", markup=False, highlight=False, soft_wrap=True)
 
             def on_live(snap: Any) -> None:
                 merger.take_bytes(snap.content)

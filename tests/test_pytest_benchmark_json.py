@@ -61,7 +61,8 @@ def test_round_trip_of_real_results_is_lossless(path: Path) -> None:
     n_samples = sum(1 for c in doc["cells"] if c["samples"])
     assert len(exported["benchmarks"]) == n_samples
     for bench in exported["benchmarks"]:
-        cell = next(c for c in doc["cells"] if c["backend"] == bench["param"] and
+        cell = next(c for c in doc["cells"] if bench["param"] == (c["backend"] if c["placement"] == "host" else
+                                                                  f"{c['backend']}-{c['placement']}") and
                     pbj.bench_name(c["label"]) == bench["name"].split("[")[0])
         assert bench["stats"]["data"] == [s["seconds"] for s in cell["samples"]]
         assert bench["extra_info"]["params"] == cell["params"] and bench["extra_info"]["timed"] == cell["timed"]
