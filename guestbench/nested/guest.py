@@ -113,7 +113,10 @@ def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_
             f.truncate(live.DISK_SIZE)
         for made in run_dir.iterdir():
             os.chmod(made, 0o666)
-        dom = conn.createXML(domain_xml(name, image, run_dir, memory_mib, vcpus, kvm), 0)
+        try:
+            dom = conn.createXML(domain_xml(name, image, run_dir, memory_mib, vcpus, kvm), 0)
+        except libvirt.libvirtError as e:
+            raise GuestError(f"libvirt could not start the level-1 guest: {e}") from None
         seen = 0
         heard = time.monotonic()
         while True:
