@@ -107,6 +107,12 @@ class Runner:
         else:
             self.console.print(f"[red]✗[/] {name}: not usable — ", av.reason + cached, sep="", highlight=False)
 
+    def _progress(self) -> Progress:
+        """One progress display for host cells and the nested part: bar, count, elapsed, ETA."""
+        return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console,
+                        transient=False)
+
     # ------------------------------------------------------------------ cells
     def _plan(self, usable: list[str]) -> Iterator[tuple[dict[str, Any], list[str]]]:
         assert self.results is not None
@@ -125,9 +131,7 @@ class Runner:
     def _run_cells(self, usable: list[str]) -> None:
         plan = list(self._plan(usable))
         total = sum(len(its) for _, its in plan)
-        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-        with Progress(*columns, console=self.console, transient=False) as progress:
+        with self._progress() as progress:
             task = progress.add_task(self.sc.name, total=total)
             for cell, its in plan:
                 self._run_cell(cell, its, progress, task)
@@ -247,9 +251,7 @@ class Runner:
             return
         merger = nested_run.Merger(self.results, level1, img.path.name)
         verbose = self.opts.verbose
-        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-        with Progress(*columns, console=self.console, transient=False) as progress:
+        with self._progress() as progress:
             task = progress.add_task(f"{self.sc.name} · nested · booting the level-1 guest", total=None)
 
             def on_console(line: str) -> None:

@@ -72,19 +72,22 @@ def guestfs_domains(workdir: Path | None = None) -> set[str]:
     on this host create guestfs-* domains at the same time, and must never be touched. Every file of a
     guestbench launch (its disks, libguestfs's overlay and sockets: set_tmpdir) lives in its work dir.
     """
+    return set(domains_under(DOMAIN_PREFIX, workdir))
+
+
+def domains_under(prefix: str, under: Path | None = None) -> list[str]:
+    """Domains named `prefix`... whose XML mentions a path under `under` (None: all); [] without libvirt."""
     try:
         conn = _open()
     except Exception:
-        return set()
-    mark = str(workdir).rstrip("/") + "/" if workdir is not None else ""
+        return []
+    mark = str(under).rstrip("/") + "/" if under is not None else ""
     try:
-        found = set()
+        found = []
         for d in conn.listAllDomains():
-            if not d.name().startswith(DOMAIN_PREFIX):
-                continue
             try:
-                if mark in d.XMLDesc(0):
-                    found.add(d.name())
+                if d.name().startswith(prefix) and mark in d.XMLDesc(0):
+                    found.append(d.name())
             except Exception:  # gone meanwhile
                 continue
         return found

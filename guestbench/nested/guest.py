@@ -207,21 +207,9 @@ def leftover_domains(under: Path | None = None) -> list[str]:
 
     There should be none between runs; `under` keeps a check to one's own runs on a shared host.
     """
-    import libvirt
+    from guestbench.backends.libvirt import domains_under
 
-    mark = str(under).rstrip("/") + "/" if under is not None else ""
-    conn = libvirt.open("qemu:///system")
-    try:
-        found = []
-        for d in conn.listAllDomains():
-            try:
-                if d.name().startswith(DOMAIN_PREFIX) and mark in d.XMLDesc(0):
-                    found.append(d.name())
-            except libvirt.libvirtError:  # gone meanwhile
-                continue
-        return found
-    finally:
-        conn.close()
+    return domains_under(DOMAIN_PREFIX, under)
 
 
 __all__ = ["GuestError", "JobResult", "run_job", "leftover_domains"]

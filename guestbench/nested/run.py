@@ -25,6 +25,7 @@ from guestbench.measurements import get as get_measurement
 from guestbench.nested import image as nested_image
 from guestbench.nested.image import GUEST_CACHE, GUEST_DATA
 from guestbench.results import ResultsFile
+from guestbench.runner import iterations
 from guestbench.scenario import Scenario
 
 # Time-outs inside the level-1 guest are the scenario's times this. Measured here with the level-1 guest on
@@ -81,7 +82,7 @@ def plan(sc: Scenario, kvm: bool, probe_timeout: float | None) -> Level1:
     for spec in sc.measurements:
         m = get_measurement(spec.measurement)
         per_iteration = launch if m.times_launch else launch + sample
-        worst += len(backends) * (int(m.times_launch) + sc.warmup + sc.repetitions) * per_iteration
+        worst += len(backends) * len(iterations(sc, m.times_launch)) * per_iteration
     deadline = sc.nested.timeout or worst
     return Level1("kvm" if kvm else "tcg", sc.nested.memory_mib, sc.nested.vcpus, scale, launch, sample, probe,
                   deadline)
@@ -188,7 +189,7 @@ class Merger:
         done = total = 0
         for c in cells:
             m = get_measurement(str(c.get("measurement")))
-            planned = int(m.times_launch) + sc.warmup + sc.repetitions
+            planned = len(iterations(sc, m.times_launch))
             total += planned
             if c.get("status") == "skipped":
                 done += planned
