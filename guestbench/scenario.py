@@ -6,6 +6,7 @@ Every problem is a UserError naming the file, the key path, what is wrong and wh
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 from dataclasses import dataclass, field
@@ -48,24 +49,46 @@ TOP_KEYS: dict[str, str] = {
               "to every time-out inside it; default 3 when the level-1 VM runs on KVM, 25 on TCG), timeout "
               "(limit for the whole level-1 run; default: the worst case of all time-outs inside)",
     "measurements": f"non-empty list; each item a measurement name or a mapping with key 'measurement' "
-                    f"({', '.join(MEASUREMENTS)}), an optional 'label', and that measurement's parameters",
+                    f"({', '.join(MEASUREMENTS)}), an optional 'label', that measurement's parameters, and an "
+                    "optional 'matrix' (parameter: [values...]; one cell per combination, labelled "
+                    "label.value1.value2...)",
 }
 NESTED_KEYS = {"memory": "the level-1 VM's RAM: an integer in MiB or a size (e.g. 4GiB), at least 1024 MiB",
                "vcpus": "integer >= 1: the level-1 VM's vCPUs",
                "timeout_scale": "number > 0: factor for every time-out inside the level-1 VM",
                "timeout": "seconds > 0: limit for the whole level-1 run (boot, probes, every sample)"}
+LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 APPLIANCE_KEYS = {"memsize": "appliance RAM: an integer in MiB or a size (e.g. 2GiB)",
                   "smp": "integer >= 1: appliance vCPUs"}
 
 
 @dataclass(frozen=True)
 class MeasurementSpec:
+    """One cell row of the scenario. A `matrix` item expands into one spec per combination: they share
+    `group` (the item's label) and each has `variant` (the matrix keys with this combination's values)."""
+
     measurement: str
     label: str
     params: dict[str, Any]
+    group: str = ""
+    variant: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.group:
+            object.__setattr__(self, "group", self.label)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"measurement": self.measurement, "label": self.label, "params": dict(self.params)}
+        return {"measurement": self.measurement, "label": self.label, "params": dict(self.params),
+                "group": self.group, "variant": dict(self.variant)}
+
+    def to_item(self) -> dict[str, Any]:
+        """This spec as a scenario-file item; a matrix combination becomes a one-value matrix, so it reads
+        back to the same spec (label, group and variant included)."""
+        if not self.variant:
+            return {"measurement": self.measurement, "label": self.label, **self.params}
+        fixed = {k: v for k, v in self.params.items() if k not in self.variant}
+        return {"measurement": self.measurement, "label": self.group, **fixed,
+                "matrix": {k: [v] for k, v in self.variant.items()}}
 
 
 @dataclass(frozen=True)
@@ -109,7 +132,7 @@ class Scenario:
         doc: dict[str, Any] = {
             "name": self.name, "repetitions": self.repetitions, "warmup": self.warmup, "timeout": self.timeout,
             "sample_timeout": self.sample_timeout, "phases": self.phases, "placement": list(self.placements),
-            "measurements": [{"measurement": m.measurement, "label": m.label, **m.params} for m in self.measurements],
+            "measurements": [m.to_item() for m in self.measurements],
         }
         if self.description:
             doc["description"] = self.description
@@ -234,7 +257,8 @@ class Checker:
             raise self.fail(key, f"{mib} MiB is too small; allowed: at least 256 (MiB)")
         return mib
 
-    def measurement(self, key: str, item: object, memsize: int | None) -> MeasurementSpec:
+    def measurement(self, key: str, item: object, memsize: int | None) -> list[MeasurementSpec]:
+        """One item: a single spec, or one per combination of its `matrix` (in the order written)."""
         allowed = ", ".join(MEASUREMENTS)
         if isinstance(item, str):
             item = {"measurement": item}
@@ -249,22 +273,59 @@ class Checker:
         params = m.defaults()
         known = {p.name for p in m.params}
         for k, v in item.items():
-            if k in ("measurement", "label"):
+            if k in ("measurement", "label", "matrix"):
                 continue
             if k not in known:
-                ok = ", ".join(["label", *sorted(known)])
+                ok = ", ".join(["label", "matrix", *sorted(known)])
                 raise self.fail(f"{key}.{k}", f"unknown parameter for {name}; allowed: {ok}")
             try:
                 params[k] = m.param(k).parse(v)
             except ValueError as e:
                 raise self.fail(f"{key}.{k}", str(e)) from None
         label = item.get("label", name)
-        if not isinstance(label, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", label):
+        if not isinstance(label, str) or not LABEL.fullmatch(label):
             raise self.fail(f"{key}.label", f"{label!r} is not allowed; allowed: letters, digits, . _ - "
                             "(starting with a letter or digit)")
-        for pkey, problem in m.check(params, memsize):
-            raise self.fail(f"{key}.{pkey}", problem)
-        return MeasurementSpec(name, label, params)
+        axes = self.matrix(f"{key}.matrix", item["matrix"], m, set(item) - {"measurement", "label", "matrix"}) \
+            if "matrix" in item else []
+        specs = []
+        for combo in itertools.product(*[values for _, values in axes]):
+            variant = {k: v for (k, _), v in zip(axes, combo)}
+            cell_params = {**params, **variant}
+            where = key
+            if variant:
+                where = f"{key}.matrix ({', '.join(f'{k}={m.param(k).show(v)}' for k, v in variant.items())})"
+            for pkey, problem in m.check(cell_params, memsize):
+                raise self.fail(f"{where}.{pkey}" if not variant else f"{where}: {pkey}", problem)
+            cell_label = label + "".join(f".{m.param(k).show(v)}" for k, v in variant.items())
+            specs.append(MeasurementSpec(name, cell_label, cell_params, group=label, variant=variant))
+        return specs
+
+    def matrix(self, key: str, value: object, m: Any, fixed: set[str]) -> list[tuple[str, list[Any]]]:
+        """`matrix:` maps parameter names to lists of values; every combination becomes a cell."""
+        names = ", ".join(sorted(p.name for p in m.params))
+        if not isinstance(value, dict) or not value:
+            raise self.fail(key, f"{value!r} is not a non-empty mapping; allowed: parameter: [values...] with "
+                            f"parameters of {m.name}: {names}")
+        axes: list[tuple[str, list[Any]]] = []
+        for k, values in value.items():
+            if k not in {p.name for p in m.params}:
+                raise self.fail(f"{key}.{k}", f"unknown parameter for {m.name}; allowed: {names}")
+            if k in fixed:
+                raise self.fail(f"{key}.{k}", "is also given as a fixed parameter; give it in one place")
+            if not isinstance(values, list) or not values:
+                raise self.fail(f"{key}.{k}", f"{values!r} is not a non-empty list; allowed: a list of values, "
+                                f"each {m.param(k).allowed()}")
+            parsed = []
+            for i, v in enumerate(values):
+                try:
+                    parsed.append(m.param(k).parse(v))
+                except ValueError as e:
+                    raise self.fail(f"{key}.{k}[{i}]", str(e)) from None
+                if parsed[-1] in parsed[:-1]:
+                    raise self.fail(f"{key}.{k}[{i}]", f"{v!r} is listed twice")
+            axes.append((k, parsed))
+        return axes
 
     def measurements(self, key: str, value: object, memsize: int | None) -> tuple[MeasurementSpec, ...]:
         if not isinstance(value, list):
@@ -272,14 +333,16 @@ class Checker:
                             f"measurements ({', '.join(MEASUREMENTS)})")
         if not value:
             raise self.fail(key, f"the list is empty; allowed: one or more of {', '.join(MEASUREMENTS)}")
-        specs = [self.measurement(f"{key}[{i}]", item, memsize) for i, item in enumerate(value)]
+        specs: list[tuple[int, MeasurementSpec]] = []
+        for i, item in enumerate(value):
+            specs += [(i, s) for s in self.measurement(f"{key}[{i}]", item, memsize)]
         seen: set[str] = set()
-        for i, s in enumerate(specs):
+        for i, s in specs:
             if s.label in seen:
                 raise self.fail(f"{key}[{i}].label", f"label {s.label!r} is used twice; give each item a "
                                 "distinct 'label'")
             seen.add(s.label)
-        return tuple(specs)
+        return tuple(s for _, s in specs)
 
 
 def parse_scenario(data: object, source: str) -> Scenario:
@@ -398,7 +461,7 @@ def apply_overrides(sc: Scenario, **overrides: Any) -> Scenario:
                 if "disk_size" in params:
                     # grow the image with the payload so that a bigger --size still fits
                     params["disk_size"] = max(params["disk_size"], min_disk_size(size))
-            new.append(MeasurementSpec(m.measurement, m.label, params))
+            new.append(dataclasses.replace(m, params=params))
         measurements = tuple(new)
     for m in measurements:
         for pkey, problem in MEASUREMENTS[m.measurement].check(m.params, memsize):

@@ -249,10 +249,10 @@ MIN = "name: x\nmeasurements: [startup]\n"
         pytest.param("name: x\nmeasurements:\n  - [startup]\n", "measurements[0]",
                      ["neither a measurement name nor a mapping", ALL_MEASUREMENTS], id="item-is-list"),
         pytest.param("name: x\nmeasurements:\n  - measurement: upload\n    fs: ext4\n", "measurements[0].fs",
-                     ["unknown parameter for upload", "label, cache, disk_size, filesystem, format, size"],
+                     ["unknown parameter for upload", "label, matrix, cache, disk_size, filesystem, format, size"],
                      id="unknown-parameter"),
         pytest.param("name: x\nmeasurements:\n  - measurement: startup\n    size: 1GiB\n", "measurements[0].size",
-                     ["unknown parameter for startup", "label, cache, disk_size, format"],
+                     ["unknown parameter for startup", "label, matrix, cache, disk_size, format"],
                      id="parameter-of-another-measurement"),
         pytest.param("name: x\nmeasurements:\n  - measurement: upload\n    filesystem: ntfs\n",
                      "measurements[0].filesystem", ["'ntfs' is not allowed", "ext2, ext3, ext4, xfs, btrfs"],
@@ -542,3 +542,52 @@ def test_memsize_override_too_small_for_upload_no_write(upload_sc: Scenario) -> 
     msg = override_error(upload_sc, "upload-no-write.size", memsize="256")
     assert "memsize 256MiB" in msg
     assert "at least 484" in msg
+
+
+# ---------------------------------------------------------------- matrix
+
+MATRIX = """name: m
+measurements:
+  - measurement: upload
+    label: up
+    size: 8MiB
+    matrix:
+      filesystem: [ext2, xfs]
+      format: [raw, qcow2]
+"""
+
+
+def test_matrix_expands_every_combination_in_order(tmp_path: Path) -> None:
+    sc = scenario_from(MATRIX, tmp_path)
+    assert [m.label for m in sc.measurements] == ["up.ext2.raw", "up.ext2.qcow2", "up.xfs.raw", "up.xfs.qcow2"]
+    assert {m.group for m in sc.measurements} == {"up"}
+    last = sc.measurements[-1]
+    assert last.variant == {"filesystem": "xfs", "format": "qcow2"}
+    assert last.params["filesystem"] == "xfs" and last.params["format"] == "qcow2" and last.params["size"] == 8 * MiB
+    assert parse_scenario(json.loads(json.dumps(sc.to_file())), sc.source) == sc  # one-value matrices read back
+
+
+def test_plain_item_is_its_own_group(tmp_path: Path) -> None:
+    (m,) = scenario_from("name: x\nmeasurements: [upload]\n", tmp_path).measurements
+    assert m.group == "upload" and m.variant == {}
+
+
+@pytest.mark.parametrize("matrix, key, needle", [
+    ("{fs: [ext2]}", "measurements[0].matrix.fs", "unknown parameter for upload"),
+    ("{filesystem: ext2}", "measurements[0].matrix.filesystem", "not a non-empty list"),
+    ("{filesystem: []}", "measurements[0].matrix.filesystem", "not a non-empty list"),
+    ("{filesystem: [ext2, zfs]}", "measurements[0].matrix.filesystem[1]", "'zfs' is not allowed"),
+    ("{filesystem: [ext2, ext2]}", "measurements[0].matrix.filesystem[1]", "listed twice"),
+    ("{size: [8MiB]}", "measurements[0].matrix.size", "also given as a fixed parameter"),
+    ("[ext2]", "measurements[0].matrix", "not a non-empty mapping"),
+])
+def test_bad_matrix(tmp_path: Path, matrix: str, key: str, needle: str) -> None:
+    err = load_error(write(tmp_path, f"name: x\nmeasurements:\n  - measurement: upload\n    size: 8MiB\n"
+                                     f"    matrix: {matrix}\n"))
+    assert err.key == key and needle in str(err), str(err)
+
+
+def test_matrix_labels_must_not_collide(tmp_path: Path) -> None:
+    err = load_error(write(tmp_path, "name: x\nmeasurements:\n  - {measurement: upload, label: a.ext2}\n"
+                                     "  - {measurement: upload, label: a, matrix: {filesystem: [ext2]}}\n"))
+    assert "used twice" in str(err)
