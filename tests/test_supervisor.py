@@ -34,7 +34,7 @@ class ScriptBackend(Backend):
     def preconditions(self) -> Availability:
         return Availability(True, "test hypervisor")
 
-    def handle_config(self, cache_dir: Path) -> HandleConfig:
+    def handle_config(self, cache_dir: Path, workload: bool = False) -> HandleConfig:
         return HandleConfig("direct", ["force_tcg"], hv=str(self.script))
 
 

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
+from guestbench.appliance import APPLIANCES_DIR
 from guestbench.backends import BACKENDS
 from guestbench.paths import cache_dir
 
@@ -41,7 +42,7 @@ def environment(values: dict[str, str]) -> Iterator[None]:
 
 
 def uml_processes() -> list[str]:
-    return processes_mentioning("uml-appliance/")  # the UML kernel runs from the cached appliance
+    return processes_mentioning(f"{APPLIANCES_DIR}/uml-")  # the UML kernel runs from the cached appliance
 
 
 @pytest.fixture(scope="module")

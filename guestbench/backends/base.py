@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guestbench.appliance import appliance_dir
+
 QEMU = "qemu-system-x86_64"
 
 
@@ -45,13 +47,22 @@ class Backend:
     name: str = ""
     summary: str = ""
     phase_markers: str = "qemu"  # which boot markers its console prints (guestbench.phases.MARKERS)
+    appliance_flavour: str = "qemu"  # which of guestbench's appliances it boots (guestbench.appliance.FLAVOURS)
 
     def preconditions(self) -> Availability:
         """Cheap checks that need no launch (binaries, devices, daemons)."""
         raise NotImplementedError
 
-    def handle_config(self, cache_dir: Path) -> HandleConfig:
+    def handle_config(self, cache_dir: Path, workload: bool = False) -> HandleConfig:
+        """How to make a handle; `workload`: boot guestbench's workload appliance (fio, bonnie++, dbench...)."""
         raise NotImplementedError
+
+    def workload_env(self, workload: bool) -> dict[str, str]:
+        """LIBGUESTFS_PATH naming the workload appliance of this backend's flavour (built if missing), or
+        nothing: the standard configuration keeps libguestfs's own appliance."""
+        if not workload:
+            return {}
+        return {"LIBGUESTFS_PATH": str(appliance_dir(self.appliance_flavour, "workload"))}
 
     def probe_key(self) -> dict[str, Any]:
         """What a cached launch verdict depends on: when any of it changes, probe again."""

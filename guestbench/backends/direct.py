@@ -24,8 +24,8 @@ class Tcg(Backend):
             return missing
         return Availability(True, "qemu with TCG", {"qemu": qemu_path()})
 
-    def handle_config(self, cache_dir: Path) -> HandleConfig:
-        return HandleConfig("direct", ["force_tcg"])
+    def handle_config(self, cache_dir: Path, workload: bool = False) -> HandleConfig:
+        return HandleConfig("direct", ["force_tcg"], env=self.workload_env(workload))
 
     def probe_key(self) -> dict[str, Any]:
         v = host.versions()
@@ -58,13 +58,13 @@ class Kvm(Backend):
                                 details)
         return Availability(True, f"/dev/kvm served by {dev['flavour']}", details)
 
-    def handle_config(self, cache_dir: Path) -> HandleConfig:
+    def handle_config(self, cache_dir: Path, workload: bool = False) -> HandleConfig:
         qemu = qemu_path()
         assert qemu is not None
         hv = None
         if msr_quirk_needed(qemu) == "needed":
             hv = str(write_quirk_wrapper(cache_dir, qemu))
-        return HandleConfig("direct", ["force_kvm"], hv=hv)
+        return HandleConfig("direct", ["force_kvm"], hv=hv, env=self.workload_env(workload))
 
     def probe_key(self) -> dict[str, Any]:
         v = host.versions()

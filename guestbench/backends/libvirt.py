@@ -131,8 +131,10 @@ class _LibvirtBackend(Backend):
             return Availability(False, err)
         return Availability(True, f"libvirtd answers on {URI}", {"uri": URI})
 
-    def handle_config(self, cache_dir: Path) -> HandleConfig:
-        return HandleConfig("libvirt", list(self.settings), env={"LIBGUESTFS_BACKEND": f"libvirt:{URI}"})
+    def handle_config(self, cache_dir: Path, workload: bool = False) -> HandleConfig:
+        # libguestfs's libvirt backend honours LIBGUESTFS_PATH too (the appliance is readable by libvirt's qemu)
+        return HandleConfig("libvirt", list(self.settings),
+                            env={"LIBGUESTFS_BACKEND": f"libvirt:{URI}", **self.workload_env(workload)})
 
     def probe_key(self) -> dict[str, Any]:
         v = host.versions()

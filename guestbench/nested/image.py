@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from guestbench.backends.uml import appliance as uml_appliance
+from guestbench import appliance
 from guestbench.paths import temp_root
 
-SUPERMIN_D = uml_appliance.SUPERMIN_D
 # What the level-1 guest needs to run guestbench's tcg and uml backends (dependencies come with them).
 PACKAGES = ("bash", "coreutils", "util-linux", "procps", "kmod", "iproute2", "e2fsprogs", "tar", "gzip",
             "python3", "python3-guestfs", "python3-yaml", "libguestfs0", "qemu-system-x86", "qemu-utils",
@@ -129,10 +128,12 @@ def inputs() -> dict[str, object]:
     if venv is not None:
         freeze = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True,
                                 text=True, stdin=subprocess.DEVNULL).stdout
-    kernel_version = uml_appliance.uml_kernel_version()
+    try:  # the appliances the data disk carries
+        appliances = {f"{f}-standard": appliance.inputs(f) for f in appliance.FLAVOURS}
+    except appliance.ApplianceError as e:
+        raise ImageError(str(e)) from None
     return {"packages": _package_versions(), "init": INIT, "root_size": ROOT_SIZE,
-            "supermin.d": [[p.name, p.stat().st_size, int(p.stat().st_mtime)] for p in sorted(SUPERMIN_D.iterdir())],
-            "uml_appliance": uml_appliance.inputs_key(kernel_version) if kernel_version else None,
+            "appliances": {name: appliance.inputs_key(ins) for name, ins in appliances.items()},
             "venv": str(venv) if venv else None, "pip_freeze": hashlib.sha256(freeze.encode()).hexdigest()}
 
 
@@ -209,12 +210,13 @@ def build(say: Callable[[str], None] = lambda s: None, force: bool = False) -> I
         staging = work / "data"
         staging.mkdir()
         say("building a fixed libguestfs appliance for the guest (supermin)")
-        _run(["supermin", "--build", "--copy-kernel", "-f", "ext2", "--host-cpu", "x86_64",
-              "-o", str(staging / "appliance"), str(SUPERMIN_D)], "supermin (libguestfs appliance)")
-        (staging / "appliance" / "README.fixed").write_text("libguestfs appliance for guestbench's level-1 guest\n")
+        try:
+            appliance.build_to(staging / "appliance", appliance.inputs("qemu"))
+            uml = appliance.appliance_dir("uml")
+        except appliance.ApplianceError as e:
+            raise ImageError(str(e)) from None
         say("adding the UML appliance")
-        _run(["cp", "-a", "--sparse=always", str(uml_appliance.appliance_dir()), str(staging / "uml-appliance")],
-             "copying the UML appliance")
+        _run(["cp", "-a", "--sparse=always", str(uml), str(staging / "uml-appliance")], "copying the UML appliance")
         venv = venv_prefix()
         if venv is not None:
             say(f"adding this host's virtualenv ({venv})")

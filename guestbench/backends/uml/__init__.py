@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from guestbench import host
+from guestbench.appliance import UML_KERNEL, ApplianceError, appliance_dir, uml_kernel_version
 from guestbench.backends.base import Availability, Backend, HandleConfig, install_script, libguestfs_available
-from guestbench.backends.uml.appliance import UML_KERNEL, ApplianceError, appliance_dir, uml_kernel_version
 from guestbench.backends.uml.hv import CHANNEL_ENV
 
 PTRACE_TRACEME = 0
@@ -54,6 +54,7 @@ class Uml(Backend):
     summary = ("User-Mode Linux: the appliance kernel runs as a host process (no hardware virtualization), "
                "via a guestbench hypervisor program behind libguestfs's direct backend")
     channel = "virtio"
+    appliance_flavour = "uml"
 
     def preconditions(self) -> Availability:
         if (why := libguestfs_available()) is not None:
@@ -67,25 +68,27 @@ class Uml(Backend):
             if problem:
                 return Availability(False, problem)
         try:
-            appliance = appliance_dir()
+            appliance = appliance_dir(self.appliance_flavour)
         except ApplianceError as e:
             return Availability(False, f"cannot build the UML appliance: {e}")
         return Availability(True, f"UML {version}", {"uml": version, "appliance": str(appliance),
                                                       "channel": self.channel})
 
-    def handle_config(self, cache_dir: Path) -> HandleConfig:
+    def handle_config(self, cache_dir: Path, workload: bool = False) -> HandleConfig:
+        # always a fixed appliance: the stock one cannot boot on UML
+        appliance = appliance_dir(self.appliance_flavour, "workload" if workload else "standard")
         return HandleConfig("direct", [], hv=str(write_hv_wrapper(cache_dir)),
-                            env={"LIBGUESTFS_PATH": str(appliance_dir()), CHANNEL_ENV: self.channel})
+                            env={"LIBGUESTFS_PATH": str(appliance), CHANNEL_ENV: self.channel})
 
     def probe_key(self) -> dict[str, Any]:
         v = host.versions()
         return {"libguestfs": v.get("libguestfs"), "uml": uml_kernel_version(), "kernel": v.get("kernel"),
-                "appliance": str(appliance_dir(build=False)) if _built() else None, "channel": self.channel}
+                "appliance": str(appliance_dir("uml", build=False)) if _built() else None, "channel": self.channel}
 
 
 def _built() -> bool:
     try:
-        appliance_dir(build=False)
+        appliance_dir("uml", build=False)
         return True
     except ApplianceError:
         return False
