@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from guestbench import __version__, compare, host, probe, report
+from guestbench import __version__, appliance, compare, host, probe, report
 from guestbench.backends import BACKENDS
 from guestbench.errors import Interrupted, UserError
 from guestbench.measurements import MEASUREMENTS
@@ -29,6 +30,8 @@ from guestbench.supervisor import Supervisor, TrapSignals
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70
+# the appliances doctor reports: the UML backend's, and the workload ones of both flavours
+DOCTOR_APPLIANCES = (("uml", "standard"), ("qemu", "workload"), ("uml", "workload"))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -204,10 +207,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from guestbench.nested import image as nested_image
 
     nested = nested_image.status(bool(verdicts.get("kvm", {}).get("usable")))
+    appliances = {f"{f}-{v}": appliance.state(f, v) for f, v in DOCTOR_APPLIANCES}
     if args.json:
-        print(json.dumps({"host": fp, "backends": verdicts, "nested": nested}, indent=2))
+        print(json.dumps({"host": fp, "backends": verdicts, "nested": nested, "appliances": appliances}, indent=2))
     else:
         _print_doctor(fp, verdicts)
+        _print_appliances(appliances)
         Console().print(f"nested runs: {'possible' if nested['possible'] else 'not possible'} — {nested['reason']}; "
                         f"image: {nested.get('image_state') or 'n/a'}", highlight=False)
     return 0 if any(v["usable"] for v in verdicts.values()) else 1
@@ -237,6 +242,30 @@ def _print_doctor(fp: dict[str, Any], verdicts: dict[str, Any]) -> None:
         h.add_row(k, str(vers.get(k)))
     h.add_row("git commit", str((fp.get("guestbench") or {}).get("git_commit")))
     con.print(h)
+
+
+def _print_appliances(appliances: dict[str, dict[str, Any]]) -> None:
+    """One line each, paths whole: guestbench's own appliances (built on first use, ~10 s each)."""
+    con = Console()
+    con.print("guestbench's appliances (built on first use, ~10 s each):", highlight=False)
+    for name, st in appliances.items():
+        if st["error"]:
+            con.print(f"  {name}: [red]cannot be built[/]: {escape(st['error'])}", highlight=False)
+            continue
+        state = "not built yet"
+        if st["built"]:
+            state = f"built {st['built_utc']}"
+            if st["root_bytes_allocated"] is not None:
+                state += f", {st['root_bytes_allocated'] / 2**20:.0f} MiB on disk"
+        if st["prebuilt_from"]:
+            state += f", given by ${st['prebuilt_from']}"
+        line = f"  {name}: {state}, {escape(str(st['path']))}"
+        if st["variant"] == "workload":
+            line += f"; packages: {', '.join(st['included']) or 'none'}"
+            if st["missing"]:
+                line += (f"; [yellow]missing: {', '.join(st['missing'])}[/] (add them with {st['install_hint']}; "
+                         "the appliance is rebuilt with them on next use)")
+        con.print(line, highlight=False)
 
 
 def cmd_nested(args: argparse.Namespace) -> int:

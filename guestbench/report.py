@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from guestbench import phases, units
+from guestbench import metrics_report, phases, units
 from guestbench.stats import (CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary, ratio_ci, spread_warnings,
                               summarize)
 
@@ -52,6 +52,7 @@ class Row:
     status: str
     skip_reason: str | None
     first_failure: str | None
+    workload: bool = False  # a tool's figures: shown in guestbench.metrics_report's tables instead
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -120,6 +121,7 @@ def _row(cell: dict[str, Any]) -> Row:
         status=str(cell.get("status") or "unknown"),
         skip_reason=cell.get("skip_reason") or None,
         first_failure=_first_failure(cell),
+        workload=bool(cell.get("metrics")),
     )
 
 
@@ -197,6 +199,8 @@ def warnings(doc: dict[str, Any]) -> list[str]:
     names = _group_names(rs)
     out: list[str] = []
     for group in _by_label_placement(rs).values():
+        if group[0].workload:  # a tool's wall time (dbench runs for a fixed time) is no figure to rank
+            continue
         summaries = {name: r.summary for name, r in zip(_backend_names(group), group) if r.summary is not None}
         out.extend(spread_warnings(names[id(group[0])], summaries))
     for cell, r in zip(cells, rs):
@@ -264,8 +268,8 @@ def fmt_ratio(r: Row) -> str:
 def _no_data(r: Row) -> str:
     """What to show instead of numbers for a cell without samples: its status and why."""
     parts: list[str] = []
-    if r.status == "skipped":
-        parts.append(f"skipped: {r.skip_reason or 'no reason recorded'}")
+    if r.status in ("skipped", "unavailable"):
+        parts.append(f"{r.status}: {r.skip_reason or 'no reason recorded'}")
     elif r.status != "done":
         parts.append(r.status)
     if r.first_failure:
@@ -370,12 +374,25 @@ def to_markdown(doc: dict[str, Any]) -> str:
     lines += [f"Nested: {_md(nested)}  "] if nested else []
     lines += [f"**Warning:** {_md(error)}  "] if error else []
     lines += [_md(_run_line(doc)), ""]
-    groups = _by_label(rows(doc))
-    if not groups:
+    groups = _by_label(r for r in rows(doc) if not r.workload)
+    tables = metrics_report.metric_tables(doc)
+    if not groups and not tables and not metrics_report.durability_rows(doc):
         lines += ["No measurements recorded.", ""]
     for label, group in groups.items():
         lines += [f"## {_md(label)}", "", *_md_table(group), "",
                   f"{_md(_timed_text(group))} {_method_text()}{_md(_cold_text(group))}", ""]
+    for mt in tables:
+        head = metrics_report.header_cells(mt)
+        lines += [f"## {_md(mt.group)}" + (f" ({mt.placement})" if mt.placement != "host" else ""), "",
+                  "| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head),
+                  *("| " + " | ".join(_md(c) for c in metrics_report.row_cells(r)) + " |" for r in mt.rows),
+                  "", _md(mt.caption), "", *(f"- {_md(n)}" for n in mt.notes), ""]
+    durable = metrics_report.durability_rows(doc)
+    if durable:
+        head = metrics_report.DURABILITY_HEADER
+        lines += ["## durability", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+                  *("| " + " | ".join(_md(c) for c in metrics_report.durability_cells(r)) + " |" for r in durable),
+                  "", _md(metrics_report.DURABILITY_CAPTION), ""]
     for pl in placement_tables(doc):
         lines += [f"## {_md(pl.title)}", ""]
         lines += ["| " + " | ".join(_md(h) for h in pl.header) + " |", "|" + "---|" * len(pl.header),
@@ -779,6 +796,21 @@ def _rich_placement_table(pl: PlacementTable) -> Table:
     return table
 
 
+def _rich_metric_table(mt: metrics_report.MetricTable) -> Table:
+    title = mt.group + (f" ({mt.placement})" if mt.placement != "host" else "")
+    caption = " ".join([mt.caption, *mt.notes])
+    table = Table(title=Text(title, style="bold"), caption=Text(caption), caption_justify="left")
+    for i, name in enumerate(metrics_report.header_cells(mt)):
+        table.add_column(name, justify="left" if i == 0 else "right", overflow="fold")
+    for r in mt.rows:
+        cells = [Text(c) for c in metrics_report.row_cells(r)]
+        for i, best in enumerate(metrics_report.best_marks(r)):
+            if best:
+                cells[i + 1].stylize("bold green")
+        table.add_row(*cells)
+    return table
+
+
 def _unusable_table(unusable: dict[str, str]) -> Table:
     table = Table(title=Text("Backends not measured", style="bold"))
     table.add_column("backend")
@@ -798,12 +830,28 @@ def render(doc: dict[str, Any], console: Console) -> None:
         console.print(Text(f"nested: {nested}"))
     if error:
         console.print(Text(f"warning: {error}", style="yellow"))
-    groups = _by_label(rows(doc))
-    if not groups:
+    groups = _by_label(r for r in rows(doc) if not r.workload)
+    tables = metrics_report.metric_tables(doc)
+    if not groups and not tables and not metrics_report.durability_rows(doc):
         console.print(Text("No measurements recorded.", style="yellow"))
     for label, group in groups.items():
         console.print()
         console.print(_rich_table(label, group))
+    for mt in tables:
+        console.print()
+        console.print(_rich_metric_table(mt))
+    durable = metrics_report.durability_rows(doc)
+    if durable:
+        table = Table(title=Text("durability", style="bold"), caption=Text(metrics_report.DURABILITY_CAPTION),
+                      caption_justify="left")
+        for name in metrics_report.DURABILITY_HEADER:
+            table.add_column(name, overflow="fold")
+        for r in durable:
+            cells = [Text(c) for c in metrics_report.durability_cells(r)]
+            cells[5].stylize("green" if r.verdict.startswith("honoured") else "red")
+            table.add_row(*cells)
+        console.print()
+        console.print(table)
     for pl in placement_tables(doc):
         console.print()
         if pl.rows:

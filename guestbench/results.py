@@ -42,6 +42,7 @@ import json
 import os
 import re
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -105,6 +106,7 @@ class ResultsFile:
     def __init__(self, path: Path, doc: dict[str, Any]) -> None:
         self.path = path
         self.doc = doc
+        self.lock = threading.RLock()  # concurrent appliances record into one document
         self.save()
 
     @classmethod
@@ -126,7 +128,8 @@ class ResultsFile:
         return cls(path, doc)
 
     def save(self) -> None:
-        atomic_write_json(self.path, self.doc)
+        with self.lock:
+            atomic_write_json(self.path, self.doc)
 
     def set_backend(self, name: str, info: dict[str, Any]) -> None:
         self.doc["backends"][name] = info

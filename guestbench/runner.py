@@ -7,8 +7,11 @@ domain are killed, the results file is closed as 'interrupted' with every sample
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +24,13 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColum
 from guestbench import host, probe, units
 from guestbench.backends import BACKENDS, Availability
 from guestbench.errors import Interrupted
+from guestbench.appliance import ApplianceError
+from guestbench.measurements import durability
 from guestbench.measurements import get as get_measurement
 from guestbench.paths import cache_dir, make_run_dir, remove_tree
-from guestbench.payload import payload
 from guestbench.results import ResultsFile, results_path, utc_now
 from guestbench.scenario import Scenario
+from guestbench.storage.host import HostStorage, Unavailable, sweep_stale
 from guestbench.supervisor import Supervisor, TrapSignals, WorkerExit, stderr_reason, workdir_for
 
 MAX_WORKER_RESTARTS = 3
@@ -55,6 +60,8 @@ class Runner:
                                                                                            highlight=False))
         self.results: ResultsFile | None = None
         self.run_dir: Path | None = None
+        self._extra: list[Supervisor] = []  # supervisors of concurrent appliances beyond the first
+        self._stopping = False  # a signal arrived: threads of concurrent appliances start nothing new
 
     # ------------------------------------------------------------------ top level
     def run(self) -> ResultsFile:
@@ -62,6 +69,7 @@ class Runner:
         path = results_path(self.opts.results_dir, self.sc.name)
         self.results = ResultsFile.create(path, scenario=self.sc.to_dict(), host=fp,
                                           command=list(self.opts.command), guestbench=fp["guestbench"])
+        sweep_stale()  # what a run killed with SIGKILL left on the host (loop devices, NBD servers, mounts)
         self.run_dir = make_run_dir()
         with TrapSignals():
             try:
@@ -71,11 +79,11 @@ class Runner:
                     self._run_nested()
                 self.results.finish("complete")
             except Interrupted:
-                self.supervisor.abort()
+                self._abort_all()
                 self.results.finish("interrupted")
                 raise
             except BaseException:
-                self.supervisor.abort()
+                self._abort_all()
                 self.results.finish("failed")
                 raise
             finally:
@@ -114,53 +122,197 @@ class Runner:
                         transient=False)
 
     # ------------------------------------------------------------------ cells
-    def _plan(self, usable: list[str]) -> Iterator[tuple[dict[str, Any], list[str]]]:
+    def _plan(self, usable: list[str]) -> Iterator[tuple[list[dict[str, Any]], list[str]]]:
+        """Cells in run order; `concurrency: N` gives N cells (one per appliance) that run at the same time."""
         assert self.results is not None
         for spec in self.sc.measurements:
             m = get_measurement(spec.measurement)
+            n = int(spec.params.get("concurrency", 1))
             for b in usable:
-                cell = self.results.add_cell({
-                    "backend": b, "placement": "host", "measurement": spec.measurement, "label": spec.label,
+                yield [self._add_cell(spec, m, b, k, n) for k in range(1, n + 1)], iterations(self.sc, m.times_launch)
+
+    def _add_cell(self, spec: Any, m: Any, b: str, k: int, n: int) -> dict[str, Any]:
+        assert self.results is not None
+        together = {"label": f"{spec.label}.guest{k}", "variant": {**spec.variant, "guest": k}, "instance": k,
+                    "concurrency": n} if n > 1 else {"label": spec.label, "variant": dict(spec.variant)}
+        return self.results.add_cell({
+                    "backend": b, "placement": "host", "measurement": spec.measurement,
+                    "group": spec.group, **together,
                     "params": dict(spec.params), "timed": m.timed, "cache_mode": m.cache_mode(spec.params),
                     "bytes": m.nbytes(spec.params), "what": m.describe(spec.params),
+                    **({"metrics": [dataclasses.asdict(mt) for mt in metrics]} if (metrics := m.metrics(spec.params))
+                       else {}),
                     **({"phases": True, "phase_markers": BACKENDS[b].phase_markers}
                        if self.sc.phases and m.times_launch else {}),
                 })
-                yield cell, iterations(self.sc, m.times_launch)
 
     def _run_cells(self, usable: list[str]) -> None:
         plan = list(self._plan(usable))
-        total = sum(len(its) for _, its in plan)
+        total = sum(len(its) * len(cells) for cells, its in plan)
         with self._progress() as progress:
             task = progress.add_task(self.sc.name, total=total)
-            for cell, its in plan:
-                self._run_cell(cell, its, progress, task)
+            for cells, its in plan:
+                if len(cells) == 1:
+                    self._run_cell(cells[0], its, progress, task, self.supervisor)
+                else:
+                    self._run_together(cells, its, progress, task)
 
-    def _run_cell(self, cell: dict[str, Any], its: list[str], progress: Progress, task: Any) -> None:
+    def _run_together(self, cells: list[dict[str, Any]], its: list[str], progress: Progress, task: Any) -> None:
+        """N appliances with the same workload at once, each with its own images in the same host directory
+        (E3's guests sharing a disk): one thread and one supervisor each; a signal stops them all."""
+        self._extra = [Supervisor(verbose=self.opts.verbose, echo=self.supervisor.echo) for _ in cells[1:]]
+        supervisors = [self.supervisor, *self._extra]
+        errors: list[BaseException] = []
+
+        def one(cell: dict[str, Any], sup: Supervisor) -> None:
+            try:
+                self._run_cell(cell, its, progress, task, sup)
+            except BaseException as e:  # handed to the main thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=one, args=(c, s), name=f"guest{c['instance']}", daemon=True)
+                   for c, s in zip(cells, supervisors)]
+        try:
+            for t in threads:
+                t.start()
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(0.2)
+        except BaseException:  # a signal: kill every appliance, then let the threads clean up their disks
+            self._stopping = True
+            for sup in supervisors:
+                sup.abort()
+            for t in threads:
+                t.join(120)
+            raise
+        finally:
+            self._extra = []
+        if errors:
+            raise errors[0]
+
+    def _abort_all(self) -> None:
+        for sup in [self.supervisor, *self._extra]:
+            sup.abort()
+
+    def _run_cell(self, cell: dict[str, Any], its: list[str], progress: Progress, task: Any,
+                  supervisor: Supervisor) -> None:
+        """One cell; a workload's host-side disks live exactly as long as the cell (removed in every case)."""
         assert self.results is not None and self.run_dir is not None
         backend = BACKENDS[cell["backend"]]
         m = get_measurement(cell["measurement"])
         workdir = workdir_for(self.run_dir, f"{cell['label']}-{cell['backend']}")
+        cell["status"] = "running"
+        if m.kills_hypervisor:
+            self._run_trials(cell, its, workdir, progress, task, supervisor)
+            return
+        with contextlib.ExitStack() as resources:
+            try:
+                handle_config = backend.handle_config(cache_dir(), workload=m.workload).to_dict()  # once per cell
+                drives: list[dict[str, Any]] = []
+                if m.workload:
+                    storage = resources.enter_context(HostStorage(workdir))
+                    drives = m.host_drives(storage, cell["params"], backend.appliance_flavour)
+            except (Unavailable, ApplianceError) as e:
+                self._unavailable(cell, len(its), progress, task, str(e))
+                return
+            self._run_workers(cell, its, handle_config, drives, workdir, progress, task, supervisor)
+        if cell["status"] == "running":
+            cell["status"] = "done"
+        self.results.save()
+
+    def _run_trials(self, cell: dict[str, Any], its: list[str], workdir: Path, progress: Progress,
+                    task: Any, supervisor: Supervisor) -> None:
+        """Durability: every iteration is one appliance on a fresh disk with a volatile write cache; when it
+        has written and fsynced, the hypervisor and the disk's cache are killed together (a power cut) and
+        the image on the host is checked. Warm-up trials are checked too but kept apart."""
+        assert self.results is not None
+        backend = BACKENDS[cell["backend"]]
+        params = cell["params"]
+        handle_config = backend.handle_config(cache_dir()).to_dict()
+        counters = {"warmup": 0, "rep": 0}
+        for idx, kind in enumerate(its):
+            if self._stopping:
+                return
+            counters[kind] += 1
+            it = (kind, counters[kind])
+            progress.update(task, description=f"{cell['backend']} · {cell['label']} · trial {idx + 1}/{len(its)}")
+            token = durability.token_for(str(workdir), idx)
+            outcome: dict[str, Any] = {}
+            with HostStorage(workdir / f"trial{idx}") as storage:
+                try:
+                    # a plain file, as a disk image normally is (qemu and UML flush a file with fdatasync/fsync);
+                    # libvirt cannot hand a FUSE file to its qemu user (it chowns it), so its qemu gets NBD
+                    drive = storage.volatile(f"trial{idx}", params["disk_size"],
+                                             as_file=handle_config["libguestfs_backend"] != "libvirt")
+                    cell["disk"] = "NBD" if drive.protocol == "nbd" else "file"
+                    cell["disk_describe"] = drive.describe
+                except Unavailable as e:
+                    self._unavailable(cell, len(its) - idx, progress, task, str(e))
+                    return
+
+                def on_message(msg: dict[str, Any]) -> None:
+                    if msg["t"] == "sample":
+                        outcome["sample"] = msg
+                    elif msg["t"] == "failure":
+                        outcome["failure"] = backend.explain(msg["reason"], False)
+                    elif msg["t"] == "powercut":
+                        # The disk first: a hypervisor that dies first closes the image file, and that close
+                        # flushes it (FUSE sends a flush on close), which no real power cut does.
+                        storage.power_cut()
+                        supervisor.abort()  # then the hypervisor, its worker and any libvirt domain
+                        with open(storage.image_path(drive), "rb") as f:
+                            f.seek(durability.OFFSET)
+                            image = f.read(params["size"])
+                        outcome["verdict"] = durability.verdict(image, token, params["size"])
+
+                request = {
+                    "measurement": cell["measurement"], "params": {**params, "token": token}, "iterations": [kind],
+                    "backend": handle_config, "appliance": {"memsize": self.sc.memsize, "smp": self.sc.smp},
+                    "timeout": self.sc.timeout, "sample_timeout": self.sc.sample_timeout,
+                    "workdir": str(workdir), "verbose": self.opts.verbose, "phases": None, "verify": False,
+                    "drives": [drive.to_dict()], "payload": None, "payload_sha256": None,
+                }
+                ex = supervisor.run_worker(request, backend, on_message)
+            if "verdict" in outcome and "sample" in outcome:
+                figures = {**outcome["sample"].get("metrics", {}), "verdict": outcome["verdict"],
+                           "durable": 1.0 if outcome["verdict"] == "honoured" else 0.0}
+                self._record_sample(cell, it, outcome["sample"]["s"], metrics=figures)
+            else:
+                self._record_failure(cell, it, outcome.get("failure") or self._exit_reason(ex, backend))
+            progress.advance(task)
+        cell["status"] = "done"
+        self.results.save()
+
+    def _run_workers(self, cell: dict[str, Any], its: list[str], handle_config: dict[str, Any],
+                     drives: list[dict[str, Any]], workdir: Path, progress: Progress, task: Any,
+                     supervisor: Supervisor) -> None:
+        """Workers for one cell until every iteration is done, failed or skipped; a killed or dead worker is
+        replaced (up to MAX_WORKER_RESTARTS), a hung first launch ends the cell."""
+        assert self.results is not None
+        backend = BACKENDS[cell["backend"]]
+        m = get_measurement(cell["measurement"])
         payload_path = payload_sum = None
         if m.needs_payload:
             progress.update(task, description=f"{cell['backend']} · {cell['label']} · generating payload")
-            payload_path, payload_sum = payload(cell["params"]["size"])
+            payload_path, payload_sum = m.make_payload(cell["params"])
         counters = {"warmup": 0, "rep": 0, "cold": 0}
         numbered: list[tuple[str, int]] = []
         for kind in its:
             counters[kind] += 1
             numbered.append((kind, counters[kind]))
         remaining = list(range(len(its)))
-        handle_config = backend.handle_config(cache_dir()).to_dict()  # once per cell, not per worker
         launched_ok = False
-        cell["status"] = "running"
         restarts = 0
 
-        while remaining:
+        while remaining and not self._stopping:
             index_map = list(remaining)
             done_here: set[int] = set()
 
             def on_message(msg: dict[str, Any]) -> None:
+                with self.results.lock:  # type: ignore[union-attr]  # cells of concurrent appliances share it
+                    handle(msg)
+
+            def handle(msg: dict[str, Any]) -> None:
                 nonlocal launched_ok
                 t = msg["t"]
                 if t == "begin":
@@ -174,7 +326,7 @@ class Runner:
                         self.results.save()  # type: ignore[union-attr]
                 elif t == "sample":
                     gi = index_map[msg["i"]]
-                    self._record_sample(cell, numbered[gi], msg["s"], msg.get("phases"))
+                    self._record_sample(cell, numbered[gi], msg["s"], msg.get("phases"), msg.get("metrics"))
                     done_here.add(gi)
                     progress.advance(task)
                 elif t == "failure":
@@ -185,6 +337,13 @@ class Runner:
                 elif t == "verification":
                     cell["verification"] = msg["record"]
                     self.results.save()  # type: ignore[union-attr]
+                elif t == "setup":
+                    cell.update(msg["record"])
+                    self.results.save()  # type: ignore[union-attr]
+                elif t == "unavailable":
+                    left = [i for i in remaining if i not in done_here]
+                    done_here.update(left)
+                    self._unavailable(cell, len(left), progress, task, msg["reason"])
 
             request = {
                 "measurement": cell["measurement"], "params": cell["params"],
@@ -194,10 +353,10 @@ class Runner:
                 "timeout": self.sc.timeout, "sample_timeout": self.sc.sample_timeout,
                 "workdir": str(workdir), "verbose": self.opts.verbose,
                 "phases": backend.phase_markers if cell.get("phases") else None,
-                "verify": cell["verification"] is None,
+                "verify": cell["verification"] is None, "drives": drives,
                 "payload": str(payload_path) if payload_path else None, "payload_sha256": payload_sum,
             }
-            ex = self.supervisor.run_worker(request, backend, on_message)
+            ex = supervisor.run_worker(request, backend, on_message)
             remaining = [i for i in remaining if i not in done_here]
             if ex.kind == "done" or not remaining:
                 break
@@ -216,9 +375,6 @@ class Runner:
                 self._skip(cell, remaining, progress, task, f"not run: the worker failed {restarts} times; "
                            f"last: {self._exit_reason(ex, backend)}")
                 remaining = []
-        if cell["status"] == "running":
-            cell["status"] = "done"
-        self.results.save()
 
     # ------------------------------------------------------------------ nested placement
     def _kvm_usable(self) -> bool:
@@ -292,11 +448,14 @@ class Runner:
 
     # ------------------------------------------------------------------ recording
     def _record_sample(self, cell: dict[str, Any], it: tuple[str, int], seconds: float,
-                       phases: list[dict[str, Any]] | None = None) -> None:
+                       phases: list[dict[str, Any]] | None = None,
+                       metrics: dict[str, float | str] | None = None) -> None:
         kind, k = it
         entry: dict[str, Any] = {"rep": k, "seconds": seconds, "utc": utc_now()}
         if phases is not None:
             entry["phases"] = phases
+        if metrics is not None:
+            entry["metrics"] = metrics
         if kind == "cold":
             cell["cold_s"] = seconds
         else:
@@ -304,6 +463,11 @@ class Runner:
         self.results.save()  # type: ignore[union-attr]
         if not self.console.is_terminal:  # no live progress bar in a log: one line per sample instead
             rate = f", {units.mb_per_s(cell['bytes'], seconds):.1f} MB/s" if cell.get("bytes") else ""
+            if metrics and cell.get("metrics"):  # the workload's headline figure
+                first = cell["metrics"][0]
+                value = metrics.get(first["key"])
+                shown = f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
+                rate = f", {first['label']} {shown} {first['unit']}"
             self.console.print(f"{cell['backend']} · {cell['label']} · {kind} {k}: {seconds:.3g} s{rate}",
                                highlight=False)
 
@@ -314,11 +478,22 @@ class Runner:
         self.console.print(f"[yellow]![/] {cell['backend']} · {cell['label']} · {kind} {k} failed: ", reason,
                            sep="", highlight=False)
 
+    def _unavailable(self, cell: dict[str, Any], left: int, progress: Progress, task: Any, reason: str) -> None:
+        """The cell cannot run on this machine (reported in its place in every table, never dropped)."""
+        with self.results.lock:  # type: ignore[union-attr]
+            cell["status"] = "unavailable"
+            cell["skip_reason"] = reason
+            self.results.save()  # type: ignore[union-attr]
+        progress.advance(task, left)
+        self.console.print(f"[yellow]–[/] {cell['backend']} · {cell['label']}: unavailable here: ", reason, sep="",
+                           highlight=False)
+
     def _skip(self, cell: dict[str, Any], remaining: list[int], progress: Progress, task: Any, reason: str) -> None:
-        cell["status"] = "skipped"
-        cell["skip_reason"] = reason
+        with self.results.lock:  # type: ignore[union-attr]
+            cell["status"] = "skipped"
+            cell["skip_reason"] = reason
+            self.results.save()  # type: ignore[union-attr]
         progress.advance(task, len(remaining))
-        self.results.save()  # type: ignore[union-attr]
 
     @staticmethod
     def _exit_reason(ex: WorkerExit, backend: Any) -> str:
@@ -340,7 +515,7 @@ def exit_status(doc: dict[str, Any]) -> int:
     if exit_problem(doc):
         return 1
     for cell in doc.get("cells", []):
-        if not cell.get("samples"):
+        if not cell.get("samples") and cell.get("status") != "unavailable":  # unavailable: reported, expected
             return 1
     return 0
 

@@ -9,14 +9,18 @@ Protocol (worker → supervisor, one JSON object per line on the protocol fd):
   {"t": "deadline", "what": "launch", "s": 300}    the next step must finish within s seconds
   {"t": "deadline", "what": null}                   no step is under way
   {"t": "launched", "s": 12.3, "first": true}      a launch finished (first: first launch in this worker)
-  {"t": "sample", "i": index, "s": 11.2}           a timed sample (start-up with phases: "phases": [...])
+  {"t": "sample", "i": index, "s": 11.2}           a timed sample (start-up with phases: "phases": [...];
+                                                   a workload: "metrics": {key: value} from its tool)
   {"t": "failure", "i": index, "reason": "..."}    an iteration failed (the worker goes on)
   {"t": "verification", "record": {...}}
+  {"t": "unavailable", "reason": "..."}             the cell cannot run here (no further iterations)
+  {"t": "setup", "record": {...}}                  what after_launch built (a workload's disk stack)
+  {"t": "powercut", "i": index}                    durability: the data is written and fsynced; kill me now
   {"t": "done"}
 Request (supervisor → worker, one JSON document on stdin): measurement, params, iterations ("cold",
 "warmup", "rep"), backend (HandleConfig.to_dict()), appliance (memsize, smp), timeout, sample_timeout,
-workdir, verbose, verify, phases (null or the marker family, see guestbench.phases), and for uploads
-payload + payload_sha256. Built by runner.Runner and probe.
+workdir, verbose, verify, phases (null or the marker family, see guestbench.phases), drives (host-side
+disks a workload runs on, guestbench.storage.host.Drive.to_dict()), and for uploads payload + payload_sha256. Built by runner.Runner and probe.
 """
 
 from __future__ import annotations
@@ -32,10 +36,11 @@ from typing import Any
 
 from guestbench import phases
 from guestbench.measurements import get as get_measurement
-from guestbench.measurements.base import CellContext, Measurement, verification_problem
+from guestbench.measurements.base import CellContext, Measurement, Unavailable, verification_problem
 from guestbench.paths import WORKDIR_ENV
 
 SHUTDOWN_TIMEOUT_S = 120.0
+POWER_CUT_WAIT_S = 120.0
 
 
 class Channel:
@@ -153,7 +158,7 @@ def run(req: dict[str, Any], chan: Channel) -> None:
     ctx = CellContext(params=req["params"], workdir=workdir,
                       payload=Path(req["payload"]) if req.get("payload") else None,
                       payload_sha256=req.get("payload_sha256"),
-                      memsize_mib=(req.get("appliance") or {}).get("memsize"))
+                      memsize_mib=(req.get("appliance") or {}).get("memsize"), drives=list(req.get("drives") or []))
     timeout = float(req["timeout"])
     sample_timeout = float(req["sample_timeout"])
     verify_pending = bool(req.get("verify", True))
@@ -179,6 +184,7 @@ def run(req: dict[str, Any], chan: Channel) -> None:
     def shutdown(a: Appliance) -> None:
         chan.send(t="deadline", what="shutdown", s=SHUTDOWN_TIMEOUT_S)
         try:
+            measurement.before_shutdown(a.g, ctx)
             a.g.shutdown()
         finally:
             a.close()
@@ -196,11 +202,13 @@ def run(req: dict[str, Any], chan: Channel) -> None:
             if app is None:
                 app, _, _ = launch()
                 chan.send(t="deadline", what="setup", s=sample_timeout)
-                measurement.after_launch(app.g, ctx)
+                record = measurement.after_launch(app.g, ctx)
+                if record:
+                    chan.send(t="setup", record=record)
             chan.send(t="deadline", what="sample", s=sample_timeout)
             measurement.prepare(app.g, ctx)
             t0 = time.perf_counter()
-            measurement.timed_op(app.g, ctx)
+            figures = measurement.timed_op(app.g, ctx)
             elapsed = time.perf_counter() - t0
             if verify_pending:
                 record = measurement.verify(app.g, ctx)
@@ -210,7 +218,20 @@ def run(req: dict[str, Any], chan: Channel) -> None:
                     if (problem := verification_problem(record)) is not None:
                         raise RuntimeError(problem)
             chan.send(t="deadline", what=None)
-            chan.send(t="sample", i=i, s=elapsed)
+            chan.send(t="sample", i=i, s=elapsed, **({"metrics": figures} if figures is not None else {}))
+            if measurement.kills_hypervisor:  # the runner cuts the power now: wait for it, mid-flight
+                chan.send(t="deadline", what="power cut", s=POWER_CUT_WAIT_S)
+                chan.send(t="powercut", i=i)
+                while True:
+                    time.sleep(60)
+        except Unavailable as exc:  # the same on every try: say so once and stop
+            chan.send(t="deadline", what=None)
+            chan.send(t="unavailable", reason=str(exc))
+            for a in (app, launching):
+                if a is not None:
+                    a.close()
+            app = launching = None
+            break
         except Exception as exc:  # a failed sample is data, not a crash: report it and go on
             chan.send(t="deadline", what=None)
             chan.send(t="failure", i=i, reason=failure_reason(exc, app or launching))

@@ -84,7 +84,7 @@ CASES: dict[str, Case] = {
            "unknown-backend": ("backends[1]: unknown backend 'vmware'", ALL_BACKENDS),
            "unknown-measurement": ("measurements[1].measurement: unknown measurement 'bogus'", ALL_MEASUREMENTS),
            "unknown-parameter": ("measurements[0].fs: unknown parameter for upload",
-                                 "label, cache, disk_size, filesystem, format, size"),
+                                 "label, matrix, cache, disk_size, filesystem, format, size"),
            "bad-filesystem": ("measurements[0].filesystem: 'ntfs' is not allowed", "ext2, ext3, ext4, xfs, btrfs"),
            "empty-measurements": ("measurements: the list is empty", ALL_MEASUREMENTS),
            "measurements-not-list": ("measurements: str is not a list", ALL_MEASUREMENTS),

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from guestbench.appliance import APPLIANCES_DIR
 from guestbench.backends import BACKENDS
 from guestbench.runner import RunOptions, exit_status, run_scenario
 from guestbench.scenario import parse_scenario
@@ -52,7 +53,7 @@ def _hypervisor_pid(backend: str) -> int | None:
     if backend == "tcg":
         found = [p for p in hypervisor_processes() if "qemu-system" in p]
     else:
-        found = processes_mentioning("uml-appliance/")
+        found = processes_mentioning(f"{APPLIANCES_DIR}/uml-")  # the UML kernel, from its appliance
     pids = sorted(int(p.split(":")[0]) for p in found)
     return pids[0] if pids else None
 

@@ -6,7 +6,7 @@ and ``prepare`` are never timed; ``timed`` is (for ``startup``, the launch itsel
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +28,26 @@ class Param:
     """One scenario parameter of a measurement: its default and how to check a user's value."""
 
     name: str
-    kind: str  # "size" | "choice"
+    kind: str  # "size" | "choice" | "int" | "bool"
     default: Any
     help: str
     choices: tuple[str, ...] = ()
+    minimum: int = 1  # for "int"
+    maximum: int | None = None
 
     def parse(self, value: object) -> Any:
         """Return the normalised value or raise ValueError saying what is allowed."""
         if self.kind == "size":
             return parse_size(value)
+        if self.kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum or \
+                    (self.maximum is not None and value > self.maximum):
+                raise ValueError(f"{value!r} is not allowed; allowed: {self.allowed()}")
+            return value
+        if self.kind == "bool":
+            if not isinstance(value, bool):
+                raise ValueError(f"{value!r} is not allowed; allowed: true, false")
+            return value
         if self.kind == "choice":
             if not isinstance(value, str) or value not in self.choices:
                 raise ValueError(f"{value!r} is not allowed; allowed: {', '.join(self.choices)}")
@@ -44,9 +55,16 @@ class Param:
         raise AssertionError(self.kind)
 
     def allowed(self) -> str:
+        if self.kind == "int":
+            top = f" and <= {self.maximum}" if self.maximum is not None else ""
+            return f"an integer >= {self.minimum}{top}"
+        if self.kind == "bool":
+            return "true or false"
         return SIZE_HELP if self.kind == "size" else "one of " + ", ".join(self.choices)
 
     def show(self, value: Any) -> str:
+        if self.kind == "bool":
+            return "true" if value else "false"
         return format_size(value) if self.kind == "size" else str(value)
 
 
@@ -56,6 +74,19 @@ def size_param(name: str, default: str, help: str) -> Param:
 
 def choice_param(name: str, default: str, choices: tuple[str, ...], help: str) -> Param:
     return Param(name, "choice", default, help, choices)
+
+
+def int_param(name: str, default: int, help: str, minimum: int = 1, maximum: int | None = None) -> Param:
+    return Param(name, "int", default, help, minimum=minimum, maximum=maximum)
+
+
+def bool_param(name: str, default: bool, help: str) -> Param:
+    return Param(name, "bool", default, help)
+
+
+class Unavailable(Exception):
+    """This cell cannot run here (a filesystem the appliance cannot make, a host feature missing): the
+    cell is reported as unavailable with this reason, not retried sample after sample."""
 
 
 DISK_SIZE = size_param("disk_size", "1GiB", "size of the disk image created on the host for the filesystem")
@@ -74,6 +105,8 @@ class CellContext:
     payload: Path | None
     payload_sha256: str | None
     memsize_mib: int | None
+    drives: list[dict[str, Any]] = field(default_factory=list)  # host-side disks made by the runner
+    state: dict[str, Any] = field(default_factory=dict)  # what after_launch built, for prepare/timed_op
 
 
 class Measurement:
@@ -86,6 +119,8 @@ class Measurement:
     times_launch: bool = False  # True: each sample is a fresh launch, and the launch is what is timed
     moves_bytes: bool = False  # True: `size` bytes move per sample; MB/s is reported
     needs_payload: bool = False  # True: a host file of `size` random bytes is made before the cell
+    workload: bool = False  # True: runs in the workload appliance on disks the runner made (guestbench.storage)
+    kills_hypervisor: bool = False  # True: each sample ends with a power cut (guestbench.measurements.durability)
 
     # ---- host side ----
     def param(self, name: str) -> Param:
@@ -117,18 +152,38 @@ class Measurement:
         shown = ", ".join(f"{p.name}={p.show(params[p.name])}" for p in self.params if p.name in params)
         return f"{self.name}({shown})" if shown else self.name
 
+    def make_payload(self, params: dict[str, Any]) -> tuple[Path, str]:
+        """The host file the worker reads (path, sha256), made once per cell before any worker starts."""
+        from guestbench.payload import payload
+
+        return payload(params["size"])
+
+    def host_drives(self, storage: Any, params: dict[str, Any], flavour: str, instance: int = 0) -> list[dict[str, Any]]:
+        """Disks the runner makes on the host for a workload cell (guestbench.storage.host); none otherwise."""
+        return []
+
     # ---- worker side (run inside guestbench.worker, one appliance at a time) ----
     def add_drives(self, g: Any, ctx: CellContext) -> None:
         """Add the drives this measurement needs to a fresh handle, before launch (not timed)."""
 
-    def after_launch(self, g: Any, ctx: CellContext) -> None:
-        """One-off set-up after a launch (not timed)."""
+    def after_launch(self, g: Any, ctx: CellContext) -> dict[str, Any] | None:
+        """One-off set-up after a launch (not timed); what it returns is kept in the cell."""
+        return None
 
     def prepare(self, g: Any, ctx: CellContext) -> None:
         """Per-sample set-up, e.g. a fresh filesystem (not timed)."""
 
-    def timed_op(self, g: Any, ctx: CellContext) -> None:
-        """The timed operation (not used when ``times_launch``)."""
+    def timed_op(self, g: Any, ctx: CellContext) -> dict[str, float | str] | None:
+        """The timed operation (not used when ``times_launch``); a workload returns the figures its tool
+        reported (metric key -> value, or TOO_FAST), kept with the sample beside its wall time."""
+        return None
+
+    def metrics(self, params: dict[str, Any]) -> tuple[Any, ...]:
+        """The Metric records timed_op reports for these parameters (none for the plain timings)."""
+        return ()
+
+    def before_shutdown(self, g: Any, ctx: CellContext) -> None:
+        """Undo in-appliance set-up before a clean shutdown (md arrays, loop devices); best effort."""
 
     def verify(self, g: Any, ctx: CellContext) -> dict[str, Any] | None:
         """Check once per cell that the data really arrived; return a verification record."""

@@ -553,7 +553,7 @@ class HostStorage:
             self._drives.pop(name, None)
             raise
 
-    def volatile(self, name: str, size: int | str) -> Drive:
+    def volatile(self, name: str, size: int | str, as_file: bool = True) -> Drive:
         """The durability rig: a raw image behind nbdkit's writeback cache, shown as a file by nbdfuse.
 
         Writes stay in nbdkit's cache (an unlinked scratch file in the work dir) until the guest flushes;
@@ -571,6 +571,11 @@ class HostStorage:
         try:
             image = self._create_image(name, nbytes, "raw", "off")
             sock = self._serve_nbdkit(name, image, filters=["cache"], params=["cache=writeback"])
+            if not as_file:  # qemu reaches it over NBD itself (libvirt cannot hand a FUSE file to its qemu user)
+                self._drives[name]["volatile"] = True
+                return Drive(filename="", format="raw", protocol="nbd", server=[f"unix:{sock}"], kind="volatile",
+                             name=name, describe="raw image on the host behind nbdkit's cache filter in writeback "
+                             "mode (unflushed writes are lost on a power cut), reached over NBD")
             path = self._fuse(name, sock)
         except BaseException:
             self._undo(mark)
@@ -590,7 +595,9 @@ class HostStorage:
             if not info.get("volatile") or info.get("cut"):
                 continue
             for role in ("nbdkit", "fuse", "nbdfuse"):  # the server dies first: nothing more reaches the image
-                res = info[role]
+                res = info.get(role)
+                if res is None:  # served over NBD, no FUSE file
+                    continue
                 if not any(r is res for r in self._resources):
                     continue
                 if role == "fuse":
@@ -753,6 +760,8 @@ class HostStorage:
                     s.settimeout(2)
                     s.connect(str(sock))
                     if s.recv(8, socket.MSG_WAITALL) == b"NBDMAGIC":
+                        # libvirt runs qemu as its own user (libvirt-qemu), which must be able to connect
+                        os.chmod(sock, 0o666)
                         return
             except OSError:
                 pass

@@ -1,0 +1,318 @@
+"""Guest-side storage stacks, built for real inside launched appliances (TCG, and UML for a few layouts).
+
+Every layout is built, a file written and read back, the stack checked to be what it claims (lsblk,
+dmsetup, /proc/mdstat, losetup, lvs), the filesystem made fresh twice, and the stack torn down with
+nothing left behind in the appliance (no mount, loop device, md array or device-mapper device).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+import guestbench.paths
+from guestbench.storage import guest
+from guestbench.storage.guest import LAYOUTS, Stack, StorageError
+
+from conftest import processes_mentioning, session_tmp_path
+
+pytestmark = pytest.mark.launch
+
+DISK_MIB = 400
+
+
+def sh(g: Any, cmd: str) -> str:
+    return str(g.debug("sh", [cmd]))
+
+
+def _scratch_dir() -> Path:
+    """Under the session's temp root, so that conftest's leak checks see any hypervisor we leave."""
+    return Path(tempfile.mkdtemp(prefix="storage-", dir=session_tmp_path() / "tmp"))
+
+
+def _add_disks(g: Any, d: Path, n: int = 2) -> None:
+    for k in range(n):
+        path = str(d / f"disk{k}.raw")
+        g.disk_create(path, "raw", DISK_MIB * 2**20)  # sparse
+        g.add_drive(path, format="raw")
+
+
+@pytest.fixture(scope="module")
+def tcg() -> Iterator[Any]:
+    """One TCG appliance for the whole module: a launch costs 15–40 s here."""
+    import guestfs
+
+    d = _scratch_dir()
+    g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
+    sockdirs: set[str] = set()
+    try:
+        g.set_backend("direct")
+        g.set_backend_settings(["force_tcg"])
+        g.set_tmpdir(str(d))
+        _add_disks(g, d)
+        g.launch()
+        sockdirs = our_sockdirs(d)
+        yield g
+        g.shutdown()
+    finally:
+        g.close()
+        shutil.rmtree(d, ignore_errors=True)
+    assert_no_leftovers(sockdirs, d)
+
+
+def our_sockdirs(scratch: Path) -> set[str]:
+    """The socket directories of the hypervisor using our scratch dir (a child of this process), from its
+    command line.
+
+    Other people's appliances run on this machine at the same time, so a before/after listing of /tmp
+    would blame us for theirs.
+    """
+    found = set()
+    for entry in os.listdir("/proc"):
+        try:
+            if not entry.isdigit() or Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1] \
+                    != str(os.getpid()):
+                continue
+            args = Path(f"/proc/{entry}/cmdline").read_bytes().decode("utf-8", "replace")
+        except OSError:
+            continue
+        if str(scratch) not in args:
+            continue  # this module's other appliance
+        found.update(m.group(1) for m in re.finditer(r"(/tmp/libguestfs\w{6})/", args))
+    assert found, "no hypervisor child with a libguestfs socket directory"
+    return found
+
+
+def assert_no_leftovers(sockdirs: set[str], scratch: Path, timeout: float = 10.0) -> None:
+    """No hypervisor mentioning our scratch dir, no socket dir of ours: other appliances (this module's
+    other one, other people's) run here at the same time, so conftest's machine-wide checks would blame us."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and processes_mentioning(str(scratch)):
+        time.sleep(0.2)
+    assert processes_mentioning(str(scratch)) == []
+    left = [s for s in sockdirs if Path(s).exists()]
+    assert left == [], f"libguestfs socket directories left behind: {left}"
+
+
+def sysroot_mount(g: Any) -> tuple[str, str]:
+    """The device and filesystem type mounted at the appliance's /sysroot (the appliance has no awk)."""
+    found = [ln.split() for ln in sh(g, "cat /proc/mounts").splitlines() if ln.split()[1:2] == ["/sysroot"]]
+    assert len(found) == 1, found
+    return found[0][0], found[0][2]
+
+
+def assert_nothing_left(g: Any) -> None:
+    """No mount under /sysroot or /run/guestbench, no loop device, no md array, no device-mapper device."""
+    mounts = [ln for ln in sh(g, "cat /proc/mounts").splitlines()
+              if " /sysroot" in ln or guest.LOWER_ROOT in ln]
+    assert mounts == []
+    assert sh(g, "losetup -a").strip() == ""
+    assert "active" not in sh(g, "cat /proc/mdstat 2>/dev/null; true")  # no md module loaded yet: no file
+    assert sh(g, "dmsetup ls 2>&1").strip() == "No devices found"
+
+
+def check_structure(g: Any, stack: Stack, real: dict[str, str]) -> None:
+    """The stack is what it says, seen from the appliance's kernel."""
+    layout = stack.layout
+    sda = real["/dev/sda"]
+    mounted = sysroot_mount(g)[0]
+    kernel_dev = stack.device  # the daemon's /dev/sdX is /dev/ubdX under UML
+    for daemon_name, real_name in real.items():
+        kernel_dev = kernel_dev.replace(daemon_name, real_name)
+    assert sh(g, f"readlink -f {mounted}").strip() == sh(g, f"readlink -f {kernel_dev}").strip()
+    dev_type = sh(g, f"lsblk -dno TYPE {kernel_dev}").strip()
+    if layout == "disk":
+        assert sh(g, f"lsblk -dno TYPE {sda}").strip() == "disk"
+        assert mounted == sda
+    elif layout == "partition":
+        assert sh(g, f"lsblk -dno TYPE {sda}1").strip() == "part"
+        assert mounted == f"{sda}1"
+    elif layout == "lvm":
+        assert dev_type == "lvm"
+        assert sh(g, "lvm pvs --noheadings -o pv_name,vg_name").split() == [sda, guest.VG]
+    elif layout == "lvm-snapshot":
+        attrs = dict(ln.split() for ln in sh(g, f"lvm lvs --noheadings -o lv_name,lv_attr {guest.VG}").splitlines())
+        assert attrs["snap"].startswith("s") and attrs["origin"].startswith("o"), attrs
+        assert " snapshot " in sh(g, f"dmsetup table {guest.VG}-snap")
+        assert g.exists(f"/{guest.ORIGIN_DATA}")
+    elif layout.startswith("raid1"):
+        mdstat = sh(g, "cat /proc/mdstat")
+        assert "md0 : active raid1" in mdstat, mdstat
+        assert sda.removeprefix("/dev/") in mdstat
+        if layout == "raid1-mixed":
+            table = sh(g, f"dmsetup table {guest.SLOW_LEG}")
+            assert " delay " in table and table.split()[-1] == "5", table
+            slow = sh(g, f"readlink -f /dev/mapper/{guest.SLOW_LEG}").strip().removeprefix("/dev/")
+            assert f"{slow}[1]" in mdstat, mdstat
+        else:
+            assert real["/dev/sdb"].removeprefix("/dev/") in mdstat
+    else:
+        depth = int(layout[-1])
+        assert dev_type == "loop"
+        assert len(sh(g, "losetup -a").splitlines()) == depth
+        assert stack.description.count("file on ext2") == depth
+        assert len([ln for ln in sh(g, "cat /proc/mounts").splitlines() if guest.LOWER_ROOT in ln]) == depth
+
+
+def exercise(g: Any, layout: str, fs: str) -> tuple[Stack, float]:
+    """Build, write, check, fresh twice, tear down: returns the stack and the set-up time."""
+    devices = g.list_devices()
+    real = guest._real_names(g, devices)
+    t0 = time.monotonic()
+    stack = guest.setup(g, layout, devices, fs)
+    took = time.monotonic() - t0
+    try:
+        assert stack.filesystem == fs and stack.layout == layout
+        assert stack.description.startswith(f"{fs} on ")
+        assert stack.size_bytes >= guest.MIN_SIZE_MIB[fs] * 2**20
+        guest.fresh(g, stack)
+        g.mkdir_p("/guestbench")
+        g.write("/guestbench/probe", b"written through the stack")
+        g.sync()
+        g.drop_caches(3)
+        assert g.cat("/guestbench/probe") == "written through the stack"
+        assert sysroot_mount(g)[1] == fs
+        check_structure(g, stack, real)
+        for _ in range(2):
+            guest.fresh(g, stack)
+            assert not g.exists("/guestbench")
+            assert g.statvfs("/")["blocks"] > 0
+            if layout == "lvm-snapshot":
+                check_structure(g, stack, real)  # the origin's data stays, the snapshot is still one
+            g.write("/again", b"x")
+    finally:
+        problems = guest.teardown(g, stack)
+    assert problems == []
+    assert_nothing_left(g)
+    return stack, took
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_layout_ext2_on_tcg(tcg: Any, layout: str) -> None:
+    stack, took = exercise(tcg, layout, "ext2")
+    print(f"{layout}: {stack.description}; {stack.size_bytes // 2**20} MiB; set-up {took:.1f} s")
+
+
+@pytest.mark.timeout(1200)
+def test_xfs_on_loop2_on_tcg(tcg: Any) -> None:
+    stack, _ = exercise(tcg, "loop2", "xfs")
+    assert stack.description == "xfs on /dev/loop1 (file on ext2 on /dev/loop0 (file on ext2 on /dev/sda))"
+    assert stack.size_bytes >= 300 * 2**20
+
+
+@pytest.mark.timeout(1200)
+def test_ext4_snapshot_ages_on_tcg(tcg: Any) -> None:
+    """lvm-snapshot keeps its filesystem: what a sample leaves is removed, the COW space only grows."""
+    g = tcg
+    stack = guest.setup(g, "lvm-snapshot", g.list_devices(), "ext4")
+    try:
+        assert guest.ORIGIN_DATA in stack.keep
+        before = guest.snapshot_usage(g, stack)
+        guest.fresh(g, stack)
+        sh(g, "mkdir -p /sysroot/guestbench && dd if=/dev/zero of=/sysroot/guestbench/f bs=64k count=160 "
+              "conv=fsync 2>/dev/null")
+        after = guest.snapshot_usage(g, stack)
+        assert before is not None and after is not None and after > before
+        guest.fresh(g, stack)
+        assert g.ls("/") == stack.keep
+        assert g.filesize(f"/{guest.ORIGIN_DATA}") > 0
+        g.umount_all()  # a sample that lost the mount: fresh mounts the snapshot again, never cleans /sysroot
+        guest.fresh(g, stack)
+        assert sysroot_mount(g)[1] == "ext4" and g.ls("/") == stack.keep
+    finally:
+        assert guest.teardown(g, stack) == []
+    assert_nothing_left(g)
+
+
+@pytest.mark.timeout(1200)
+def test_clear_refusals_on_tcg(tcg: Any) -> None:
+    g = tcg
+    with pytest.raises(ValueError, match=r"xfs on layout lvm-snapshot needs at least 300 MiB.*at least \d+ MiB"):
+        guest.setup(g, "lvm-snapshot", g.list_devices(), "xfs")
+    with pytest.raises(ValueError, match=r"btrfs on layout lvm needs at least 109 MiB.*ask for more"):
+        guest.setup(g, "lvm", g.list_devices(), "btrfs", size_mib=50)
+    with pytest.raises(ValueError, match="layout raid1 needs 2 disks"):
+        guest.setup(g, "raid1", g.list_devices()[:1], "ext2")
+    with pytest.raises(ValueError, match="unknown layout"):
+        guest.disks_needed("raid5")
+    with pytest.raises(StorageError, match="^mkfs.jfs is not in the appliance"):
+        guest.setup(g, "disk", g.list_devices(), "jfs")
+    assert_nothing_left(g)
+    # the standard appliance has no jfsutils; the rest is there
+    assert guest.filesystem_available(g, "jfs") == "mkfs.jfs is not in the appliance (install jfsutils on the host)"
+    for fs in ("ext2", "ext3", "ext4", "xfs", "btrfs"):
+        assert guest.filesystem_available(g, fs) is None, fs
+    assert "unknown filesystem" in (guest.filesystem_available(g, "zfs") or "")
+
+
+@pytest.mark.timeout(1200)
+def test_failed_setup_undoes_what_it_made_on_tcg(tcg: Any) -> None:
+    """raid1-mixed with its fast leg busy (mounted): the slow leg is made, mdadm fails, the slow leg goes."""
+    g = tcg
+    sda = guest._real_names(g, ["/dev/sda"])["/dev/sda"]
+    g.mkfs("ext2", "/dev/sda")
+    sh(g, f"mkdir -p /run/busy && mount {sda} /run/busy")
+    try:
+        with pytest.raises(StorageError, match=r"^building ext2 on raid1-mixed: creating the RAID1 array: .*busy"):
+            guest.setup(g, "raid1-mixed", g.list_devices(), "ext2")
+        assert sh(g, "dmsetup ls 2>&1").strip() == "No devices found"
+    finally:
+        sh(g, "umount /run/busy && rmdir /run/busy")
+    assert_nothing_left(g)
+
+
+@pytest.mark.timeout(1200)
+def test_sized_layouts_on_tcg(tcg: Any) -> None:
+    """size_mib sizes the device under test where the layout carves space."""
+    g = tcg
+    for layout, want in (("partition", 120), ("lvm", 120), ("loop2", 120)):
+        stack = guest.setup(g, layout, g.list_devices(), "ext2", size_mib=want)
+        try:
+            assert want * 2**20 <= stack.size_bytes < (want + 4) * 2**20, (layout, stack.size_bytes)
+        finally:
+            assert guest.teardown(g, stack) == []
+    assert_nothing_left(g)
+
+
+@pytest.mark.timeout(1200)
+def test_layouts_on_uml() -> None:
+    """The same stacks under User-Mode Linux, whose disks are /dev/ubdX (the daemon says /dev/sdX)."""
+    import guestfs
+    from guestbench.backends import get
+
+    d = _scratch_dir()
+    cfg = get("uml").handle_config(guestbench.paths.cache_dir())
+    saved = dict(os.environ)
+    os.environ[guestbench.paths.WORKDIR_ENV] = str(d)
+    os.environ.update(cfg.env)
+    g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
+    sockdirs: set[str] = set()
+    try:
+        g.set_backend(cfg.libguestfs_backend)
+        g.set_backend_settings(list(cfg.settings))
+        if cfg.hv:
+            g.set_hv(cfg.hv)
+        g.set_tmpdir(str(d))
+        _add_disks(g, d)
+        g.launch()
+        sockdirs = our_sockdirs(d)
+        assert guest._real_names(g, ["/dev/sda"]) == {"/dev/sda": "/dev/ubda"}
+        for layout in ("disk", "partition", "loop2", "raid1", "raid1-mixed", "lvm", "lvm-snapshot"):
+            stack, took = exercise(g, layout, "ext2")
+            print(f"uml {layout}: {stack.description}; set-up {took:.1f} s")
+        exercise(g, "raid1", "xfs")
+        g.shutdown()
+    finally:
+        g.close()
+        os.environ.clear()
+        os.environ.update(saved)
+        shutil.rmtree(d, ignore_errors=True)
+    assert_no_leftovers(sockdirs, d)

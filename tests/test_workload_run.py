@@ -1,0 +1,179 @@
+"""Workloads end to end: `guestbench scenario` runs fio, bonnie++, dbench, tar and durability for real, at small
+sizes, in the workload appliance on tcg and uml; the parsed figures land in the results file and the report,
+and every host-side disk (loop devices, NBD servers, FUSE files, images) is gone afterwards, also after SIGINT."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guestbench.measurements import MEASUREMENTS
+from guestbench.workloads import TOO_FAST
+
+from conftest import ROOT, guestbench, processes_mentioning, run_dirs, wait_no_leftovers, write_scenario
+
+pytestmark = pytest.mark.launch
+
+SMALL = """name: workloads
+backends: [tcg, uml]
+repetitions: 1
+warmup: 0
+appliance: {memsize: 256}
+measurements:
+  - {measurement: fio, label: fio, rw: randwrite, bs: 4KiB, size: 16MiB, iodepth: 8, disk_size: 128MiB,
+     matrix: {host: [loop, qemu-nbd]}}
+  - {measurement: bonnie, label: bonnie, size: 64MiB, ram: 32MiB, files: 1024, per_char: false,
+     disk_size: 160MiB, filesystem: ext2}
+  - {measurement: dbench, label: dbench, clients: 2, seconds: 3, disk_size: 128MiB, layout: loop2}
+  - {measurement: tar, label: tar, files: 300, disk_size: 128MiB, layout: raid1}
+  - {measurement: durability, label: fsync, size: 1MiB, matrix: {cache: [writeback, unsafe]}}
+  - {measurement: fio, label: lvm, size: 8MiB, disk_size: 96MiB, host: lvm}
+  - {measurement: dbench, label: two, clients: 1, seconds: 4, disk_size: 96MiB, concurrency: 2}
+"""
+
+
+def host_leftovers() -> list[str]:
+    """Loop devices, servers and mounts that point into a guestbench run dir."""
+    out = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout.splitlines()
+    loops = [ln for ln in out if "guestbench-run-" in ln or "gbtest-" in ln]
+    mounts = [ln for ln in Path("/proc/mounts").read_text().splitlines() if "guestbench-run-" in ln]
+    servers = [p for p in processes_mentioning("guestbench-run-") if any(s in p for s in ("qemu-nbd", "nbdkit",
+                                                                                          "nbdfuse"))]
+    return loops + mounts + servers
+
+
+def cells(doc: dict[str, Any], label: str) -> list[dict[str, Any]]:
+    return [c for c in doc["cells"] if c["label"] == label]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("wl")
+    sc = write_scenario(tmp / "s.yaml", SMALL)
+    proc = guestbench("scenario", str(sc), "--results", str(tmp / "results"), timeout=2400)
+    (path,) = (tmp / "results").glob("*.json")
+    return proc, json.loads(path.read_text())
+
+
+@pytest.mark.timeout(2700)
+def test_every_workload_runs_and_its_figures_are_parsed(run: tuple[subprocess.CompletedProcess[str], dict]) -> None:
+    proc, doc = run
+    assert proc.returncode == 0, proc.stderr[-3000:]  # the lvm cell is unavailable here, which is not a failure
+    for c in doc["cells"]:
+        if c["label"] == "lvm":
+            continue
+        assert c["status"] == "done" and len(c["samples"]) == 1 and not c["failures"], (c["label"], c["backend"], c)
+        declared = [m["key"] for m in c["metrics"]]
+        got = c["samples"][0]["metrics"]
+        if c["measurement"] != "durability":
+            assert set(declared) == set(got), (c["label"], set(declared) ^ set(got))
+        for key in declared:
+            value = got[key]
+            assert value == TOO_FAST or (isinstance(value, float) and value >= 0), (c["label"], key, value)
+    fio = cells(doc, "fio.loop")[0]["samples"][0]["metrics"]
+    assert fio["write_iops"] > 0 and fio["write_lat_p99"] >= fio["write_lat_p50"] > 0
+    bonnie = cells(doc, "bonnie")[0]["samples"][0]["metrics"]
+    assert isinstance(bonnie["block_output"], float) and bonnie["block_output"] > 0
+    assert "per_char_output" not in bonnie  # per_char: false
+    assert any(cells(doc, "dbench")[0]["samples"][0]["metrics"]["throughput"] > 0 for _ in [0])
+    for c in cells(doc, "tar"):
+        assert c["verification"]["ok"] and c["verification"]["guest"] == 300
+
+
+@pytest.mark.timeout(2700)
+def test_concurrent_appliances_run_at_the_same_time(run: tuple[subprocess.CompletedProcess[str], dict],
+                                                    tmp_path: Path) -> None:
+    _, doc = run
+    for backend in ("tcg", "uml"):
+        pair = [c for c in doc["cells"] if c["group"] == "two" and c["backend"] == backend]
+        assert [c["variant"]["guest"] for c in pair] == [1, 2] and all(c["concurrency"] == 2 for c in pair)
+        ends = [datetime.fromisoformat(c["samples"][0]["utc"].replace("Z", "+00:00")).timestamp() for c in pair]
+        starts = [e - c["samples"][0]["seconds"] for e, c in zip(ends, pair)]
+        assert max(starts) < min(ends), f"{backend}: the two dbench runs did not overlap: {starts} {ends}"
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(doc))
+    md = guestbench("show", str(f), "--markdown").stdout
+    assert "all 2 guests · tcg" in md and "(sum of medians)" in md
+
+
+@pytest.mark.timeout(2700)
+def test_unavailable_host_storage_is_reported_in_its_cell(run: tuple[subprocess.CompletedProcess[str], dict]) -> None:
+    proc, doc = run
+    for c in cells(doc, "lvm"):
+        assert c["status"] == "unavailable" and "device-mapper" in c["skip_reason"], c
+    assert "unavailable here" in proc.stderr and "device-mapper" in proc.stdout + proc.stderr
+
+
+@pytest.mark.timeout(2700)
+def test_durability_verdicts_per_backend_and_cache_mode(run: tuple[subprocess.CompletedProcess[str], dict]) -> None:
+    proc, doc = run
+    verdicts = {(c["backend"], c["cache_mode"]): c["samples"][0]["metrics"]["verdict"] for c in cells(doc, "fsync.writeback")
+                + cells(doc, "fsync.unsafe")}
+    assert set(verdicts) == {(b, m) for b in ("tcg", "uml") for m in ("writeback", "unsafe")}
+    assert verdicts[("tcg", "writeback")] == "honoured"  # qemu passes the guest's flush on
+    assert verdicts[("tcg", "unsafe")] == "lost"  # ... and drops it in unsafe mode
+    assert all(v in ("honoured", "lost", "partial") for v in verdicts.values())
+
+
+@pytest.mark.timeout(2700)
+def test_report_shows_workload_tables(run: tuple[subprocess.CompletedProcess[str], dict], tmp_path: Path) -> None:
+    _, doc = run
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(doc))
+    shown = guestbench("show", str(f), "--markdown")
+    assert shown.returncode == 0, shown.stderr
+    md = shown.stdout
+    for needle in ("## fio", "loop · tcg", "qemu-nbd · uml", "fio write I/O operations per second", "## bonnie",
+                   "sequential block output", "## durability", "fsync durability (this backend and cache mode)",
+                   "unavailable: host LVM needs device-mapper"):
+        assert needle in md, needle
+
+
+@pytest.mark.timeout(2700)
+def test_nothing_left_on_the_host(run: tuple[subprocess.CompletedProcess[str], dict]) -> None:
+    wait_no_leftovers()
+    assert host_leftovers() == []
+    assert run_dirs() == []
+
+
+@pytest.mark.timeout(900)
+def test_sigint_mid_workload_removes_host_storage(tmp_path: Path) -> None:
+    sc = write_scenario(tmp_path / "s.yaml", "name: sigint\nbackends: [tcg]\nrepetitions: 5\nwarmup: 0\n"
+                        "measurements:\n  - {measurement: dbench, clients: 2, seconds: 30, disk_size: 128MiB, "
+                        "host: qemu-nbd, layout: loop1}\n")
+    results = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--results", str(results)],
+                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        until = time.monotonic() + 600
+        while not any("qemu-nbd" in p for p in processes_mentioning("guestbench-run-")):
+            assert time.monotonic() < until and proc.poll() is None, "no NBD server within 600 s"
+            time.sleep(0.5)
+        time.sleep(20)  # into the launch or the dbench run
+        assert host_leftovers(), "the run should have host storage now"
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    (path,) = results.glob("*.json")
+    assert json.loads(path.read_text())["status"] == "interrupted"
+    wait_no_leftovers()
+    assert host_leftovers() == []
+    assert run_dirs() == []
+
+
+def test_every_workload_measurement_is_registered() -> None:
+    for name in ("fio", "bonnie", "dbench", "tar", "durability"):
+        assert MEASUREMENTS[name].metrics(MEASUREMENTS[name].defaults())
