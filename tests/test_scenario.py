@@ -16,7 +16,7 @@ from guestbench.scenario import (DEFAULT_REPETITIONS, DEFAULT_SAMPLE_TIMEOUT_S, 
 from guestbench.units import SIZE_HELP
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = sorted((ROOT / "scenarios").glob("*.yaml"))
+SHIPPED = sorted((ROOT / "scenarios").rglob("*.yaml"))
 MiB = 2**20
 GiB = 2**30
 ALL_BACKENDS = ", ".join(BACKENDS)
@@ -51,7 +51,26 @@ def scenario_from(text: str, tmp_path: Path) -> Scenario:
 
 def test_shipped_scenarios_exist() -> None:
     names = {p.name for p in SHIPPED}
-    assert {"startup.yaml", "upload.yaml", "uml-vs-kvm.yaml"} <= names
+    assert {"startup.yaml", "upload.yaml", "uml-vs-kvm.yaml", "durability.yaml"} <= names
+    seeds = {p.name for p in SHIPPED if p.parent.name == "seeds"}
+    assert seeds == {"loop-vs-direct.yaml", "lvm-vs-file.yaml", "block-layers.yaml", "filesystems.yaml"}
+
+
+def test_seed_scenarios_cover_the_issue_dimensions() -> None:
+    """E2-E4: every host-side kind, guest layout and filesystem appears in some shipped seed scenario."""
+    from guestbench.storage import guest, host
+
+    seen: dict[str, set[object]] = {"host": set(), "layout": set(), "filesystem": set(), "concurrency": set()}
+    for path in SHIPPED:
+        if path.parent.name == "seeds":
+            for m in load_scenario(path).measurements:
+                for k in seen:
+                    if k in m.params:
+                        seen[k].add(m.params[k])
+    assert seen["host"] == set(host.HOST_KINDS)
+    assert seen["layout"] == set(guest.LAYOUTS)
+    assert seen["filesystem"] == set(guest.FILESYSTEMS)
+    assert 2 in seen["concurrency"]
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
