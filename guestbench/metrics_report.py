@@ -124,6 +124,7 @@ class DurabilityRow:
     write: str  # the fsynced write's rate: median (min–max) MB/s
     n: int
     disk: str  # how the hypervisor reached the disk: a file, or NBD
+    flushes: str  # flush requests that reached the disk per trial: median (min–max)
 
 
 def durability_rows(doc: dict[str, Any]) -> list[DurabilityRow]:
@@ -133,11 +134,14 @@ def durability_rows(doc: dict[str, Any]) -> list[DurabilityRow]:
         rates = [(s.get("metrics") or {}).get("write_bw") for s in _samples(c)]
         write = figure([r for r in rates if r is not None])[0] if rates else NONE
         out.append(DurabilityRow(str(c.get("backend")), str(c.get("placement") or "host"), str(c.get("cache_mode")),
-                                 durability_text(c), write, len(_samples(c)), str(c.get("disk") or "?")))
+                                 durability_text(c), write, len(_samples(c)), str(c.get("disk") or "?"),
+                                 figure([(s.get("metrics") or {}).get("host_flushes") for s in _samples(c)
+                                         if (s.get("metrics") or {}).get("host_flushes") is not None])[0]))
     return out
 
 
 DURABILITY_HEADER = ["backend", "placement", "cache mode", "disk opened as", "trials", "fsync after a power cut",
+                     "flushes reaching the disk per trial",
                      "write + fsync MB/s median (min–max)"]
 DURABILITY_CAPTION = ("durability — each trial: a fresh appliance writes a pattern to its disk with dd conv=fsync; "
                       "then the hypervisor and the disk's volatile write cache are killed together and the host "
@@ -146,7 +150,7 @@ DURABILITY_CAPTION = ("durability — each trial: a fresh appliance writes a pat
 
 
 def durability_cells(r: DurabilityRow) -> list[str]:
-    return [r.backend, r.placement, r.cache_mode, r.disk, str(r.n), r.verdict, r.write]
+    return [r.backend, r.placement, r.cache_mode, r.disk, str(r.n), r.verdict, r.flushes, r.write]
 
 
 def _table(group: str, placement: str, cells: list[dict[str, Any]],

@@ -264,6 +264,7 @@ class Runner:
                             f.seek(durability.OFFSET)
                             image = f.read(params["size"])
                         outcome["verdict"] = durability.verdict(image, token, params["size"])
+                        outcome["requests"] = storage.requests(drive)
 
                 request = {
                     "measurement": cell["measurement"], "params": {**params, "token": token}, "iterations": [kind],
@@ -274,8 +275,10 @@ class Runner:
                 }
                 ex = supervisor.run_worker(request, backend, on_message)
             if "verdict" in outcome and "sample" in outcome:
+                seen = outcome.get("requests") or {}
                 figures = {**outcome["sample"].get("metrics", {}), "verdict": outcome["verdict"],
-                           "durable": 1.0 if outcome["verdict"] == "honoured" else 0.0}
+                           "durable": 1.0 if outcome["verdict"] == "honoured" else 0.0,
+                           "host_writes": float(seen.get("writes", 0)), "host_flushes": float(seen.get("flushes", 0))}
                 self._record_sample(cell, it, outcome["sample"]["s"], metrics=figures)
             else:
                 self._record_failure(cell, it, outcome.get("failure") or self._exit_reason(ex, backend))

@@ -16,6 +16,7 @@ import hashlib
 from typing import Any
 
 from guestbench.measurements.base import CACHE, CellContext, Measurement, size_param
+from guestbench.storage import guest as guest_storage
 from guestbench.workloads import Metric
 
 OFFSET = 1 << 20  # past anything a partition table or a filesystem probe would write
@@ -62,7 +63,9 @@ class Durability(Measurement):
 
     def metrics(self, params: dict[str, Any]) -> tuple[Metric, ...]:
         return (Metric("write_bw", "MB/s", True, "dd write with conv=fsync (MB = 10^6 bytes)"),
-                Metric("durable", "fraction", True, "trials whose data survived the power cut (1 = all)"))
+                Metric("durable", "fraction", True, "trials whose data survived the power cut (1 = all)"),
+                Metric("host_writes", "requests", False, "write requests that reached the disk's server"),
+                Metric("host_flushes", "requests", False, "flush requests that reached the disk's server"))
 
     # ---- worker side ----
     def add_drives(self, g: Any, ctx: CellContext) -> None:
@@ -76,12 +79,17 @@ class Durability(Measurement):
 
         size, token = ctx.params["size"], ctx.params["token"]
         # dd's own exit status and byte count decide: a failed write must not pass for a lost one
-        # the shell sees the kernel's names (/dev/ubda under UML); writing to a name that is no block device
-        # would make a file in the appliance's /dev, so the device must exist as one
-        cmd = ("dev=; for d in /dev/sda /dev/ubda /dev/vda; do if test -b $d; then dev=$d; break; fi; done; "
-               "test -n \"$dev\" || { echo 'no disk in the appliance' >&2; exit 1; }; "
-               f"yes {token} | head -c {size} | dd of=$dev bs=64K iflag=fullblock oflag=seek_bytes "
-               f"seek={OFFSET} conv=fsync,notrunc 2>/tmp/dd.err; rc=$?; cat /tmp/dd.err; exit $rc")
+        # The daemon knows which disk is ours (it leaves out the appliance's root, whatever the kernel named
+        # it); the shell needs the kernel's name for it (/dev/ubda under UML). Writing to the wrong device
+        # would hit the appliance itself, so its size is checked too.
+        ours = g.list_devices()[0]
+        if g.blockdev_getsize64(ours) != ctx.params["disk_size"]:
+            raise RuntimeError(f"{ours} is not the {ctx.params['disk_size']}-byte disk this trial added")
+        dev = guest_storage.kernel_name(g, ours)
+        cmd = (f"test -b {dev} || {{ echo '{dev} is no block device' >&2; exit 1; }}; "
+               f"yes {token} | head -c {size} | dd of={dev} bs=64K iflag=fullblock oflag=seek_bytes "
+               f"seek={OFFSET} conv=fsync,notrunc 2>/tmp/dd.err; rc=$?; "
+               "while IFS= read -r line; do echo \"$line\"; done </tmp/dd.err; exit $rc")
         t0 = time.perf_counter()
         out = str(g.debug("sh", [cmd]))
         elapsed = time.perf_counter() - t0

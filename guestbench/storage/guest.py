@@ -387,10 +387,10 @@ def _check_size(layout: str, fs: str, size_mib: int, disk_mib: int) -> None:
 
 def _real_names(g: Any, devices: list[str]) -> dict[str, str]:
     """The kernel's names for the daemon's /dev/sdX (under UML /dev/ubdX), for commands run through sh."""
-    return {dev: _kernel_name(g, dev) for dev in devices}
+    return {dev: kernel_name(g, dev) for dev in devices}
 
 
-def _kernel_name(g: Any, dev: str) -> str:
+def kernel_name(g: Any, dev: str) -> str:
     if not dev.startswith("/dev/sd"):
         return dev  # /dev/loopN, /dev/md0, /dev/VG/LV: the same for the daemon and the kernel
     rest = dev.removeprefix("/dev/sd")
@@ -406,7 +406,7 @@ def _mkfs(g: Any, fs: str, device: str) -> None:
     """libguestfs's mkfs, except for reiserfs: mkfs.reiserfs wants -f twice before it formats a whole disk
     without asking (libguestfs gives it once, and the question fails the call)."""
     if fs == "reiserfs":
-        _sh(g, f"mkfs.reiserfs -f -f -q {shlex.quote(_kernel_name(g, device))} 2>&1", f"mkfs.reiserfs {device}")
+        _sh(g, f"mkfs.reiserfs -f -f -q {shlex.quote(kernel_name(g, device))} 2>&1", f"mkfs.reiserfs {device}")
     else:
         g.mkfs(fs, device)
 

@@ -570,7 +570,9 @@ class HostStorage:
         mark = len(self._resources)
         try:
             image = self._create_image(name, nbytes, "raw", "off")
-            sock = self._serve_nbdkit(name, image, filters=["cache"], params=["cache=writeback"])
+            # the log filter (outside the cache) records every request the hypervisor sent: how many flushes
+            log = self._nbd_log(name)
+            sock = self._serve_nbdkit(name, image, filters=["log", "cache"], params=[f"logfile={log}", "cache=writeback"])
             if not as_file:  # qemu reaches it over NBD itself (libvirt cannot hand a FUSE file to its qemu user)
                 self._drives[name]["volatile"] = True
                 return Drive(filename="", format="raw", protocol="nbd", server=[f"unix:{sock}"], kind="volatile",
@@ -611,6 +613,26 @@ class HostStorage:
         self.actions += log
         self._save()
         return log
+
+    def _nbd_log(self, name: str) -> Path:
+        log = self.workdir / f"{name}.nbdlog"
+        self._record({"type": "path", "path": str(log)})
+        self._drives[name]["nbdlog"] = str(log)
+        return log
+
+    def requests(self, drive: Drive) -> dict[str, int]:
+        """How many writes and flushes reached a volatile drive's server (nbdkit's log filter)."""
+        counts = {"writes": 0, "flushes": 0}
+        try:
+            with open(self._drives[drive.name]["nbdlog"]) as f:
+                for line in f:
+                    if " Write " in line and "..." in line:
+                        counts["writes"] += 1
+                    elif " Flush " in line and "..." in line:
+                        counts["flushes"] += 1
+        except (KeyError, OSError):
+            pass
+        return counts
 
     def image_path(self, drive: Drive) -> Path:
         """The image file on the host behind a drive of this storage (for lvm: the PV's backing file)."""
