@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from guestbench.stats import summarize
 from guestbench.workloads import TOO_FAST
 
 NONE = "—"
@@ -56,8 +55,9 @@ def figure(values: list[Any]) -> tuple[str, float | None]:
     fast = sum(1 for v in values if v == TOO_FAST)
     if not nums:
         return (f"{TOO_FAST} (too fast to measure, {fast}/{len(values)})" if fast else NONE), None
-    med = float(np.median(nums))
-    text = f"{fmt(med)} ({fmt(min(nums))}–{fmt(max(nums))})" if len(nums) > 1 else fmt(med)
+    s = summarize(nums)
+    med = s.median
+    text = f"{fmt(med)} ({fmt(s.min)}–{fmt(s.max)})" if len(nums) > 1 else fmt(med)
     if fast:
         text += f"; {TOO_FAST} in {fast}/{len(values)}"
     return text, med

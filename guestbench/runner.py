@@ -220,6 +220,21 @@ class Runner:
             cell["status"] = "done"
         self.results.save()
 
+    def _request(self, cell: dict[str, Any], iterations: list[str], handle_config: dict[str, Any], workdir: Path,
+                 drives: list[dict[str, Any]], *, verify: bool, params: dict[str, Any] | None = None,
+                 payload: Path | None = None, payload_sha256: str | None = None) -> dict[str, Any]:
+        """What a worker is asked to do (see guestbench.worker)."""
+        return {
+            "measurement": cell["measurement"], "params": params if params is not None else cell["params"],
+            "iterations": iterations, "backend": handle_config,
+            "appliance": {"memsize": self.sc.memsize, "smp": self.sc.smp},
+            "timeout": self.sc.timeout, "sample_timeout": self.sc.sample_timeout,
+            "workdir": str(workdir), "verbose": self.opts.verbose,
+            "phases": BACKENDS[cell["backend"]].phase_markers if cell.get("phases") else None,
+            "verify": verify, "drives": drives,
+            "payload": str(payload) if payload else None, "payload_sha256": payload_sha256,
+        }
+
     def _run_trials(self, cell: dict[str, Any], its: list[str], workdir: Path, progress: Progress,
                     task: Any, supervisor: Supervisor) -> None:
         """Durability: every iteration is one appliance on a fresh disk with a volatile write cache; when it
@@ -266,13 +281,8 @@ class Runner:
                         outcome["verdict"] = durability.verdict(image, token, params["size"])
                         outcome["requests"] = storage.requests(drive)
 
-                request = {
-                    "measurement": cell["measurement"], "params": {**params, "token": token}, "iterations": [kind],
-                    "backend": handle_config, "appliance": {"memsize": self.sc.memsize, "smp": self.sc.smp},
-                    "timeout": self.sc.timeout, "sample_timeout": self.sc.sample_timeout,
-                    "workdir": str(workdir), "verbose": self.opts.verbose, "phases": None, "verify": False,
-                    "drives": [drive.to_dict()], "payload": None, "payload_sha256": None,
-                }
+                request = self._request(cell, [kind], handle_config, workdir, [drive.to_dict()],
+                                        params={**params, "token": token}, verify=False)
                 ex = supervisor.run_worker(request, backend, on_message)
             if "verdict" in outcome and "sample" in outcome:
                 seen = outcome.get("requests") or {}
@@ -348,17 +358,9 @@ class Runner:
                     done_here.update(left)
                     self._unavailable(cell, len(left), progress, task, msg["reason"])
 
-            request = {
-                "measurement": cell["measurement"], "params": cell["params"],
-                "iterations": [its[i] for i in remaining],
-                "backend": handle_config,
-                "appliance": {"memsize": self.sc.memsize, "smp": self.sc.smp},
-                "timeout": self.sc.timeout, "sample_timeout": self.sc.sample_timeout,
-                "workdir": str(workdir), "verbose": self.opts.verbose,
-                "phases": backend.phase_markers if cell.get("phases") else None,
-                "verify": cell["verification"] is None, "drives": drives,
-                "payload": str(payload_path) if payload_path else None, "payload_sha256": payload_sum,
-            }
+            request = self._request(cell, [its[i] for i in remaining], handle_config, workdir, drives,
+                                    verify=cell["verification"] is None, payload=payload_path,
+                                    payload_sha256=payload_sum)
             ex = supervisor.run_worker(request, backend, on_message)
             remaining = [i for i in remaining if i not in done_here]
             if ex.kind == "done" or not remaining:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from guestbench.measurements.base import (CACHE_MODES, CellContext, Measurement, Param, Unavailable,
+from guestbench.measurements.base import (CACHE, CellContext, Measurement, Param, Unavailable,
                                           choice_param, int_param, size_param)
 from guestbench.storage import guest as guest_storage
 from guestbench.storage import host as host_storage
@@ -23,8 +23,6 @@ DISK_SIZE = size_param("disk_size", "1GiB", "size of each disk image made on the
 FORMAT = choice_param("format", "raw", host_storage.FORMATS, "disk image format on the host")
 PREALLOCATION = choice_param("preallocation", "off", host_storage.PREALLOCATIONS,
                              "qemu-img preallocation of the image (metadata: qcow2 only)")
-CACHE = choice_param("cache", "writeback", CACHE_MODES,
-                     "libguestfs cache mode of the disks: writeback honours flush/fsync, unsafe ignores it")
 HOST = choice_param("host", "file", host_storage.HOST_KINDS,
                     "how the image reaches the hypervisor: a file on the host fs, a host loop device, an NBD "
                     "server (qemu-nbd or nbdkit), or an LV of a loop-backed host VG")
@@ -92,11 +90,10 @@ class StorageWorkload(Measurement):
             g.add_drive(**host_storage.Drive.from_dict(d).add_drive_kwargs(), cachemode=ctx.params["cache"])
 
     def after_launch(self, g: Any, ctx: CellContext) -> dict[str, Any] | None:
-        why = guest_storage.filesystem_available(g, ctx.params["filesystem"])
-        if why is not None:
-            raise Unavailable(why)
-        devices = g.list_devices()
-        stack = guest_storage.setup(g, ctx.params["layout"], devices, ctx.params["filesystem"])
+        try:
+            stack = guest_storage.setup(g, ctx.params["layout"], g.list_devices(), ctx.params["filesystem"])
+        except guest_storage.FilesystemUnavailable as e:
+            raise Unavailable(str(e)) from None
         ctx.state["stack"] = stack
         return {"stack": stack.record()}
 

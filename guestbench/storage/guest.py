@@ -37,6 +37,10 @@ class StorageError(RuntimeError):
     """A stack could not be built or reset inside the appliance; the message is one line saying why."""
 
 
+class FilesystemUnavailable(StorageError):
+    """The appliance cannot make or mount the filesystem at all: the same on every launch."""
+
+
 @dataclass
 class Stack:
     """A built stack: what is measured, how it was made, and what `fresh` and `teardown` need."""
@@ -115,7 +119,7 @@ def setup(g: Any, layout: str, devices: list[str], filesystem: str, *, size_mib:
     _check_size(layout, filesystem, predicted, disk_mib)
 
     if (why := filesystem_available(g, filesystem)) is not None:
-        raise StorageError(why)
+        raise FilesystemUnavailable(why)
     real = _real_names(g, disks)
     _clean_slate(g, list(real.values()))
     stack = Stack(layout, filesystem, "", "", [], 0, mount_options)
