@@ -203,6 +203,7 @@ def warnings(doc: dict[str, Any]) -> list[str]:
             continue
         summaries = {name: r.summary for name, r in zip(_backend_names(group), group) if r.summary is not None}
         out.extend(spread_warnings(names[id(group[0])], summaries))
+    out.extend(_caveats(doc, cells, rs, names))
     for cell, r in zip(cells, rs):
         prefix = f"{names[id(r)]}: {r.backend}"
         if r.failures:
@@ -211,6 +212,27 @@ def warnings(doc: dict[str, Any]) -> list[str]:
             if problem:
                 out.append(f"{prefix}: {problem}")
     return out
+
+
+def _caveats(doc: dict[str, Any], cells: list[dict[str, Any]], rs: list[Any], names: dict[int, str]) -> list[str]:
+    """What a measurement says about its own settings (e.g. bonnie++'s ram below the appliance's memory),
+    once per measurement label."""
+    from guestbench.measurements import MEASUREMENTS  # the registry imports the backends: only when needed
+
+    memsize = _dict(doc.get("scenario")).get("memsize")
+    out: dict[str, None] = {}
+    for cell, r in zip(cells, rs):
+        m = MEASUREMENTS.get(str(cell.get("measurement")))
+        params = cell.get("params")
+        if m is None or not isinstance(params, dict):
+            continue
+        try:
+            found = m.caveats({**m.defaults(), **params}, memsize if isinstance(memsize, int) else None)
+        except (KeyError, TypeError, ValueError):  # a file from another version: no caveat rather than a crash
+            continue
+        for text in found:
+            out.setdefault(f"{names[id(r)]}: {text}", None)
+    return list(out)
 
 
 def _scenario_name(doc: dict[str, Any]) -> str:

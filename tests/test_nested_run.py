@@ -78,6 +78,11 @@ def test_the_guest_gets_the_same_scenario_on_the_host_placement_with_scaled_time
         (sc.measurements, sc.backends, sc.repetitions, sc.warmup)
     job = files["job.sh"].decode()  # type: ignore[union-attr]
     assert "-m guestbench.nested.inside /dev/vde" in job and f"--probe-timeout {level1.probe_timeout_s:.0f}" in job
+    # the guest cannot build appliances: the data disk's prebuilt ones, workload variants included
+    for var, name in (("GUESTBENCH_UML_APPLIANCE", "uml-appliance"),
+                      ("GUESTBENCH_WORKLOAD_APPLIANCE_QEMU", "appliance-workload"),
+                      ("GUESTBENCH_WORKLOAD_APPLIANCE_UML", "uml-appliance-workload")):
+        assert f"{var}=/guestbench-l1/data/{name}" in job, var
     # an editable install: this source tree goes along and is unpacked where the venv expects it
     with tarfile.open(fileobj=io.BytesIO(files["src.tar"]), mode="r:") as tar:  # type: ignore[arg-type]
         names = tar.getnames()

@@ -83,8 +83,20 @@ def test_every_shipped_scenario_loads(path: Path) -> None:
     for m in sc.measurements:
         assert m.measurement in MEASUREMENTS
         assert set(m.params) == {p.name for p in MEASUREMENTS[m.measurement].params}
+        # shipped sizes are the ones a reader can trust: e.g. bonnie++'s file cannot sit in the guest's cache
+        assert MEASUREMENTS[m.measurement].caveats(m.params, sc.memsize) == [], m.label
     # the document as recorded in a results file is plain JSON
     assert json.loads(json.dumps(sc.to_dict()))["name"] == sc.name
+
+
+def test_bonnie_ram_below_the_appliance_memory_is_a_caveat() -> None:
+    bonnie = MEASUREMENTS["bonnie"]
+    params = {**bonnie.defaults(), "size": 64 * 2**20, "ram": 32 * 2**20}
+    assert bonnie.check(params, 256) == []  # allowed (tests use it for speed) ...
+    [caveat] = bonnie.caveats(params, 256)  # ... but said
+    assert "ram 32 MiB is below appliance.memsize (256 MiB)" in caveat and "64 MiB file" in caveat
+    assert bonnie.caveats({**params, "ram": 256 * 2**20, "size": 512 * 2**20}, 256) == []
+    assert "default appliance memory (1280 MiB)" in bonnie.caveats(bonnie.defaults(), None)[0]
 
 
 def test_uml_vs_kvm_has_the_published_sizes() -> None:

@@ -148,6 +148,10 @@ class Measurement:
                                  f"{format_size(params['size'])}; allowed: at least size + 10% + 64MiB"))
         return problems
 
+    def caveats(self, params: dict[str, Any], memsize_mib: int | None) -> list[str]:
+        """Valid settings that still weaken the figures (printed with the run's warnings, never refused)."""
+        return []
+
     def describe(self, params: dict[str, Any]) -> str:
         shown = ", ".join(f"{p.name}={p.show(params[p.name])}" for p in self.params if p.name in params)
         return f"{self.name}({shown})" if shown else self.name

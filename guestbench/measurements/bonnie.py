@@ -10,6 +10,8 @@ from guestbench.workloads import Metric
 from guestbench.workloads import bonnie
 
 MiB = 2**20
+# what guestfs_get_memsize() gives when nothing sets it (libguestfs 1.48, x86_64)
+LIBGUESTFS_DEFAULT_MEMSIZE_MIB = 1280
 
 
 class Bonnie(StorageWorkload):
@@ -41,6 +43,16 @@ class Bonnie(StorageWorkload):
             problems.append(("size", "does not fit the disk with room for the filesystem; allowed: at most "
                              "disk_size - 64MiB"))
         return problems
+
+    def caveats(self, params: dict[str, Any], memsize_mib: int | None) -> list[str]:
+        """bonnie++ sizes its file from `ram`; an appliance with more memory than that can cache the file, and
+        then its read figures measure the guest's page cache (E2's "absurd" loopback read)."""
+        memory = memsize_mib if memsize_mib is not None else LIBGUESTFS_DEFAULT_MEMSIZE_MIB
+        if params["ram"] // MiB >= memory:
+            return []
+        whose = "appliance.memsize" if memsize_mib is not None else "libguestfs's default appliance memory"
+        return [f"bonnie++ ram {params['ram'] // MiB} MiB is below {whose} ({memory} MiB): the guest's page "
+                f"cache can hold much of the {params['size'] // MiB} MiB file, so reads may measure memory"]
 
     def metrics(self, params: dict[str, Any]) -> tuple[Metric, ...]:
         size, _, files, skip = self._args(params)

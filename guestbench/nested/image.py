@@ -34,6 +34,8 @@ from guestbench.paths import temp_root
 PACKAGES = ("bash", "coreutils", "util-linux", "procps", "kmod", "iproute2", "e2fsprogs", "tar", "gzip",
             "python3", "python3-guestfs", "python3-yaml", "libguestfs0", "qemu-system-x86", "qemu-utils",
             "user-mode-linux", "supermin")
+# the workload appliances on the data disk, by flavour: the guest cannot build them (no dpkg database there)
+WORKLOAD_APPLIANCES = {"qemu": "appliance-workload", "uml": "uml-appliance-workload"}
 ROOT_SIZE = "8G"  # sparse; room for the disk images a nested scenario creates under /var/tmp
 BUILD_TIMEOUT_S = 1800
 # where the data disk is mounted in the guest; not /guestbench: from / that would be importable as a package
@@ -129,7 +131,7 @@ def inputs() -> dict[str, object]:
         freeze = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True,
                                 text=True, stdin=subprocess.DEVNULL).stdout
     try:  # the appliances the data disk carries
-        appliances = {f"{f}-standard": appliance.inputs(f) for f in appliance.FLAVOURS}
+        appliances = {f"{f}-{v}": appliance.inputs(f, v) for f in appliance.FLAVOURS for v in appliance.VARIANTS}
     except appliance.ApplianceError as e:
         raise ImageError(str(e)) from None
     return {"packages": _package_versions(), "init": INIT, "root_size": ROOT_SIZE,
@@ -217,6 +219,14 @@ def build(say: Callable[[str], None] = lambda s: None, force: bool = False) -> I
             raise ImageError(str(e)) from None
         say("adding the UML appliance")
         _run(["cp", "-a", "--sparse=always", str(uml), str(staging / "uml-appliance")], "copying the UML appliance")
+        for flavour, name in WORKLOAD_APPLIANCES.items():  # fio, bonnie++, dbench ... for workload measurements
+            say(f"adding the {flavour} workload appliance")
+            try:
+                src = appliance.appliance_dir(flavour, "workload")
+            except appliance.ApplianceError as e:
+                raise ImageError(str(e)) from None
+            _run(["cp", "-a", "--sparse=always", str(src), str(staging / name)], f"copying the {flavour} workload "
+                 "appliance")
         venv = venv_prefix()
         if venv is not None:
             say(f"adding this host's virtualenv ({venv})")

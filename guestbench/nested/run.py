@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 import guestbench
+from guestbench import appliance
 from guestbench.backends import BACKENDS
 from guestbench.measurements import get as get_measurement
 from guestbench.nested import image as nested_image
@@ -121,9 +122,12 @@ def job_files(sc: Scenario, level1: Level1) -> dict[str, bytes | Path]:
         parent = shlex.quote(str(package.parent))
         unpack = f"mkdir -p {parent} && tar -xf {GUEST_IN}/src.tar -C {parent} || exit 90\n"
     python = shlex.quote(str(venv / "bin" / "python"))
+    workload_env = " ".join(f"{appliance.PREBUILT_ENV[(flavour, 'workload')]}={GUEST_DATA}/{name}"
+                            for flavour, name in nested_image.WORKLOAD_APPLIANCES.items())
     files["job.sh"] = f"""# guestbench inside the level-1 guest (written by guestbench.nested.run)
 export GUESTBENCH_CACHE={GUEST_CACHE} LIBGUESTFS_PATH={GUEST_DATA}/appliance
 export GUESTBENCH_UML_APPLIANCE={GUEST_DATA}/uml-appliance COLUMNS=200 TERM=dumb
+export {workload_env}
 {unpack}cd {GUEST_IN}
 exec {python} -m guestbench.nested.inside {LIVE_DEVICE} {GUEST_OUT}/results -- {GUEST_IN}/scenario.yaml \\
   --probe-timeout {level1.probe_timeout_s:.0f} --csv > {GUEST_OUT}/report.csv
