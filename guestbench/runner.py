@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
-from guestbench import host, probe, units
+from guestbench import host, lockstep, probe, units
 from guestbench.backends import BACKENDS, Availability
 from guestbench.errors import Interrupted
 from guestbench.appliance import ApplianceError
@@ -160,15 +160,22 @@ class Runner:
     def _run_together(self, cells: list[dict[str, Any]], its: list[str], progress: Progress, task: Any) -> None:
         """N appliances with the same workload at once, each with its own images in the same host directory
         (E3's guests sharing a disk): one thread and one supervisor each; a signal stops them all."""
+        assert self.run_dir is not None
         self._extra = [Supervisor(verbose=self.opts.verbose, echo=self.supervisor.echo) for _ in cells[1:]]
         supervisors = [self.supervisor, *self._extra]
         errors: list[BaseException] = []
+        # every timed sample starts together (a peer may be relaunching after a failure: wait that long)
+        step_dir = workdir_for(self.run_dir, f"step-{cells[0]['label']}-{cells[0]['backend']}")  # one per group
+        wait_s = self.sc.timeout + 2 * self.sc.sample_timeout
 
         def one(cell: dict[str, Any], sup: Supervisor) -> None:
+            step = lockstep.Step(str(step_dir), cell["instance"], len(cells), wait_s)
             try:
-                self._run_cell(cell, its, progress, task, sup)
+                self._run_cell(cell, its, progress, task, sup, step)
             except BaseException as e:  # handed to the main thread
                 errors.append(e)
+            finally:
+                lockstep.leave(step_dir, cell["instance"])
 
         threads = [threading.Thread(target=one, args=(c, s), name=f"guest{c['instance']}", daemon=True)
                    for c, s in zip(cells, supervisors)]
@@ -195,7 +202,7 @@ class Runner:
             sup.abort()
 
     def _run_cell(self, cell: dict[str, Any], its: list[str], progress: Progress, task: Any,
-                  supervisor: Supervisor) -> None:
+                  supervisor: Supervisor, step: lockstep.Step | None = None) -> None:
         """One cell; a workload's host-side disks live exactly as long as the cell (removed in every case)."""
         assert self.results is not None and self.run_dir is not None
         backend = BACKENDS[cell["backend"]]
@@ -215,14 +222,15 @@ class Runner:
             except (Unavailable, ApplianceError) as e:
                 self._unavailable(cell, len(its), progress, task, str(e))
                 return
-            self._run_workers(cell, its, handle_config, drives, workdir, progress, task, supervisor)
+            self._run_workers(cell, its, handle_config, drives, workdir, progress, task, supervisor, step)
         if cell["status"] == "running":
             cell["status"] = "done"
         self.results.save()
 
     def _request(self, cell: dict[str, Any], iterations: list[str], handle_config: dict[str, Any], workdir: Path,
                  drives: list[dict[str, Any]], *, verify: bool, params: dict[str, Any] | None = None,
-                 payload: Path | None = None, payload_sha256: str | None = None) -> dict[str, Any]:
+                 payload: Path | None = None, payload_sha256: str | None = None,
+                 step: dict[str, Any] | None = None) -> dict[str, Any]:
         """What a worker is asked to do (see guestbench.worker)."""
         return {
             "measurement": cell["measurement"], "params": params if params is not None else cell["params"],
@@ -233,6 +241,7 @@ class Runner:
             "phases": BACKENDS[cell["backend"]].phase_markers if cell.get("phases") else None,
             "verify": verify, "drives": drives,
             "payload": str(payload) if payload else None, "payload_sha256": payload_sha256,
+            **({"step": step} if step else {}),
         }
 
     def _run_trials(self, cell: dict[str, Any], its: list[str], workdir: Path, progress: Progress,
@@ -298,7 +307,7 @@ class Runner:
 
     def _run_workers(self, cell: dict[str, Any], its: list[str], handle_config: dict[str, Any],
                      drives: list[dict[str, Any]], workdir: Path, progress: Progress, task: Any,
-                     supervisor: Supervisor) -> None:
+                     supervisor: Supervisor, step: lockstep.Step | None = None) -> None:
         """Workers for one cell until every iteration is done, failed or skipped; a killed or dead worker is
         replaced (up to MAX_WORKER_RESTARTS), a hung first launch ends the cell."""
         assert self.results is not None
@@ -339,7 +348,8 @@ class Runner:
                         self.results.save()  # type: ignore[union-attr]
                 elif t == "sample":
                     gi = index_map[msg["i"]]
-                    self._record_sample(cell, numbered[gi], msg["s"], msg.get("phases"), msg.get("metrics"))
+                    self._record_sample(cell, numbered[gi], msg["s"], msg.get("phases"), msg.get("metrics"),
+                                        {k: msg[k] for k in ("in_step", "waited_s") if k in msg})
                     done_here.add(gi)
                     progress.advance(task)
                 elif t == "failure":
@@ -360,7 +370,8 @@ class Runner:
 
             request = self._request(cell, [its[i] for i in remaining], handle_config, workdir, drives,
                                     verify=cell["verification"] is None, payload=payload_path,
-                                    payload_sha256=payload_sum)
+                                    payload_sha256=payload_sum,
+                                    step={**step.to_dict(), "indexes": remaining} if step else None)
             ex = supervisor.run_worker(request, backend, on_message)
             remaining = [i for i in remaining if i not in done_here]
             if ex.kind == "done" or not remaining:
@@ -368,6 +379,8 @@ class Runner:
             # The worker was killed at a deadline or died: the iteration under way failed.
             current = remaining[0] if ex.index is None else index_map[ex.index]
             if current in remaining:
+                if step is not None:
+                    lockstep.arrive(step, current)  # its peers need not wait for it
                 self._record_failure(cell, numbered[current], self._exit_reason(ex, backend))
                 progress.advance(task)
                 remaining.remove(current)
@@ -454,9 +467,9 @@ class Runner:
     # ------------------------------------------------------------------ recording
     def _record_sample(self, cell: dict[str, Any], it: tuple[str, int], seconds: float,
                        phases: list[dict[str, Any]] | None = None,
-                       metrics: dict[str, float | str] | None = None) -> None:
+                       metrics: dict[str, float | str] | None = None, extra: dict[str, Any] | None = None) -> None:
         kind, k = it
-        entry: dict[str, Any] = {"rep": k, "seconds": seconds, "utc": utc_now()}
+        entry: dict[str, Any] = {"rep": k, "seconds": seconds, "utc": utc_now(), **(extra or {})}
         if phases is not None:
             entry["phases"] = phases
         if metrics is not None:

@@ -10,7 +10,8 @@ Protocol (worker → supervisor, one JSON object per line on the protocol fd):
   {"t": "deadline", "what": null}                   no step is under way
   {"t": "launched", "s": 12.3, "first": true}      a launch finished (first: first launch in this worker)
   {"t": "sample", "i": index, "s": 11.2}           a timed sample (start-up with phases: "phases": [...];
-                                                   a workload: "metrics": {key: value} from its tool)
+                                                   a workload: "metrics": {key: value} from its tool;
+                                                   concurrent guests: "in_step", "waited_s")
   {"t": "failure", "i": index, "reason": "..."}    an iteration failed (the worker goes on)
   {"t": "verification", "record": {...}}
   {"t": "unavailable", "reason": "..."}             the cell cannot run here (no further iterations)
@@ -20,7 +21,8 @@ Protocol (worker → supervisor, one JSON object per line on the protocol fd):
 Request (supervisor → worker, one JSON document on stdin): measurement, params, iterations ("cold",
 "warmup", "rep"), backend (HandleConfig.to_dict()), appliance (memsize, smp), timeout, sample_timeout,
 workdir, verbose, verify, phases (null or the marker family, see guestbench.phases), drives (host-side
-disks a workload runs on, guestbench.storage.host.Drive.to_dict()), and for uploads payload + payload_sha256. Built by runner.Runner and probe.
+disks a workload runs on, guestbench.storage.host.Drive.to_dict()), step (concurrent guests: lockstep.Step
+.to_dict() plus "indexes", the run's number of each iteration), and for uploads payload + payload_sha256. Built by runner.Runner and probe.
 """
 
 from __future__ import annotations
@@ -34,13 +36,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from guestbench import phases
+from guestbench import lockstep, phases
 from guestbench.measurements import get as get_measurement
 from guestbench.measurements.base import CellContext, Measurement, Unavailable, verification_problem
 from guestbench.paths import WORKDIR_ENV
 
 SHUTDOWN_TIMEOUT_S = 120.0
 POWER_CUT_WAIT_S = 120.0
+LOCKSTEP_MARGIN_S = 60.0  # the supervisor's deadline over the rendezvous's own bound
 
 
 class Channel:
@@ -190,8 +193,11 @@ def run(req: dict[str, Any], chan: Channel) -> None:
             a.close()
             chan.send(t="deadline", what=None)
 
+    step = lockstep.Step.from_dict(req["step"]) if req.get("step") else None
+    step_index: list[int] = list((req.get("step") or {}).get("indexes") or [])  # the run's iteration numbers
     for i, _it in enumerate(req["iterations"]):
         chan.send(t="begin", i=i)
+        in_step: dict[str, Any] = {}
         try:
             if measurement.times_launch:
                 app, elapsed, cut = launch()
@@ -207,6 +213,11 @@ def run(req: dict[str, Any], chan: Channel) -> None:
                     chan.send(t="setup", record=record)
             chan.send(t="deadline", what="sample", s=sample_timeout)
             measurement.prepare(app.g, ctx)
+            if step is not None:  # start the timed operation together with the other guests
+                chan.send(t="deadline", what="waiting for the other guests", s=step.wait_s + LOCKSTEP_MARGIN_S)
+                waited = lockstep.wait(step, step_index[i])
+                in_step = {"in_step": waited is not None, "waited_s": waited}
+                chan.send(t="deadline", what="sample", s=sample_timeout)
             t0 = time.perf_counter()
             figures = measurement.timed_op(app.g, ctx)
             elapsed = time.perf_counter() - t0
@@ -218,7 +229,7 @@ def run(req: dict[str, Any], chan: Channel) -> None:
                     if (problem := verification_problem(record)) is not None:
                         raise RuntimeError(problem)
             chan.send(t="deadline", what=None)
-            chan.send(t="sample", i=i, s=elapsed, **({"metrics": figures} if figures is not None else {}))
+            chan.send(t="sample", i=i, s=elapsed, **({"metrics": figures} if figures is not None else {}), **in_step)
             if measurement.kills_hypervisor:  # the runner cuts the power now: wait for it, mid-flight
                 chan.send(t="deadline", what="power cut", s=POWER_CUT_WAIT_S)
                 chan.send(t="powercut", i=i)
@@ -233,6 +244,8 @@ def run(req: dict[str, Any], chan: Channel) -> None:
             app = launching = None
             break
         except Exception as exc:  # a failed sample is data, not a crash: report it and go on
+            if step is not None:
+                lockstep.arrive(step, step_index[i])  # the other guests need not wait for this iteration
             chan.send(t="deadline", what=None)
             chan.send(t="failure", i=i, reason=failure_reason(exc, app or launching))
             for a in (app, launching):

@@ -121,6 +121,8 @@ def test_concurrent_appliances_run_at_the_same_time(run: tuple[subprocess.Comple
         ends = [datetime.fromisoformat(c["samples"][0]["utc"].replace("Z", "+00:00")).timestamp() for c in pair]
         starts = [e - c["samples"][0]["seconds"] for e, c in zip(ends, pair)]
         assert max(starts) < min(ends), f"{backend}: the two dbench runs did not overlap: {starts} {ends}"
+        for c in pair:  # each sample started at the rendezvous with the other guest, not at its own pace
+            assert c["samples"][0]["in_step"] is True and c["samples"][0]["waited_s"] >= 0, c["samples"]
     f = tmp_path / "r.json"
     f.write_text(json.dumps(doc))
     md = guestbench("show", str(f), "--markdown").stdout
