@@ -10,6 +10,8 @@ from pathlib import Path
 RUN_PREFIX = "guestbench-run-"
 # A cell's work dir, for guestbench's own hypervisor programs (UML's overlay and vhost socket go there).
 WORKDIR_ENV = "GUESTBENCH_WORKDIR"
+# which of N concurrent appliances a worker runs (1-based): a UML guest takes its own host CPU by it
+INSTANCE_ENV = "GUESTBENCH_INSTANCE"
 
 
 def cache_dir() -> Path:

@@ -241,7 +241,7 @@ class Runner:
             "phases": BACKENDS[cell["backend"]].phase_markers if cell.get("phases") else None,
             "verify": verify, "drives": drives,
             "payload": str(payload) if payload else None, "payload_sha256": payload_sha256,
-            **({"step": step} if step else {}),
+            **({"step": step} if step else {}), "instance": cell.get("instance", 1),
         }
 
     def _run_trials(self, cell: dict[str, Any], its: list[str], workdir: Path, progress: Progress,

@@ -39,7 +39,7 @@ from typing import Any
 from guestbench import lockstep, phases
 from guestbench.measurements import get as get_measurement
 from guestbench.measurements.base import CellContext, Measurement, Unavailable, verification_problem
-from guestbench.paths import WORKDIR_ENV
+from guestbench.paths import INSTANCE_ENV, WORKDIR_ENV
 
 SHUTDOWN_TIMEOUT_S = 120.0
 POWER_CUT_WAIT_S = 120.0
@@ -262,6 +262,7 @@ def main() -> int:
     try:
         req = json.load(sys.stdin)
         os.environ[WORKDIR_ENV] = req["workdir"]  # a hypervisor program of ours puts its files there
+        os.environ[INSTANCE_ENV] = str(req.get("instance") or 1)
         for k, v in (req["backend"].get("env") or {}).items():
             os.environ[k] = v
         run(req, chan)

@@ -65,3 +65,23 @@ def test_qcow2_is_refused_with_a_reason() -> None:
 def test_probe_invocations_are_not_launches() -> None:
     with pytest.raises(TranslateError, match="no -kernel"):
         parse(["-machine", "none", "-device", "?"])
+
+
+def test_concurrent_uml_guests_are_pinned_to_different_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """UML is pinned to one host CPU; two guests at once (concurrency: 2) must not share it."""
+    import os
+
+    from guestbench.backends.uml import hv
+    from guestbench.paths import INSTANCE_ENV
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("one CPU: UML is not pinned at all")
+    chosen = []
+    for instance in ("1", "2", str(len(cpus) + 1)):
+        monkeypatch.setenv(INSTANCE_ENV, instance)
+        chosen.append(hv._uml_cpu())
+    assert chosen[0] == cpus[-1] and chosen[1] == cpus[-2]  # guest 2 on another CPU than guest 1
+    assert chosen[2] == cpus[-1]  # more guests than CPUs: round robin
+    monkeypatch.delenv(INSTANCE_ENV)
+    assert hv._uml_cpu() == cpus[-1]  # a lone appliance, as before

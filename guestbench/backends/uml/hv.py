@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from guestbench.paths import WORKDIR_ENV
+from guestbench.paths import INSTANCE_ENV, WORKDIR_ENV
 
 QEMU = "qemu-system-x86_64"
 CHANNEL_ENV = "GUESTBENCH_UML_CHANNEL"  # "virtio" (default) or "serial"
@@ -126,9 +126,15 @@ def uml_command(launch: Launch, tmp: Path, channel: str, channel_fd: int | None,
 
 
 def _uml_cpu() -> int | None:
-    """The host CPU UML is pinned to: the last one this process may use (none when there is only one)."""
+    """The host CPU UML is pinned to (none when this process may use only one): the last one for the first
+    of concurrent appliances, the one before for the second, and so on, so that guests sharing a disk
+    do not also share a CPU."""
     cpus = sorted(os.sched_getaffinity(0))
-    return cpus[-1] if len(cpus) > 1 else None
+    try:
+        instance = max(1, int(os.environ.get(INSTANCE_ENV, "1")))
+    except ValueError:
+        instance = 1
+    return cpus[-1 - (instance - 1) % len(cpus)] if len(cpus) > 1 else None
 
 
 def _shm_tmpdir() -> str | None:
