@@ -22,7 +22,8 @@ Request (supervisor → worker, one JSON document on stdin): measurement, params
 "warmup", "rep"), backend (HandleConfig.to_dict()), appliance (memsize, smp), timeout, sample_timeout,
 workdir, verbose, verify, phases (null or the marker family, see guestbench.phases), drives (host-side
 disks a workload runs on, guestbench.storage.host.Drive.to_dict()), step (concurrent guests: lockstep.Step
-.to_dict() plus "indexes", the run's number of each iteration), and for uploads payload + payload_sha256. Built by runner.Runner and probe.
+.to_dict() plus "indexes", the run's number of each iteration), instance (which of N concurrent guests,
+1-based), and for uploads payload + payload_sha256. Built by runner.Runner and probe.
 """
 
 from __future__ import annotations
