@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--results", default="results", help="directory for the results file (default: results)")
     s.add_argument("--reprobe", action="store_true", help="ignore cached backend verdicts and probe again")
     s.add_argument("--probe-timeout", type=float, help="limit for a backend's probe launch, seconds")
+    s.add_argument("--defer-probe", action="store_true",
+                   help="no separate probe launch: a backend's first launch in the run is its probe, and if it "
+                        "fails the backend's other cells are skipped (one launch fewer where launches are slow, "
+                        "as in a nested guest; nested runs use it inside the level-1 guest)")
     s.add_argument("-v", "--verbose", action="store_true",
                    help="show the appliance console and the exact hypervisor command line")
 
@@ -159,7 +163,7 @@ def cmd_scenario(args: argparse.Namespace) -> int:
         raise UserError("is not a directory; allowed: a directory for results files", source="command line",
                         key=f"--results {args.results}")
     opts = RunOptions(results_dir=results_dir, verbose=args.verbose, reprobe=args.reprobe,
-                      probe_timeout=args.probe_timeout, command=tuple(["guestbench", *sys.argv[1:]]))
+                      probe_timeout=args.probe_timeout, defer_probe=args.defer_probe, command=tuple(["guestbench", *sys.argv[1:]]))
     err = Console(stderr=True)
     try:
         rf = run_scenario(sc, opts, err)

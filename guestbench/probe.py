@@ -83,9 +83,16 @@ def launch_probe(backend: Backend, supervisor: Supervisor, run_dir: Path, timeou
     return Availability(False, backend.explain(why, False), {"failure": why, "timed_out": False})
 
 
+DEFERRED = "deferred: its first launch in this run is its probe"
+
+
 def check(backend: Backend, supervisor: Supervisor, run_dir: Path, *, refresh: bool = False,
-          timeout: float | None = None) -> Availability:
-    """Full verdict for one backend: live preconditions, then a cached or fresh launch probe."""
+          timeout: float | None = None, defer: bool = False) -> Availability:
+    """Full verdict for one backend: live preconditions, then a cached or fresh launch probe.
+
+    `defer`: no probe launch; the verdict says 'deferred' and the run's first launch decides (see decided()),
+    which saves a launch where launches are slow (nested: a UML launch in an emulated guest takes minutes).
+    """
     pre = backend.preconditions()
     if not pre.usable:
         return pre
@@ -95,8 +102,26 @@ def check(backend: Backend, supervisor: Supervisor, run_dir: Path, *, refresh: b
         if cached is not None:
             cached.details = {**pre.details, **cached.details}
             return cached
+    if defer:
+        return Availability(True, DEFERRED, {**pre.details, "deferred": True})
     limit = timeout or PROBE_TIMEOUT_S.get(backend.name, DEFAULT_PROBE_TIMEOUT_S)
     av = launch_probe(backend, supervisor, run_dir, limit)
     av.details = {**pre.details, **av.details, "probe_timeout_s": limit}
     store_verdict(backend, key, av)
+    return av
+
+
+def decided(backend: Backend, deferred: Availability, launch_s: float | None, failure: str | None) -> Availability:
+    """A deferred verdict once the backend's first launch in the run has ended: launched in `launch_s`, or
+    failed with `failure`. A launch is cached like a probe's (it is the same test: one launch under a
+    deadline); a failure is not, as the next run's own probe will say more."""
+    details = {k: v for k, v in deferred.details.items() if k != "deferred"}
+    details["probe"] = "first launch of the run"
+    if launch_s is not None:
+        av = Availability(True, f"launched in {launch_s:.1f} s (the run's first launch, as its probe)",
+                          {**details, "probe_launch_s": launch_s})
+    else:
+        why = failure or "the run's first launch failed"  # explained by the runner
+        return Availability(False, why, {**details, "failure": why})
+    store_verdict(backend, backend.probe_key(), av)
     return av

@@ -43,6 +43,7 @@ class RunOptions:
     verbose: bool = False
     reprobe: bool = False
     probe_timeout: float | None = None
+    defer_probe: bool = False  # a backend's first launch in the run is its probe (probe.check(defer=True))
     command: tuple[str, ...] = ()
 
 
@@ -62,6 +63,8 @@ class Runner:
         self.run_dir: Path | None = None
         self._extra: list[Supervisor] = []  # supervisors of concurrent appliances beyond the first
         self._stopping = False  # a signal arrived: threads of concurrent appliances start nothing new
+        self._deferred: dict[str, Availability] = {}  # backends whose first launch is their probe, until it ends
+        self._refused: dict[str, str] = {}  # backends whose first launch failed: the rest of their cells skip
 
     # ------------------------------------------------------------------ top level
     def run(self) -> ResultsFile:
@@ -101,16 +104,33 @@ class Runner:
                     self.console.print(f"checking backend {name} (a real launch under a deadline, or a cached "
                                        "verdict)", highlight=False)
                 av = probe.check(BACKENDS[name], self.supervisor, self.run_dir, refresh=self.opts.reprobe,
-                                 timeout=self.opts.probe_timeout)
+                                 timeout=self.opts.probe_timeout, defer=self.opts.defer_probe)
                 self.results.set_backend(name, av.to_dict())
                 self._say_backend(name, av)
+                if av.details.get("deferred"):
+                    self._deferred[name] = av
                 if av.usable:
                     usable.append(name)
         return usable
 
+    def _first_launch_ended(self, name: str, launch_s: float | None, failure: str | None = None) -> None:
+        """A deferred probe's verdict, from the backend's first launch in this run (once per backend)."""
+        assert self.results is not None
+        with self.results.lock:
+            deferred = self._deferred.pop(name, None)
+            if deferred is None:
+                return
+            av = probe.decided(BACKENDS[name], deferred, launch_s, failure)
+            self.results.set_backend(name, av.to_dict())
+            if not av.usable:
+                self._refused[name] = av.reason
+        self._say_backend(name, av)
+
     def _say_backend(self, name: str, av: Availability) -> None:
         cached = " (cached verdict)" if av.details.get("cached") else ""
-        if av.usable:
+        if av.details.get("deferred"):
+            self.console.print(f"[yellow]?[/] {name}: probe ", av.reason, sep="", highlight=False)
+        elif av.usable:
             self.console.print(f"[green]✓[/] {name}: usable — ", av.reason + cached, sep="", highlight=False)
         else:
             self.console.print(f"[red]✗[/] {name}: not usable — ", av.reason + cached, sep="", highlight=False)
@@ -152,10 +172,17 @@ class Runner:
         with self._progress() as progress:
             task = progress.add_task(self.sc.name, total=total)
             for cells, its in plan:
+                if (name := cells[0]["backend"]) in self._refused:
+                    for cell in cells:
+                        self._skip(cell, list(range(len(its))), progress, task, f"not run: {name} is not usable here "
+                                   f"({self._refused[name]})")
+                    continue
                 if len(cells) == 1:
                     self._run_cell(cells[0], its, progress, task, self.supervisor)
                 else:
                     self._run_together(cells, its, progress, task)
+        for name in list(self._deferred):  # no cell launched it (all unavailable, or interrupted before)
+            self._first_launch_ended(name, None, "not decided: no cell of this run launched it")
 
     def _run_together(self, cells: list[dict[str, Any]], its: list[str], progress: Progress, task: Any) -> None:
         """N appliances with the same workload at once, each with its own images in the same host directory
@@ -275,7 +302,10 @@ class Runner:
                     return
 
                 def on_message(msg: dict[str, Any]) -> None:
-                    if msg["t"] == "sample":
+                    if msg["t"] == "launched":
+                        outcome["launched"] = True
+                        self._first_launch_ended(cell["backend"], msg["s"])
+                    elif msg["t"] == "sample":
                         outcome["sample"] = msg
                     elif msg["t"] == "failure":
                         outcome["failure"] = backend.explain(msg["reason"], False)
@@ -300,8 +330,14 @@ class Runner:
                            "host_writes": float(seen.get("writes", 0)), "host_flushes": float(seen.get("flushes", 0))}
                 self._record_sample(cell, it, outcome["sample"]["s"], metrics=figures)
             else:
-                self._record_failure(cell, it, outcome.get("failure") or self._exit_reason(ex, backend))
+                self._record_failure(cell, it, reason := outcome.get("failure") or self._exit_reason(ex, backend))
+                if "launched" not in outcome and cell["backend"] in self._deferred and not self._stopping:
+                    self._first_launch_ended(cell["backend"], None,  # the probe was this launch
+                                             f"the run's first launch failed: {reason}")
             progress.advance(task)
+            if cell["backend"] in self._refused:
+                self._skip(cell, list(range(idx + 1, len(its))), progress, task, f"not run: {cell['backend']} is not usable here")
+                return
         cell["status"] = "done"
         self.results.save()
 
@@ -343,6 +379,8 @@ class Runner:
                     progress.update(task, description=f"{cell['backend']} · {cell['label']} · {kind} {k}/{n}")
                 elif t == "launched":
                     launched_ok = True
+                    if cell["backend"] in self._deferred:
+                        self._first_launch_ended(cell["backend"], msg["s"])
                     if msg.get("first") and cell["cold_s"] is None and not m.times_launch:
                         cell["cold_s"] = msg["s"]
                         self.results.save()  # type: ignore[union-attr]
@@ -374,6 +412,18 @@ class Runner:
                                     step={**step.to_dict(), "indexes": remaining} if step else None)
             ex = supervisor.run_worker(request, backend, on_message)
             remaining = [i for i in remaining if i not in done_here]
+            if not launched_ok and cell["backend"] in self._deferred and not self._stopping:
+                # the probe was this launch: the backend is not usable, and the cell ends here
+                reason = cell["failures"][-1]["reason"] if cell["failures"] else self._exit_reason(ex, backend)
+                current = None if not remaining else remaining[0] if ex.index is None else index_map[ex.index]
+                if ex.kind != "done" and current is not None and current in remaining:  # died in the launch
+                    self._record_failure(cell, numbered[current], reason)
+                    progress.advance(task)
+                    remaining.remove(current)
+                self._first_launch_ended(cell["backend"], None, f"the run's first launch failed: {reason}")
+                if remaining:
+                    self._skip(cell, remaining, progress, task, f"not run: {cell['backend']} is not usable here")
+                break
             if ex.kind == "done" or not remaining:
                 break
             # The worker was killed at a deadline or died: the iteration under way failed.
@@ -532,7 +582,10 @@ def exit_status(doc: dict[str, Any]) -> int:
 
     if exit_problem(doc):
         return 1
+    unusable = {name for name, av in doc.get("backends", {}).items() if av.get("usable") is False}
     for cell in doc.get("cells", []):
+        if cell.get("backend") in unusable:  # a deferred probe's failed first launch: reported like a probe's
+            continue
         if not cell.get("samples") and cell.get("status") != "unavailable":  # unavailable: reported, expected
             return 1
     return 0

@@ -47,7 +47,7 @@ def test_compare_two_real_runs_exits_1_past_the_threshold(tmp_path: Path, no_lef
     sc = write_scenario(tmp_path / "startup.yaml", """
 name: startup-uml
 backends: [uml]
-repetitions: 3
+repetitions: 2
 warmup: 0
 timeout: 240
 measurements: [startup]

@@ -48,14 +48,51 @@ def test_a_hung_launch_skips_the_cell_with_its_reason(hang_backend, tmp_path: Pa
     assert took < 6 + 30
 
 
+def test_a_deferred_probe_that_fails_makes_the_backend_unusable_and_skips_its_other_cells(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_leftovers) -> None:
+    """--defer-probe: no probe launch; the first cell's launch fails, so the verdict is that failure and the
+    backend's next cell is skipped with it, not launched again."""
+    backend = ScriptBackend(HV / "crash.sh")
+    monkeypatch.setitem(BACKENDS, backend.name, backend)
+    sc = parse_scenario({"name": "deferred", "backends": ["crash"], "repetitions": 1, "warmup": 0, "timeout": 60,
+                         "measurements": ["startup", {"measurement": "upload", "size": "1MiB"}]}, "test")
+    rf = run_scenario(sc, RunOptions(results_dir=tmp_path, reprobe=True, defer_probe=True), Console(stderr=True))
+    doc = json.loads(rf.path.read_text())
+    verdict = doc["backends"]["crash"]
+    assert verdict["usable"] is False and verdict["details"]["probe"] == "first launch of the run"
+    assert "first launch failed" in verdict["reason"] and "simulated hypervisor crash" in verdict["reason"], verdict
+    first, second = doc["cells"]
+    assert first["failures"] and not first["samples"]
+    assert second["status"] == "skipped" and "crash is not usable here" in second["skip_reason"]
+    assert not second["failures"] and not second["samples"]  # never launched
+    assert doc["status"] == "complete" and exit_status(doc) == 0  # an unusable backend, as with a probe
+
+
 def _hypervisor_pid(backend: str) -> int | None:
     """The hypervisor process of the run under way: qemu for tcg, the UML kernel's main process for uml."""
     if backend == "tcg":
         found = [p for p in hypervisor_processes() if "qemu-system" in p]
     else:
         found = processes_mentioning(f"{APPLIANCES_DIR}/uml-")  # the UML kernel, from its appliance
-    pids = sorted(int(p.split(":")[0]) for p in found)
-    return pids[0] if pids else None
+    pids = {int(p.split(":")[0]) for p in found}
+    # the root of the tree: pids wrap (pid_max is 32768 here), so the lowest may be one of UML's children
+    roots = [pid for pid in pids if _parent(pid) not in pids]
+    return min(roots, key=_started) if roots else None
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _started(pid: int) -> int:
+    """Start time in clock ticks since boot (field 22 of /proc/PID/stat); a process gone sorts last."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return 2**63
 
 
 @pytest.mark.parametrize("backend", ["tcg", "uml"])

@@ -21,11 +21,14 @@ from typing import Callable
 from xml.sax.saxutils import escape
 
 from guestbench.nested import live
-from guestbench.nested.image import Image
+from guestbench.nested.image import OUTPUT_WRITTEN, Image
 from guestbench.paths import make_run_dir, remove_tree
 
 DOMAIN_PREFIX = "guestbench-l1-"
 OUTPUT_SIZE = 256 * 2**20
+# Once its output is written and synced the guest powers itself off, which takes seconds; an emulated
+# power-off has been seen to stall after the kernel's "Power down", so past this the host destroys it.
+POWEROFF_GRACE_S = 60.0
 
 
 class GuestError(Exception):
@@ -83,12 +86,13 @@ def domain_xml(name: str, image: Image, run_dir: Path, memory_mib: int, vcpus: i
 def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_mib: int, vcpus: int,
             kvm: bool, timeout_s: float, on_console: Callable[[str], None] = lambda line: None,
             on_live: Callable[[live.Snapshot], None] = lambda snap: None,
-            silence_s: float | None = None) -> JobResult:
+            silence_s: float | None = None, poweroff_grace_s: float = POWEROFF_GRACE_S) -> JobResult:
     """Boot the guest with `files` (must hold job.sh), wait for it to power off, unpack its output to `dest`.
 
     The job may write snapshots to /dev/vde (guestbench.nested.live): each new one reaches `on_live` while
     the guest runs, and once more after it is gone, also when this ends in an error or an interruption.
     `silence_s`: the guest is destroyed as hung when its console says nothing for that long.
+    `poweroff_grace_s`: how long after its output is written the guest may take to power off.
     """
     import libvirt
 
@@ -119,14 +123,23 @@ def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_
             raise GuestError(f"libvirt could not start the level-1 guest: {e}") from None
         seen = 0
         heard = time.monotonic()
+        written_at: float | None = None
         while True:
-            before = seen
+            before, lines_before = seen, len(console)
             seen = _relay(run_dir / "console.log", seen, console, on_console)
             now = time.monotonic()
             if seen != before:
                 heard = now
+                if written_at is None and OUTPUT_WRITTEN in (line.strip() for line in console[lines_before:]):
+                    written_at = now
             last_seq = _pass_live(run_dir, last_seq, on_live)
             if not _active(dom):
+                break
+            if written_at is not None and now - written_at > poweroff_grace_s:
+                console.append(f"guestbench: the level-1 guest wrote its output but had not powered off "
+                               f"{poweroff_grace_s:.0f} s later; destroyed")
+                on_console(console[-1])
+                _destroy(dom)
                 break
             last = console[-1] if console else "no console output"
             if now - t0 > timeout_s:
@@ -149,10 +162,7 @@ def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_
         return JobResult(status, dest, console, time.monotonic() - t0)
     finally:
         if dom is not None:
-            try:
-                dom.destroy()
-            except libvirt.libvirtError:
-                pass  # already gone (powered off)
+            _destroy(dom)
         conn.close()
         try:
             _pass_live(run_dir, last_seq, on_live)  # what the guest wrote in its last moments
@@ -172,6 +182,15 @@ def _safe_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
     """Only plain files and directories inside the destination: the guest's output is not trusted."""
     return [m for m in tar.getmembers() if (m.isfile() or m.isdir()) and not m.name.startswith("/")
             and ".." not in Path(m.name).parts]
+
+
+def _destroy(dom: object) -> None:
+    import libvirt
+
+    try:
+        dom.destroy()  # type: ignore[attr-defined]
+    except libvirt.libvirtError:
+        pass  # already gone (powered off)
 
 
 def _active(dom: object) -> bool:

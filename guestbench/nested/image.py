@@ -42,6 +42,8 @@ BUILD_TIMEOUT_S = 1800
 GUEST_DATA = "/guestbench-l1/data"
 GUEST_CACHE = "/var/cache/guestbench"  # GUESTBENCH_CACHE in the guest (on the root overlay: writable)
 
+OUTPUT_WRITTEN = "guestbench-l1: output written"  # INIT says it once the output disk is written and synced
+
 # PID 1 of the level-1 guest (after supermin's mini initrd): mount, unpack the job from the input disk,
 # run it, write its output directory to the output disk as a tar, power off. The console (ttyS0) shows
 # progress lines the host relays; the job's own output goes to the console too.

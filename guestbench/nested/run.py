@@ -130,7 +130,7 @@ export GUESTBENCH_UML_APPLIANCE={GUEST_DATA}/uml-appliance COLUMNS=200 TERM=dumb
 export {workload_env}
 {unpack}cd {GUEST_IN}
 exec {python} -m guestbench.nested.inside {LIVE_DEVICE} {GUEST_OUT}/results -- {GUEST_IN}/scenario.yaml \\
-  --probe-timeout {level1.probe_timeout_s:.0f} --csv > {GUEST_OUT}/report.csv
+  --defer-probe --probe-timeout {level1.probe_timeout_s:.0f} --csv > {GUEST_OUT}/report.csv
 """.encode()
     return files
 
