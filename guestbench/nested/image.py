@@ -232,8 +232,9 @@ def build(say: Callable[[str], None] = lambda s: None, force: bool = False) -> I
         venv = venv_prefix()
         if venv is not None:
             say(f"adding this host's virtualenv ({venv})")
-            shutil.copytree(venv, staging / "venv-path", symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__"))
+            # with its byte-code: compiling numpy, rich ... on every emulated boot costs tens of seconds
+            # (a .pyc names its source's mtime and size, which the copy keeps, so a stale one is not used)
+            shutil.copytree(venv, staging / "venv-path", symlinks=True)
             (staging / "venv-path.txt").write_text(str(venv))
         size_mib = sum(f.lstat().st_blocks * 512 for f in staging.rglob("*")) // 2**20  # allocated, not apparent
         say(f"building the data disk ({size_mib} MiB of files, mke2fs -d)")

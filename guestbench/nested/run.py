@@ -102,8 +102,7 @@ def _source() -> tuple[Path, bytes | None]:
         return package, None
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        tar.add(str(package), arcname=package.name,
-                filter=lambda ti: None if "__pycache__" in ti.name or ti.name.endswith(".pyc") else ti)
+        tar.add(str(package), arcname=package.name)  # byte-code too: tar keeps the mtimes it is checked by
     return package, buf.getvalue()
 
 
