@@ -416,12 +416,22 @@ def _mkfs(g: Any, fs: str, device: str) -> None:
 
 
 def _clean_slate(g: Any, real: list[str]) -> None:
-    """Forget what an earlier launch on the same disks left: the appliance may have activated our VG or
-    assembled our array at boot, and old signatures would make mdadm and lvm ask questions."""
+    """Forget what an earlier launch or layout on the same disks left: the appliance may have activated our
+    VG or assembled our array at boot, and old signatures would make mdadm and lvm ask questions.
+
+    Until udev has settled, a stopped array can come back (udev's incremental assembly sees its legs'
+    change events) and then holds a disk that wipefs cannot open, and the kernel keeps an old partition
+    table until it is read again: so settle, clear, check, and go round again while a signature is left.
+    """
     disks = " ".join(map(shlex.quote, real))
-    _sh(g, f"lvm vgchange -an {VG} >/dev/null 2>&1; for m in /dev/md?*; do test -b $m && mdadm --stop $m "
-           f">/dev/null 2>&1; done; dmsetup remove {SLOW_LEG} >/dev/null 2>&1; "
-           f"for d in {disks}; do wipefs -a $d >/dev/null 2>&1; done; true", "clearing old signatures")
+    _sh(g, f"for i in 1 2 3 4 5; do udevadm settle >/dev/null 2>&1; lvm vgchange -an {VG} >/dev/null 2>&1; "
+           f"for m in /dev/md?*; do test -b $m && mdadm --stop $m >/dev/null 2>&1; done; "
+           f"dmsetup remove {SLOW_LEG} >/dev/null 2>&1; "
+           f"for d in {disks}; do wipefs -a $d >/dev/null 2>&1; blockdev --rereadpt $d >/dev/null 2>&1; done; "
+           f"udevadm settle >/dev/null 2>&1; left=; "
+           f"for d in {disks}; do test -n \"$(wipefs --noheadings $d 2>/dev/null)\" && left=\"$left $d\"; "
+           f"ls /sys/class/block/${{d##*/}}/ | grep -q \"^${{d##*/}}[0-9]\" && left=\"$left $d\"; done; "
+           f"test -z \"$left\" && break; done; true", "clearing old signatures")
 
 
 def _free_extents(g: Any) -> int:
