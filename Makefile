@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup run test bench e1 doctor clean
+.PHONY: setup run test check bench e1 doctor clean
 
 setup:
 	@bash tools/setup.sh
@@ -14,6 +14,11 @@ run: setup
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The fast tier for a developer's loop: every test that launches no appliance (architecture limits,
+# scenario and results parsing, reports, the protocol), in about a minute.
+check: setup
+	$(BIN)/python -m pytest -m "not launch" $(PYTEST_ARGS)
 
 # pytest-benchmark regression run (benchmarks/); saves every run with its raw samples in .benchmarks/ and,
 # from the second run on, prints the comparison with the previous one. BENCH_ARGS adds pytest options, e.g.

@@ -5,7 +5,8 @@ stock one has the host kernel's), and workload measurements need tools the stock
 bonnie++, dbench, more mkfs programs). supermin makes either from the host's packages in seconds. The
 result is a directory libguestfs takes through LIBGUESTFS_PATH (kernel, initrd, root, README.fixed).
 
-Flavours: `qemu` (the host kernel, as supermin picks it: tcg, kvm, libvirt-*) and `uml`. Variants:
+Flavours (FLAVOURS, one recipe each): `qemu` (the host kernel, as supermin picks it: tcg, kvm, libvirt-*) and
+`uml`; a backend names the one it boots (Backend.appliance_flavour). Variants:
 `standard` (libguestfs's own package set) and `workload` (plus WORKLOAD_PACKAGES that are installed here).
 Each appliance is keyed by a hash of everything it is made from, so a package or kernel update rebuilds
 it and nothing else does; one build per flavour and variant is kept. They live under
@@ -27,11 +28,10 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, ClassVar, Iterable, Mapping
 
 from guestbench.paths import temp_root
 
-FLAVOURS = ("qemu", "uml")
 VARIANTS = ("standard", "workload")
 # Tools the workload measurements run inside the appliance; jfsutils, reiserfsprogs and xfsprogs for mkfs.
 WORKLOAD_PACKAGES = ("fio", "bonnie++", "dbench", "jfsutils", "reiserfsprogs", "xfsprogs")
@@ -39,7 +39,7 @@ RECIPE = 1  # bump when the way appliances are built changes, so that cached one
 SUPERMIN_D = Path("/usr/lib/x86_64-linux-gnu/guestfs/supermin.d")
 UML_KERNEL = Path("/usr/bin/linux")
 UML_MODULES_ROOT = Path("/usr/lib/uml/modules")
-# supermin's own search for the host kernel (after its SUPERMIN_* variables, which the qemu flavour unsets)
+# supermin's own search for the host kernel (after its SUPERMIN_* variables, which a build unsets first)
 HOST_KERNEL_GLOBS = (("/lib/modules", "*/vmlinuz"), ("/boot", "vmlinuz-*"), ("/lib/modules", "*/modules.dep"))
 SUPERMIN_ENV = ("SUPERMIN_KERNEL", "SUPERMIN_MODULES", "SUPERMIN_KERNEL_VERSION", "SUPERMIN_DTB")
 BUILD_TIMEOUT_S = 900
@@ -59,11 +59,6 @@ umount /sys
 umount /proc
 exec /init "$@"
 """
-# A prebuilt appliance to use instead of building: guestbench's level-1 guest carries the host's, because
-# supermin cannot build in a root that supermin made (it has no package database).
-PREBUILT_ENV = {("uml", "standard"): "GUESTBENCH_UML_APPLIANCE",
-                ("qemu", "workload"): "GUESTBENCH_WORKLOAD_APPLIANCE_QEMU",
-                ("uml", "workload"): "GUESTBENCH_WORKLOAD_APPLIANCE_UML"}
 
 
 class ApplianceError(Exception):
@@ -76,6 +71,61 @@ def uml_kernel_version() -> str | None:
         return None
     versions = sorted(p.name for p in UML_MODULES_ROOT.iterdir() if (p / "modules.dep").exists())
     return versions[-1] if versions else None
+
+
+class Flavour:
+    """An appliance recipe: which kernel supermin puts in and what goes in besides libguestfs's packages.
+
+    Why a class per flavour: a new kernel to boot (another hypervisor's) is one subclass and one FLAVOURS entry.
+    """
+
+    name: ClassVar[str]
+    # A prebuilt appliance per variant to use instead of building: guestbench's level-1 guest carries the
+    # host's, because supermin cannot build in a root that supermin made (it has no package database).
+    prebuilt_env: ClassVar[Mapping[str, str]] = {}
+
+    def kernel_inputs(self) -> dict[str, Any]:
+        """What its kernel (and any extra file) is made from, for the inputs; ApplianceError when missing."""
+        raise NotImplementedError
+
+    def prepare(self, supermin_d: Path, ins: dict[str, Any], env: dict[str, str]) -> None:
+        """Add to the build's copy of supermin.d and to supermin's environment (SUPERMIN_* unset)."""
+
+
+class HostKernelFlavour(Flavour):
+    """The host's kernel, as supermin's own search picks it: what qemu boots."""
+
+    name = "qemu"
+    prebuilt_env = {"workload": "GUESTBENCH_WORKLOAD_APPLIANCE_QEMU"}
+
+    def kernel_inputs(self) -> dict[str, Any]:
+        return {"kernel": {"candidates": [_stat(p) for root, pattern in HOST_KERNEL_GLOBS
+                                          for p in sorted(Path(root).glob(pattern))]}}
+
+
+class UmlFlavour(Flavour):
+    """UML's kernel and modules, plus an init that loads virtio_console before the appliance's /init."""
+
+    name = "uml"
+    prebuilt_env = {"standard": "GUESTBENCH_UML_APPLIANCE", "workload": "GUESTBENCH_WORKLOAD_APPLIANCE_UML"}
+
+    def kernel_inputs(self) -> dict[str, Any]:
+        version = uml_kernel_version()
+        if not UML_KERNEL.exists() or version is None:
+            raise ApplianceError("User-Mode Linux is not installed (apt-get install user-mode-linux)")
+        return {"kernel": {"version": version, "kernel": _stat(UML_KERNEL),
+                           "modules": _stat(UML_MODULES_ROOT / version / "modules.dep")},
+                "init": INIT_SCRIPT}
+
+    def prepare(self, supermin_d: Path, ins: dict[str, Any], env: dict[str, str]) -> None:
+        (supermin_d / "guestbench-uml.tar.gz").write_bytes(_init_tarball())
+        version = ins["kernel"]["version"]
+        env.update(SUPERMIN_KERNEL=str(UML_KERNEL), SUPERMIN_MODULES=str(UML_MODULES_ROOT / version),
+                   SUPERMIN_KERNEL_VERSION=version)
+
+
+FLAVOURS: dict[str, Flavour] = {f.name: f for f in (HostKernelFlavour(), UmlFlavour())}
+PREBUILT_ENV = {(f.name, variant): var for f in FLAVOURS.values() for variant, var in f.prebuilt_env.items()}
 
 
 def installed_versions(names: Iterable[str]) -> dict[str, str]:
@@ -101,7 +151,7 @@ def _stat(path: Path) -> list[object]:
 
 def _check(flavour: str, variant: str) -> None:
     if flavour not in FLAVOURS or variant not in VARIANTS:
-        raise ValueError(f"no appliance {flavour!r}/{variant!r}: flavours {FLAVOURS}, variants {VARIANTS}")
+        raise ValueError(f"no appliance {flavour!r}/{variant!r}: flavours {tuple(FLAVOURS)}, variants {VARIANTS}")
 
 
 def inputs(flavour: str, variant: str = "standard") -> dict[str, Any]:
@@ -117,16 +167,7 @@ def inputs(flavour: str, variant: str = "standard") -> dict[str, Any]:
         raise ApplianceError("supermin is not installed (apt-get install supermin)")
     ins: dict[str, Any] = {"recipe": RECIPE, "flavour": flavour, "variant": variant, "supermin": _stat(Path(supermin)),
                            "supermin.d": [_stat(p) for p in sorted(SUPERMIN_D.iterdir())]}
-    if flavour == "uml":
-        version = uml_kernel_version()
-        if not UML_KERNEL.exists() or version is None:
-            raise ApplianceError("User-Mode Linux is not installed (apt-get install user-mode-linux)")
-        ins["kernel"] = {"version": version, "kernel": _stat(UML_KERNEL),
-                         "modules": _stat(UML_MODULES_ROOT / version / "modules.dep")}
-        ins["init"] = INIT_SCRIPT
-    else:
-        ins["kernel"] = {"candidates": [_stat(p) for root, pattern in HOST_KERNEL_GLOBS
-                                        for p in sorted(Path(root).glob(pattern))]}
+    ins.update(FLAVOURS[flavour].kernel_inputs())
     if variant == "workload":
         ins["packages"] = installed_versions(WORKLOAD_PACKAGES)
     return ins
@@ -223,11 +264,7 @@ def build_to(dest: Path, ins: dict[str, Any]) -> dict[str, Any]:
         sd = work / "supermin.d"
         shutil.copytree(SUPERMIN_D, sd)
         env = {k: v for k, v in os.environ.items() if k not in SUPERMIN_ENV}
-        if flavour == "uml":
-            (sd / "guestbench-uml.tar.gz").write_bytes(_init_tarball())
-            version = ins["kernel"]["version"]
-            env.update(SUPERMIN_KERNEL=str(UML_KERNEL), SUPERMIN_MODULES=str(UML_MODULES_ROOT / version),
-                       SUPERMIN_KERNEL_VERSION=version)
+        FLAVOURS[flavour].prepare(sd, ins, env)
         included = included_packages(ins)
         if included:
             (sd / PACKAGES_FILE).write_text("".join(f"{p}\n" for p in included))

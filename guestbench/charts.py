@@ -26,11 +26,10 @@ from matplotlib.figure import Figure  # noqa: E402  (after the backend is chosen
 from matplotlib.patches import Patch  # noqa: E402
 
 from guestbench import phases, report  # noqa: E402
+from guestbench.backends import BACKENDS, Backend  # noqa: E402
 from guestbench.report import Row, fmt_mb_per_s, fmt_seconds  # noqa: E402
 
-BACKEND_COLOURS = {"tcg": "#4c72b0", "kvm": "#dd8452", "libvirt-tcg": "#55a868", "libvirt-kvm": "#c44e52",
-                   "uml": "#8172b3"}
-OTHER_COLOUR = "#937860"
+OTHER_COLOUR = Backend.colour  # a backend a results file names that is not registered (any more)
 PLACEMENT_HATCHES = ("", "xx", "..", "\\\\")
 HOST_SIDE_GREYS = ("#d9d9d9", "#bdbdbd", "#969696", "#737373")
 APPLIANCE_COLOURS = ("#dd8452", "#4c72b0", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#ccb974",
@@ -112,6 +111,12 @@ def _bar_text(r: Row) -> str:
     return text
 
 
+def backend_colour(name: str) -> str:
+    """Each backend brings its own colour, so that it is the same in every chart."""
+    backend = BACKENDS.get(name)
+    return backend.colour if backend is not None else OTHER_COLOUR
+
+
 def measurement_chart(scenario: str, label: str, pairs: list[tuple[dict[str, Any], Row]]) -> Chart:
     """Backends side by side for one measurement label (and placements side by side when several)."""
     by_id = {id(r): cell for cell, r in pairs}
@@ -122,7 +127,7 @@ def measurement_chart(scenario: str, label: str, pairs: list[tuple[dict[str, Any
     ax = fig.add_subplot()
     top = max((r.summary.max for r in group if r.summary), default=0.0) or 1.0
     for y, r in enumerate(group):
-        colour = BACKEND_COLOURS.get(r.backend, OTHER_COLOUR)
+        colour = backend_colour(r.backend)
         hatch = PLACEMENT_HATCHES[placements.index(r.placement) % len(PLACEMENT_HATCHES)]
         s = r.summary
         if s is not None:

@@ -19,14 +19,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from guestbench import __version__, appliance, compare, host, probe, report
+from guestbench import __version__, appliance, compare, host, report
 from guestbench.backends import BACKENDS
-from guestbench.errors import Interrupted, UserError
-from guestbench.measurements import MEASUREMENTS
+from guestbench.errors import Interrupted, UserError, one_line as _one_line
 from guestbench.paths import make_run_dir, remove_tree
 from guestbench.results import load_results
 from guestbench.scenario import apply_overrides, help_text, load_scenario
-from guestbench.supervisor import Supervisor, TrapSignals
+from guestbench.run import probe
+from guestbench.run.supervisor import Supervisor, TrapSignals
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70
@@ -40,10 +40,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"guestbench: command line: {message}; see '{self.prog} --help'\n")
         raise SystemExit(EXIT_USAGE)
-
-
-def _measurement_help() -> str:
-    return "\n".join(f"  {m.name}: timed = {m.timed}" for m in MEASUREMENTS.values())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -150,7 +146,7 @@ def _print_report(doc: dict[str, Any], fmt: str) -> None:
 
 
 def cmd_scenario(args: argparse.Namespace) -> int:
-    from guestbench.runner import RunOptions, exit_status, run_scenario
+    from guestbench.run.runner import RunOptions, exit_status, run_scenario
 
     sc = load_scenario(args.file)
     _check_probe_timeout(args)
@@ -357,11 +353,6 @@ def _write_json(doc: dict[str, Any], output: str | None) -> None:
     except OSError as e:
         raise UserError(f"cannot write: {e.strerror or e}", source=output) from None
     sys.stderr.write(f"guestbench: wrote {output}\n")
-
-
-def _one_line(message: str) -> str:
-    """Keep an error to one line even when a user's key or file name holds a line break."""
-    return message.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""Error types that the CLI turns into one line and an exit status, never a traceback."""
+"""Error types shared across guestbench, and the one-line form every error is reported in: the CLI turns
+them into one line and an exit status, never a traceback."""
 
 from __future__ import annotations
 
@@ -25,3 +26,18 @@ class Interrupted(Exception):
     def __init__(self, signum: int) -> None:
         super().__init__(f"interrupted by signal {signum}")
         self.signum = signum
+
+
+class Unavailable(RuntimeError):
+    """This host or appliance cannot do what a cell asks (a kind of host storage, a filesystem): the cell is
+    reported as unavailable with this message, shown to the user as is, and not retried sample after sample."""
+
+
+def one_line(message: object, *, squeeze: bool = False) -> str:
+    """A message as one line, so an error report stays one line on stderr or in a results cell.
+
+    By default line breaks are escaped (a user's key or file name that holds one is still shown exactly);
+    `squeeze` folds every run of white space to one space instead (a tool's multi-line output).
+    """
+    text = str(message)
+    return " ".join(text.split()) if squeeze else text.replace("\r", "\\r").replace("\n", "\\n")

@@ -40,3 +40,11 @@ def make_run_dir() -> Path:
 
 def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def workdir_for(run_dir: Path, name: str) -> Path:
+    """A cell's (or a probe's) own directory in the run's; traversable like the run directory."""
+    d = run_dir / name
+    d.mkdir(parents=True, exist_ok=True)
+    os.chmod(d, 0o755)
+    return d

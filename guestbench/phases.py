@@ -75,7 +75,8 @@ DAEMON = Phase("daemon start", r"^\+ guestfsd\b", "appliance",
 ANSWER = Phase("first request", r"received GUESTFS_LAUNCH_FLAG", "libguestfs",
                "launch returns and one ping round trip to the daemon", False)
 
-# The same appliance runs on every backend; only the stretch before /init differs.
+# The same appliance runs on every backend; only the stretch before /init differs. Keyed by console family (a
+# backend's `phase_markers`), not by backend: a new backend names an existing family or adds one entry here.
 MARKERS: dict[str, tuple[Phase, ...]] = {
     "qemu": (LIBRARY, HYPERVISOR, FIRMWARE, LOADER, KERNEL, INITRD, INIT, UDEV, PROBE, DAEMON, ANSWER),
     # UML boots the appliance root directly (no initrd): "Run /... as init process" starts /init.

@@ -11,7 +11,7 @@ for the ``guestbench_backend`` fixture.
   ``bench_startup``, ``bench_upload``, ``bench_upload_no_write``, ``bench_write_no_upload``, run one
   measurement through ``benchmark.pedantic``: only the measurement's timed step (for start-up, the launch) is
   inside the timer; every step has a deadline past which the hypervisor is killed and the test fails saying
-  which step overran (see guestbench.inprocess).
+  which step overran (see guestbench.run.inprocess).
 - Options: ``--guestbench-backends=tcg,uml`` (or ini ``guestbench_backends``), ``--guestbench-rounds``,
   ``--guestbench-probe-timeout``, ``--guestbench-reprobe``.
 - What guestbench records goes into the saved JSON: per benchmark ``extra_info`` (backend, measurement,
@@ -58,10 +58,12 @@ def _positive_seconds(text: str) -> float:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from guestbench.backends import BACKENDS  # the registry names them: a new backend is listed by itself
+
     group = parser.getgroup("guestbench", "guestbench: benchmarks of libguestfs appliances")
     group.addoption("--guestbench-backends", metavar="LIST", default=None,
                     help="comma-separated backends to parametrise guestbench_backend over "
-                         "(default: all: tcg, kvm, libvirt-tcg, libvirt-kvm, uml; unusable ones are skipped)")
+                         f"(default: all: {', '.join(BACKENDS)}; unusable ones are skipped)")
     group.addoption("--guestbench-rounds", metavar="N", type=_positive_int, default=None,
                     help=f"measured rounds per benchmark when the test does not say (default {DEFAULT_ROUNDS})")
     group.addoption("--guestbench-probe-timeout", metavar="S", type=_positive_seconds, default=None,
@@ -94,9 +96,9 @@ class _Session:
 
     def verdict(self, name: str) -> Availability:
         if name not in self.verdicts:
-            from guestbench import probe
+            from guestbench.run import probe
             from guestbench.backends import BACKENDS
-            from guestbench.supervisor import Supervisor
+            from guestbench.run.supervisor import Supervisor
 
             sup = Supervisor()
             try:
@@ -188,7 +190,7 @@ class BackendUnderTest:
         launch, sample_timeout for any other step (defaults as in scenario files).
         """
         from guestbench import __version__
-        from guestbench.inprocess import Cell
+        from guestbench.run.inprocess import Cell
         from guestbench.scenario import DEFAULT_SAMPLE_TIMEOUT_S, DEFAULT_TIMEOUT_S
 
         m, values = _measurement_params(measurement, params, memsize)

@@ -119,6 +119,11 @@ class Scenario:
     measurements: tuple[MeasurementSpec, ...] = field(default_factory=tuple)
     overrides: dict[str, Any] = field(default_factory=dict)
 
+    def iterations(self, times_launch: bool) -> list[str]:
+        """A cell's iterations in order: 'cold' (start-up only: the first launch, reported apart), then the
+        warm-ups, then the measured repetitions."""
+        return (["cold"] if times_launch else []) + ["warmup"] * self.warmup + ["rep"] * self.repetitions
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["backends"] = list(self.backends) if self.backends is not None else None

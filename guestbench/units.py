@@ -1,4 +1,4 @@
-"""Sizes and durations as users write them: decimal (MB = 10^6 bytes) and binary (MiB = 2^20) units."""
+"""Sizes as users write them, decimal (MB = 10^6 bytes) and binary (MiB = 2^20), and the MB/s every output uses."""
 
 from __future__ import annotations
 
@@ -16,30 +16,37 @@ MAX_SIZE = 2**63 - 1  # libguestfs sizes are int64
 SIZE_HELP = "an integer byte count or a number with a unit: B, kB, MB, GB (10^3), KiB, MiB, GiB (2^10), e.g. 500MiB"
 
 
-def parse_size(value: object) -> int:
-    """Parse `500MiB`, `1GiB`, `500MB`, `4096` into bytes; raise ValueError with the allowed forms."""
+def parse_size(value: object, *, what: str = "size", fractions: bool = True) -> int:
+    """Parse `500MiB`, `1GiB`, `500MB`, `4096` into bytes; raise ValueError with the allowed forms.
+
+    `what` names the value in messages ("image size"); `fractions=False` refuses a number with a fraction
+    such as 1.5G (host image sizes, which always took whole numbers).
+    """
+    bad = f"bad {what} {value!r}"
     if isinstance(value, bool):
-        raise ValueError(f"bad size {value!r}; expected {SIZE_HELP}")
+        raise ValueError(f"{bad}; expected {SIZE_HELP}")
     if isinstance(value, int):
         if value <= 0:
-            raise ValueError(f"bad size {value!r}; must be positive; expected {SIZE_HELP}")
+            raise ValueError(f"{bad}; must be positive; expected {SIZE_HELP}")
         if value > MAX_SIZE:
-            raise ValueError(f"bad size {value!r}; too large (at most {MAX_SIZE} bytes)")
+            raise ValueError(f"{bad}; too large (at most {MAX_SIZE} bytes)")
         return value
     if not isinstance(value, str):
-        raise ValueError(f"bad size {value!r}; expected {SIZE_HELP}")
+        raise ValueError(f"{bad}; expected {SIZE_HELP}")
     m = _SIZE_RE.match(value)
     if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"bad size {value!r}; expected {SIZE_HELP}")
+        raise ValueError(f"{bad}; expected {SIZE_HELP}")
+    if not fractions and "." in m.group(1):
+        raise ValueError(f"{bad}; a whole number with a unit is needed here; expected {SIZE_HELP}")
     # exact arithmetic: 16.1kB is 16100 bytes, which binary floating point would miss
     try:
         number = Fraction(m.group(1)) * _UNITS[m.group(2).lower()]
     except ValueError:  # more digits than int() converts
-        raise ValueError(f"bad size {value[:40]!r}...; too large (at most {MAX_SIZE} bytes)") from None
+        raise ValueError(f"bad {what} {value[:40]!r}...; too large (at most {MAX_SIZE} bytes)") from None
     if number > MAX_SIZE:
-        raise ValueError(f"bad size {value!r}; too large (at most {MAX_SIZE} bytes)")
+        raise ValueError(f"{bad}; too large (at most {MAX_SIZE} bytes)")
     if number < 1 or number.denominator != 1:
-        raise ValueError(f"bad size {value!r}; must be a positive whole number of bytes; expected {SIZE_HELP}")
+        raise ValueError(f"{bad}; must be a positive whole number of bytes; expected {SIZE_HELP}")
     return int(number)
 
 

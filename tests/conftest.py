@@ -21,6 +21,9 @@ _SESSION_TMP = Path(tempfile.mkdtemp(prefix="gbtest-", dir="/var/tmp"))
 os.chmod(_SESSION_TMP, 0o755)
 os.environ["GUESTBENCH_CACHE"] = str(_SESSION_TMP / "cache")
 os.environ["GUESTBENCH_TMPDIR"] = str(_SESSION_TMP / "tmp")
+# Every results file written during the tests (by subprocesses such as `guestbench scenario` too) is checked
+# against the published JSON Schema where it is written (guestbench/results/validate.py).
+os.environ["GUESTBENCH_VALIDATE_RESULTS"] = "1"
 (_SESSION_TMP / "tmp").mkdir()
 os.chmod(_SESSION_TMP / "tmp", 0o755)
 

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from guestbench import host, probe
+from guestbench import host
+from guestbench.run import probe
 from guestbench.backends import BACKENDS
 from guestbench.backends.direct import MSR_QUIRK_FEATURE, msr_quirk_needed, write_quirk_wrapper
 from guestbench.backends.base import qemu_path
 from guestbench.paths import make_run_dir, remove_tree
-from guestbench.supervisor import Supervisor
+from guestbench.run.supervisor import Supervisor
 
 from conftest import guestbench
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from guestbench.nested import run as nested_run
+from guestbench.nested import job as nested_run
 from guestbench.results import ResultsFile
 from guestbench.scenario import Scenario, load_scenario, parse_scenario
 

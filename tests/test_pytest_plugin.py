@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import hypervisor_processes, run_dirs, socket_dirs
-from guestbench.supervisor import socket_dirs_of
+from guestbench.run.supervisor import socket_dirs_of
 
 pytest_plugins = ["pytester"]
 

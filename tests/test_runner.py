@@ -15,7 +15,7 @@ from rich.console import Console
 
 from guestbench.appliance import APPLIANCES_DIR
 from guestbench.backends import BACKENDS
-from guestbench.runner import RunOptions, exit_status, run_scenario
+from guestbench.run.runner import RunOptions, exit_status, run_scenario
 from guestbench.scenario import parse_scenario
 
 from conftest import ROOT, hypervisor_processes, processes_mentioning, write_scenario

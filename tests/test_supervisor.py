@@ -15,8 +15,9 @@ import pytest
 
 from guestbench.backends.base import Availability, Backend, HandleConfig
 from guestbench.measurements import get as get_measurement
-from guestbench.paths import make_run_dir, remove_tree
-from guestbench.supervisor import Supervisor, workdir_for
+from guestbench.paths import make_run_dir, remove_tree, workdir_for
+from guestbench.run.protocol import Request
+from guestbench.run.supervisor import Supervisor
 
 from conftest import hypervisor_processes
 
@@ -41,10 +42,9 @@ class ScriptBackend(Backend):
 def run_startup(script: str, timeout: float, iterations: list[str]) -> tuple[Any, list[dict[str, Any]], float]:
     run_dir = make_run_dir()
     try:
-        request = {"measurement": "startup", "params": get_measurement("startup").defaults(),
-                   "iterations": iterations, "backend": ScriptBackend(HV / script).handle_config(run_dir).to_dict(),
-                   "appliance": {}, "timeout": timeout, "sample_timeout": timeout,
-                   "workdir": str(workdir_for(run_dir, "cell")), "verbose": False}
+        request = Request(measurement="startup", params=get_measurement("startup").defaults(),
+                          iterations=iterations, backend=ScriptBackend(HV / script).handle_config(run_dir).to_dict(),
+                          timeout=timeout, sample_timeout=timeout, workdir=str(workdir_for(run_dir, "cell")))
         messages: list[dict[str, Any]] = []
         t0 = time.monotonic()
         ex = Supervisor().run_worker(request, ScriptBackend(HV / script), messages.append)
@@ -79,7 +79,7 @@ def test_socket_dirs_are_found_by_the_processes_own_sockets(tmp_path: Path) -> N
     import subprocess
     import sys
 
-    from guestbench.supervisor import socket_dirs_of
+    from guestbench.run.supervisor import socket_dirs_of
 
     ours = tmp_path / "libguestfsAb3xYz"  # libguestfs's own pattern: six characters after the prefix
     ours.mkdir()

@@ -116,3 +116,11 @@ def test_parse_then_format_is_stable(text: str) -> None:
 def test_mb_per_s_uses_decimal_megabytes() -> None:
     assert mb_per_s(500 * 10**6, 10.0) == pytest.approx(50.0)
     assert mb_per_s(2**20, 1.0) == pytest.approx(1.048576)
+
+
+def test_parse_size_names_what_it_parses_and_can_refuse_fractions() -> None:
+    with pytest.raises(ValueError, match=r"^bad image size 'lots'; expected "):
+        parse_size("lots", what="image size")
+    assert parse_size("2KiB", fractions=False) == 2048
+    with pytest.raises(ValueError, match="a whole number with a unit is needed here"):
+        parse_size("1.5KiB", fractions=False)

@@ -48,6 +48,16 @@ class Backend:
     summary: str = ""
     phase_markers: str = "qemu"  # which boot markers its console prints (guestbench.phases.MARKERS)
     appliance_flavour: str = "qemu"  # which of guestbench's appliances it boots (guestbench.appliance.FLAVOURS)
+    # its bars in charts (guestbench.charts); the default is for names no longer registered (old results)
+    colour: str = "#937860"
+    # the limit for its probe launch: a working backend launches in seconds with KVM, in under a minute with TCG
+    probe_timeout_s: float = 240.0
+    # its hypervisor opens an NBD export itself; when not (UML opens only files), an NBD kind reaches it as a
+    # file through nbdfuse (guestbench.storage.host, as_file)
+    opens_nbd: bool = True
+    # the durability trials' volatile disk (nbdkit's write-back cache) is handed to it as a file by nbdfuse, as a
+    # disk image normally is; libvirt cannot take a FUSE file (it chowns every disk to its qemu user): NBD then
+    volatile_disk_as_file: bool = True
 
     def preconditions(self) -> Availability:
         """Cheap checks that need no launch (binaries, devices, daemons)."""

@@ -18,6 +18,7 @@ MSR_QUIRK_FEATURE = "-arch-capabilities"
 class Tcg(Backend):
     name = "tcg"
     summary = "libguestfs direct backend, qemu with TCG software emulation forced (no hardware virtualization)"
+    colour = "#4c72b0"
 
     def preconditions(self) -> Availability:
         if (missing := common_preconditions()) is not None:
@@ -35,6 +36,8 @@ class Tcg(Backend):
 class Kvm(Backend):
     name = "kvm"
     summary = "libguestfs direct backend, qemu with KVM forced (hardware or nested virtualization)"
+    colour = "#dd8452"
+    probe_timeout_s = 60.0
 
     def preconditions(self) -> Availability:
         if (missing := common_preconditions()) is not None:

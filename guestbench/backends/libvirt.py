@@ -122,6 +122,7 @@ def destroy_domains(names: set[str]) -> list[str]:
 
 class _LibvirtBackend(Backend):
     settings: list[str] = []
+    volatile_disk_as_file = False  # libvirt chowns a disk to its qemu user, which a FUSE mount refuses
 
     def preconditions(self) -> Availability:
         if (missing := common_preconditions()) is not None:
@@ -149,12 +150,15 @@ class LibvirtTcg(_LibvirtBackend):
     name = "libvirt-tcg"
     summary = "libguestfs libvirt backend (transient domain via libvirtd), TCG forced"
     settings = ["force_tcg"]
+    colour = "#55a868"
 
 
 class LibvirtKvm(_LibvirtBackend):
     name = "libvirt-kvm"
     summary = "libguestfs libvirt backend (transient domain via libvirtd), KVM forced"
     settings = ["force_kvm"]
+    colour = "#c44e52"
+    probe_timeout_s = 60.0
 
     def preconditions(self) -> Availability:
         dev = host.kvm_device()

@@ -1,7 +1,7 @@
 """The measurement interface: what a measurement accepts, what it times, and how it runs in the worker.
 
 A measurement is split so that the clock covers exactly one thing: ``add_drives`` and ``after_launch``
-and ``prepare`` are never timed; ``timed`` is (for ``startup``, the launch itself is the timed part).
+and ``prepare`` are never timed; ``timed_op`` is (for ``startup``, the launch itself is the timed part).
 """
 
 from __future__ import annotations
@@ -84,11 +84,6 @@ def bool_param(name: str, default: bool, help: str) -> Param:
     return Param(name, "bool", default, help)
 
 
-class Unavailable(Exception):
-    """This cell cannot run here (a filesystem the appliance cannot make, a host feature missing): the
-    cell is reported as unavailable with this reason, not retried sample after sample."""
-
-
 DISK_SIZE = size_param("disk_size", "1GiB", "size of the disk image created on the host for the filesystem")
 FILESYSTEM = choice_param("filesystem", "ext2", FILESYSTEMS, "filesystem made fresh before every sample")
 FORMAT = choice_param("format", "raw", DISK_FORMATS, "disk image format on the host (sparse)")
@@ -162,11 +157,12 @@ class Measurement:
 
         return payload(params["size"])
 
-    def host_drives(self, storage: Any, params: dict[str, Any], flavour: str, instance: int = 0) -> list[dict[str, Any]]:
+    def host_drives(self, storage: Any, params: dict[str, Any], *, opens_nbd: bool,
+                    instance: int = 0) -> list[dict[str, Any]]:
         """Disks the runner makes on the host for a workload cell (guestbench.storage.host); none otherwise."""
         return []
 
-    # ---- worker side (run inside guestbench.worker, one appliance at a time) ----
+    # ---- worker side (run inside guestbench.run.worker, one appliance at a time) ----
     def add_drives(self, g: Any, ctx: CellContext) -> None:
         """Add the drives this measurement needs to a fresh handle, before launch (not timed)."""
 

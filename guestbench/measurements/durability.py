@@ -1,8 +1,9 @@
 """durability: does data the appliance wrote and fsynced survive a power cut of its host?
 
 A power cut is simulated with a disk that has a volatile write cache, like a real drive's: the image is
-served by an NBD server that keeps writes in memory until its client flushes (guestbench.storage.host,
-`volatile`), and every hypervisor opens it as a plain file. Each trial is one fresh appliance: it writes
+served by nbdkit, whose writeback cache keeps writes from the image until its client flushes
+(guestbench.storage.host, `volatile`); a hypervisor opens it as a plain file (nbdfuse), or over NBD where it
+cannot be handed a FUSE file (libvirt's qemu). Each trial is one fresh appliance: it writes
 `size` bytes of a pattern unique to the trial to the disk and fsyncs (dd conv=fsync: the same block-layer
 flush a filesystem's fsync ends in), the disk's cache and then the hypervisor are killed at once (the disk
 first: a dying hypervisor's last close of the image would flush it, which no real power cut does), and the
@@ -20,7 +21,6 @@ from guestbench.storage import guest as guest_storage
 from guestbench.workloads import Metric
 
 OFFSET = 1 << 20  # past anything a partition table or a filesystem probe would write
-VERDICTS = ("honoured", "lost", "partial")
 
 
 def pattern(token: str, size: int) -> bytes:
@@ -30,7 +30,7 @@ def pattern(token: str, size: int) -> bytes:
 
 
 def verdict(image: bytes, token: str, size: int) -> str:
-    """What the image holds at OFFSET after the power cut."""
+    """What the image holds at OFFSET after the power cut: "honoured", "lost" or "partial"."""
     want = pattern(token, size)
     got = image[:size]
     if got == want:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from guestbench.measurements.base import (CACHE, CellContext, Measurement, Param, Unavailable,
-                                          choice_param, int_param, size_param)
+from guestbench.errors import Unavailable
+from guestbench.measurements.base import CACHE, CellContext, Measurement, Param, choice_param, int_param, size_param
 from guestbench.storage import guest as guest_storage
 from guestbench.storage import host as host_storage
 from guestbench.units import format_size
@@ -36,8 +36,7 @@ STORAGE_PARAMS: tuple[Param, ...] = (DISK_SIZE, FORMAT, PREALLOCATION, CACHE, HO
 
 def stack_text(params: dict[str, Any]) -> str:
     """The disk stack in one phrase, host side first, for table captions."""
-    host = {"file": "image file", "loop": "host loop device", "qemu-nbd": "qemu-nbd", "nbdkit": "nbdkit",
-            "lvm": "host LVM LV"}[params["host"]]
+    host = host_storage.KINDS[params["host"]].label
     prealloc = f", preallocation={params['preallocation']}" if params["preallocation"] != "off" else ""
     return (f"{params['filesystem']} on {params['layout']} · {params['format']}{prealloc} via {host} · "
             f"cache={params['cache']} · disks {format_size(params['disk_size'])}")
@@ -67,19 +66,20 @@ class StorageWorkload(Measurement):
         problems = []
         if params["preallocation"] == "metadata" and params["format"] != "qcow2":
             problems.append(("preallocation", "metadata is for qcow2 only; allowed with raw: off, falloc, full"))
-        if params["host"] == "nbdkit" and params["format"] != "raw":
-            problems.append(("host", "nbdkit serves raw images here; allowed with qcow2: file, loop, qemu-nbd, lvm"))
+        if (why := host_storage.format_problem(params["host"], params["format"])) is not None:
+            problems.append(("host", why))
         return problems
 
     # ---- host side (runner) ----
-    def host_drives(self, storage: host_storage.HostStorage, params: dict[str, Any], flavour: str,
+    def host_drives(self, storage: host_storage.HostStorage, params: dict[str, Any], *, opens_nbd: bool,
                     instance: int = 0) -> list[dict[str, Any]]:
-        """Make this cell's disks on the host; User-Mode Linux opens only files, so NBD exports are handed
-        to it as files (nbdfuse). Raises host_storage.Unavailable when the host cannot do it."""
-        as_file = flavour == "uml" and params["host"] in host_storage.NBD_KINDS
+        """Make this cell's disks on the host; a hypervisor that cannot open NBD (`opens_nbd`, a Backend
+        property: UML opens only files) gets NBD exports as files (nbdfuse). Raises Unavailable
+        when the host cannot do it."""
+        as_file = not opens_nbd and params["host"] in host_storage.NBD_KINDS
         why = host_storage.availability(params["host"], as_file=as_file)
         if why is not None:
-            raise host_storage.Unavailable(why)
+            raise Unavailable(why)
         return [storage.add(params["host"], f"i{instance}-disk{k}", params["disk_size"], fmt=params["format"],
                             preallocation=params["preallocation"], as_file=as_file).to_dict()
                 for k in range(guest_storage.disks_needed(params["layout"]))]

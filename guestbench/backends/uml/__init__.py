@@ -55,6 +55,8 @@ class Uml(Backend):
                "via a guestbench hypervisor program behind libguestfs's direct backend")
     channel = "virtio"
     appliance_flavour = "uml"
+    colour = "#8172b3"
+    opens_nbd = False  # UML's block driver opens only files: NBD exports reach it through nbdfuse
 
     def preconditions(self) -> Availability:
         if (why := libguestfs_available()) is not None:
@@ -83,15 +85,15 @@ class Uml(Backend):
     def probe_key(self) -> dict[str, Any]:
         v = host.versions()
         return {"libguestfs": v.get("libguestfs"), "uml": uml_kernel_version(), "kernel": v.get("kernel"),
-                "appliance": str(appliance_dir("uml", build=False)) if _built() else None, "channel": self.channel}
+                "appliance": _built(self.appliance_flavour), "channel": self.channel}
 
 
-def _built() -> bool:
+def _built(flavour: str) -> str | None:
+    """The standard appliance of `flavour` when it is built, else None (never builds: a probe key is cheap)."""
     try:
-        appliance_dir("uml", build=False)
-        return True
+        return str(appliance_dir(flavour, build=False))
     except ApplianceError:
-        return False
+        return None
 
 
 def write_hv_wrapper(cache_dir: Path) -> Path:

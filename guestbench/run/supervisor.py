@@ -17,29 +17,17 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, Callable
 
 from guestbench.backends.base import Backend
 from guestbench.errors import Interrupted
+from guestbench.run.protocol import Message, Msg, Request, WorkerExit
 
 KILL_GRACE_S = 3.0
 # A user's libguestfs settings that would override the backend's handle configuration; never inherited.
 LIBGUESTFS_OVERRIDES = ("LIBGUESTFS_HV", "LIBGUESTFS_BACKEND", "LIBGUESTFS_BACKEND_SETTINGS")
-
-
-@dataclass
-class WorkerExit:
-    """How a worker ended: 'done', 'timeout' (killed at a deadline) or 'crash' (died on its own)."""
-
-    kind: str
-    what: str | None = None  # for timeouts: the step that overran (launch, sample, shutdown...)
-    limit_s: float | None = None
-    index: int | None = None  # the iteration under way when it ended
-    reason: str | None = None
-    stderr_tail: list[str] = field(default_factory=list)
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -157,7 +145,8 @@ def alive(pid: int) -> bool:
 
 
 class Supervisor:
-    """Runs one worker at a time; `current` is what a signal handler must kill."""
+    """The local executor (guestbench.run.executor): one worker process at a time on this machine, under the
+    deadlines it announces; `current` is what a signal handler must kill."""
 
     def __init__(self, verbose: bool = False, echo: Callable[[str], None] | None = None) -> None:
         self.verbose = verbose
@@ -165,21 +154,24 @@ class Supervisor:
         self.current: subprocess.Popen[bytes] | None = None
         self._cleanup: tuple[Backend, Path] | None = None  # backend and work dir while a worker runs
 
-    def run_worker(self, request: dict[str, Any], backend: Backend,
-                   on_message: Callable[[dict[str, Any]], None]) -> WorkerExit:
+    def spawn(self) -> Supervisor:
+        """Another local executor, for an appliance that runs at the same time as this one's."""
+        return Supervisor(verbose=self.verbose, echo=self.echo)
+
+    def run_worker(self, request: Request, backend: Backend, on_message: Callable[[Message], None]) -> WorkerExit:
         """Start a worker for `request`, pass its messages to `on_message`, and enforce deadlines."""
         env = dict(os.environ)
         for name in LIBGUESTFS_OVERRIDES:
             env.pop(name, None)
         env["PYTHONUNBUFFERED"] = "1"
-        proc = subprocess.Popen([sys.executable, "-m", "guestbench.worker"], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-m", "guestbench.run.worker"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                env=env, cwd=request["workdir"])
+                                env=env, cwd=request.workdir)
         self.current = proc
-        self._cleanup = (backend, Path(request["workdir"]))
+        self._cleanup = (backend, Path(request.workdir))
         try:
             assert proc.stdin is not None
-            proc.stdin.write(json.dumps(request).encode())
+            proc.stdin.write(json.dumps(request.to_dict()).encode())
             proc.stdin.close()
             return self._pump(proc, on_message)
         finally:
@@ -205,7 +197,7 @@ class Supervisor:
             backend.cleanup(workdir)
             self._cleanup = None
 
-    def _pump(self, proc: subprocess.Popen[bytes], on_message: Callable[[dict[str, Any]], None]) -> WorkerExit:
+    def _pump(self, proc: subprocess.Popen[bytes], on_message: Callable[[Message], None]) -> WorkerExit:
         assert proc.stdout is not None and proc.stderr is not None
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ, "out")
@@ -245,15 +237,15 @@ class Supervisor:
                         tail.append(line)
                         continue
                     t = msg.get("t")
-                    if t == "deadline":
+                    if t == Msg.DEADLINE:
                         what = msg.get("what")
                         limit = msg.get("s")
                         deadline = None if what is None else time.monotonic() + float(msg["s"])
-                    elif t == "begin":
+                    elif t == Msg.BEGIN:
                         index = msg["i"]
-                    elif t == "done":
+                    elif t == Msg.DONE:
                         done = True
-                    elif t == "crash":
+                    elif t == Msg.CRASH:
                         crash_reason = msg.get("reason")
                     on_message(msg)
         rc = proc.wait()
@@ -283,19 +275,3 @@ class TrapSignals:
     def __exit__(self, *exc: object) -> None:
         for s, h in self.old.items():
             signal.signal(s, h)
-
-
-def stderr_reason(tail: list[str]) -> str:
-    """The most telling line of a worker's stderr, for a failure reason."""
-    for line in reversed(tail):
-        low = line.lower()
-        if any(k in low for k in ("error", "fail", "abort", "assert")):
-            return " ".join(line.split())
-    return " ".join(tail[-1].split()) if tail else ""
-
-
-def workdir_for(run_dir: Path, name: str) -> Path:
-    d = run_dir / name
-    d.mkdir(parents=True, exist_ok=True)
-    os.chmod(d, 0o755)
-    return d

@@ -1,39 +1,8 @@
-"""Versioned results documents: every raw sample, written atomically after each one.
+"""Results files on disk: every raw sample, written atomically after each one, and read back through the model.
 
-Layout of a results file (``schema_version`` 1)::
-
-    {
-      "schema": "guestbench-results", "schema_version": 1,
-      "guestbench": {"version": "0.1.0", "git_commit": "abc123" | null},
-      "status": "running" | "complete" | "interrupted" | "failed",
-      "started_utc": "2026-11-21T19:40:00Z", "finished_utc": "..." | null,
-      "command": ["guestbench", "scenario", ...],
-      "scenario": {...the scenario as run, see Scenario.to_dict()},
-      "host": {...host fingerprint, see host.fingerprint()},
-      "backends": {"tcg": {"usable": true, "reason": "...", "details": {...}}, ...},
-      "cells": [
-        {
-          "backend": "tcg", "placement": "host",
-          "measurement": "upload", "label": "upload",
-          "params": {"size": 524288000, "filesystem": "ext2", ...},
-          "timed": "what exactly the clock covers",
-          "cache_mode": "writeback" | null,
-          "bytes": 524288000 | null,
-          "cold_s": 13.1 | null,            # first launch of the cell (appliance cache check included)
-          "samples": [{"rep": 1, "seconds": 11.2, "utc": "...",
-                       "phases": [{"name": "kernel init", "s": 1.7}, ...]}],   # phases: start-up cells
-                                                                               # run with phases only
-          "phases": true, "phase_markers": "qemu" | "uml",   # present when phases were recorded
-          "warmups": [{"rep": 1, "seconds": 11.9, "utc": "..."}],
-          "failures": [{"rep": 2, "reason": "...", "utc": "..."}],
-          "verification": {"what": "sha256", "host": "..", "guest": "..", "ok": true} | null,
-          "status": "pending" | "running" | "done" | "skipped" | "interrupted",
-          "skip_reason": null | "..."
-        }
-      ]
-    }
-
-Summaries are not stored: they are recomputed from the raw samples by ``stats``.
+The layout of a results file, field by field, and the history of its versions are in docs/results-format.md;
+the JSON Schema of the version written here is schema-v2.json next to this module. Summaries are not stored:
+they are recomputed from the raw samples by ``stats``.
 """
 
 from __future__ import annotations
@@ -49,18 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from guestbench.errors import UserError
-
-SCHEMA = "guestbench-results"
-SCHEMA_VERSION = 1
+import guestbench.results.validate as validate
+from guestbench.results.model import READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, Cell, ModelError, Run
 
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _encode(doc: dict[str, Any]) -> bytes:
+    return (json.dumps(doc, indent=1, sort_keys=False) + "\n").encode()
+
+
 def atomic_write_json(path: Path, doc: dict[str, Any]) -> None:
     """Write to a temp file in the same directory, fsync, rename: readers never see half a file."""
-    atomic_write_bytes(path, (json.dumps(doc, indent=1, sort_keys=False) + "\n").encode())
+    atomic_write_bytes(path, _encode(doc))
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None:
@@ -101,7 +73,12 @@ def results_path(directory: Path, scenario_name: str, when: float | None = None)
 
 
 class ResultsFile:
-    """The results document of one run, rewritten atomically whenever something is added."""
+    """The results document of one run, rewritten atomically whenever something is added.
+
+    `doc` is a plain dict that the run edits in place (under `lock`) and then saves; with
+    GUESTBENCH_VALIDATE_RESULTS=1 (the test suite sets it) every save is checked against schema-v2.json and the
+    model first, so a writer that drifts from the documented format fails where it writes.
+    """
 
     def __init__(self, path: Path, doc: dict[str, Any]) -> None:
         self.path = path
@@ -129,13 +106,20 @@ class ResultsFile:
 
     def save(self) -> None:
         with self.lock:
-            atomic_write_json(self.path, self.doc)
+            data = _encode(self.doc)  # not JSON (a set, an object): TypeError here, the file is untouched
+            if validate.enabled():
+                validate.check(json.loads(data), str(self.path))
+            atomic_write_bytes(self.path, data)
 
     def set_backend(self, name: str, info: dict[str, Any]) -> None:
         self.doc["backends"][name] = info
         self.save()
 
-    def add_cell(self, cell: dict[str, Any]) -> dict[str, Any]:
+    def add_cell(self, cell: dict[str, Any] | Cell) -> dict[str, Any]:
+        """Store a cell (a dict, or a model Cell turned into one) with its defaults; returns the stored dict,
+        which the run then edits in place."""
+        if isinstance(cell, Cell):
+            cell = cell.to_dict()
         cell.setdefault("samples", [])
         cell.setdefault("warmups", [])
         cell.setdefault("failures", [])
@@ -177,15 +161,20 @@ def read_json(path: str | Path, what: str, expected: str) -> Any:
 
 
 def load_results(path: str | Path) -> dict[str, Any]:
-    """Read and sanity-check a results file; any problem is a one-line UserError."""
+    """Read a results file of any readable version as a version-2 document (a plain dict), refusing what no run
+    can have written (negative or non-finite seconds, a sample without rep, an unknown status, ...); any
+    problem is a one-line UserError naming the file and the field."""
     p = Path(path)
     doc = read_json(p, "results file", "a guestbench results file")
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise UserError(f"not a guestbench results file (key 'schema' must be {SCHEMA!r})", source=str(p))
     version = doc.get("schema_version")
-    if type(version) is not int or version != SCHEMA_VERSION:
+    if type(version) is not int or version not in READABLE_VERSIONS:
         raise UserError(f"schema_version {version!r} is not supported; this guestbench reads version "
-                        f"{SCHEMA_VERSION}", source=str(p))
+                        f"{' or '.join(map(str, READABLE_VERSIONS))}", source=str(p))
     if not isinstance(doc.get("cells"), list):
         raise UserError("key 'cells' is missing or not a list", source=str(p))
-    return doc
+    try:
+        return Run.from_dict(doc).to_dict()
+    except ModelError as e:
+        raise UserError(e.message, source=str(p), key=e.key) from None

@@ -13,15 +13,13 @@ from typing import Any
 
 from guestbench.backends import Availability, Backend
 from guestbench.measurements import get as get_measurement
-from guestbench.paths import cache_dir
+from guestbench.paths import cache_dir, workdir_for
 from guestbench.results import atomic_write_json, utc_now
-from guestbench.supervisor import Supervisor, stderr_reason, workdir_for
+from guestbench.run.executor import Executor
+from guestbench.run.protocol import Message, Msg, Request, stderr_reason
 
 CACHE_FILE = "probes.json"
 CACHE_TTL_S = 7 * 24 * 3600
-# A working backend launches in seconds with KVM and in under a minute with TCG on these machines.
-PROBE_TIMEOUT_S = {"tcg": 240.0, "kvm": 60.0, "libvirt-tcg": 240.0, "libvirt-kvm": 60.0}
-DEFAULT_PROBE_TIMEOUT_S = 240.0
 
 
 def _load_cache() -> dict[str, Any]:
@@ -53,25 +51,21 @@ def store_verdict(backend: Backend, key: dict[str, Any], av: Availability) -> No
     atomic_write_json(cache_dir() / CACHE_FILE, data)
 
 
-def launch_probe(backend: Backend, supervisor: Supervisor, run_dir: Path, timeout: float) -> Availability:
+def launch_probe(backend: Backend, executor: Executor, run_dir: Path, timeout: float) -> Availability:
     """Launch the stock appliance once on this backend, killing it if it overruns `timeout`."""
     workdir = workdir_for(run_dir, f"probe-{backend.name}")
-    m = get_measurement("startup")
-    request = {
-        "measurement": "startup", "params": m.defaults(), "iterations": ["cold"],
-        "backend": backend.handle_config(cache_dir()).to_dict(), "appliance": {},
-        "timeout": timeout, "sample_timeout": timeout, "workdir": str(workdir),
-        "verbose": supervisor.verbose, "verify": False,
-    }
+    request = Request(measurement="startup", params=get_measurement("startup").defaults(), iterations=["cold"],
+                      backend=backend.handle_config(cache_dir()).to_dict(), workdir=str(workdir),
+                      timeout=timeout, sample_timeout=timeout, verbose=executor.verbose)
     got: dict[str, Any] = {}
 
-    def on_message(msg: dict[str, Any]) -> None:
-        if msg["t"] == "sample":
+    def on_message(msg: Message) -> None:
+        if msg["t"] == Msg.SAMPLE:
             got["launch_s"] = msg["s"]
-        elif msg["t"] == "failure":
+        elif msg["t"] == Msg.FAILURE:
             got["failure"] = msg["reason"]
 
-    ex = supervisor.run_worker(request, backend, on_message)
+    ex = executor.run_worker(request, backend, on_message)
     if "launch_s" in got:
         return Availability(True, f"launched in {got['launch_s']:.1f} s (probe)",
                             {"probe_launch_s": got["launch_s"]})
@@ -86,7 +80,7 @@ def launch_probe(backend: Backend, supervisor: Supervisor, run_dir: Path, timeou
 DEFERRED = "deferred: its first launch in this run is its probe"
 
 
-def check(backend: Backend, supervisor: Supervisor, run_dir: Path, *, refresh: bool = False,
+def check(backend: Backend, executor: Executor, run_dir: Path, *, refresh: bool = False,
           timeout: float | None = None, defer: bool = False) -> Availability:
     """Full verdict for one backend: live preconditions, then a cached or fresh launch probe.
 
@@ -104,8 +98,8 @@ def check(backend: Backend, supervisor: Supervisor, run_dir: Path, *, refresh: b
             return cached
     if defer:
         return Availability(True, DEFERRED, {**pre.details, "deferred": True})
-    limit = timeout or PROBE_TIMEOUT_S.get(backend.name, DEFAULT_PROBE_TIMEOUT_S)
-    av = launch_probe(backend, supervisor, run_dir, limit)
+    limit = timeout or backend.probe_timeout_s
+    av = launch_probe(backend, executor, run_dir, limit)
     av.details = {**pre.details, **av.details, "probe_timeout_s": limit}
     store_verdict(backend, key, av)
     return av

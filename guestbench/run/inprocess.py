@@ -18,16 +18,17 @@ import os
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar, cast
+from typing import Any, Callable, Iterator, TypeVar
 
 from guestbench.backends import BACKENDS, Backend
 from guestbench.measurements import get as get_measurement
 from guestbench.measurements.base import CellContext, verification_problem
-from guestbench.paths import WORKDIR_ENV, cache_dir, remove_tree
+from guestbench.paths import WORKDIR_ENV, cache_dir, remove_tree, workdir_for
 from guestbench.payload import payload
 from guestbench.scenario import DEFAULT_SAMPLE_TIMEOUT_S, DEFAULT_TIMEOUT_S
-from guestbench.supervisor import LIBGUESTFS_OVERRIDES, alive, descendants, kill_processes, workdir_for
-from guestbench.worker import SHUTDOWN_TIMEOUT_S, Appliance, failure_reason
+from guestbench.run.protocol import Request
+from guestbench.run.supervisor import LIBGUESTFS_OVERRIDES, alive, descendants, kill_processes
+from guestbench.run.worker import SHUTDOWN_TIMEOUT_S, Appliance, failure_reason
 
 _SEQ = itertools.count(1)
 T = TypeVar("T")
@@ -133,9 +134,10 @@ class Cell:
             path, digest = payload(params["size"])
         self.ctx = CellContext(params=params, workdir=self.workdir, payload=path, payload_sha256=digest,
                                memsize_mib=memsize)
-        # the worker's request, reduced to what Appliance reads
-        self.request = {"backend": self.config.to_dict(), "appliance": {"memsize": memsize, "smp": smp},
-                        "workdir": str(self.workdir), "verbose": verbose}
+        # the request a worker would get; Appliance reads the handle's configuration from it
+        self.request = Request(measurement=measurement, params=params, iterations=[], backend=self.config.to_dict(),
+                               workdir=str(self.workdir), timeout=timeout, sample_timeout=sample_timeout,
+                               appliance={"memsize": memsize, "smp": smp}, verbose=verbose)
         self.env = _Environment({**self.config.env, WORKDIR_ENV: str(self.workdir)})
         self.open: list[Appliance] = []
         self.verification: dict[str, Any] | None = None
@@ -167,7 +169,7 @@ class Cell:
     def new_handle(self) -> Appliance:
         """A configured handle with the measurement's drives (host side: images are created here)."""
         def make() -> Appliance:
-            app = Appliance(self.request, self.measurement, self.ctx, cast(Any, None))
+            app = Appliance(self.request, self.measurement, self.ctx)
             self.open.append(app)
             return app
         return self._step("handle and disk images", self.sample_timeout, None, make)

@@ -26,7 +26,6 @@ from guestbench.measurements import get as get_measurement
 from guestbench.nested import image as nested_image
 from guestbench.nested.image import GUEST_CACHE, GUEST_DATA
 from guestbench.results import ResultsFile
-from guestbench.runner import iterations
 from guestbench.scenario import Scenario
 
 # Time-outs inside the level-1 guest are the scenario's times this. Measured here with the level-1 guest on
@@ -83,7 +82,7 @@ def plan(sc: Scenario, kvm: bool, probe_timeout: float | None) -> Level1:
     for spec in sc.measurements:
         m = get_measurement(spec.measurement)
         per_iteration = launch if m.times_launch else launch + sample
-        worst += len(backends) * len(iterations(sc, m.times_launch)) * per_iteration
+        worst += len(backends) * len(sc.iterations(m.times_launch)) * per_iteration
     deadline = sc.nested.timeout or worst
     return Level1("kvm" if kvm else "tcg", sc.nested.memory_mib, sc.nested.vcpus, scale, launch, sample, probe,
                   deadline)
@@ -123,7 +122,7 @@ def job_files(sc: Scenario, level1: Level1) -> dict[str, bytes | Path]:
     python = shlex.quote(str(venv / "bin" / "python"))
     workload_env = " ".join(f"{appliance.PREBUILT_ENV[(flavour, 'workload')]}={GUEST_DATA}/{name}"
                             for flavour, name in nested_image.WORKLOAD_APPLIANCES.items())
-    files["job.sh"] = f"""# guestbench inside the level-1 guest (written by guestbench.nested.run)
+    files["job.sh"] = f"""# guestbench inside the level-1 guest (written by guestbench.nested.job)
 export GUESTBENCH_CACHE={GUEST_CACHE} LIBGUESTFS_PATH={GUEST_DATA}/appliance
 export GUESTBENCH_UML_APPLIANCE={GUEST_DATA}/uml-appliance COLUMNS=200 TERM=dumb
 export {workload_env}
@@ -192,7 +191,7 @@ class Merger:
         done = total = 0
         for c in cells:
             m = get_measurement(str(c.get("measurement")))
-            planned = len(iterations(sc, m.times_launch))
+            planned = len(sc.iterations(m.times_launch))
             total += planned
             if c.get("status") == "skipped":
                 done += planned

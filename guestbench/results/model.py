@@ -1,0 +1,385 @@
+"""The results document as typed objects: what each field holds, which values can be real, and v1 → v2.
+
+Readers keep working on plain dicts (`load_results` returns ``Run.from_dict(doc).to_dict()``); the model is the
+one place that says what a results file may hold, so a doctored or damaged file is refused with one line naming
+the field (``cells[3].samples[1].seconds: -1.2 is negative; ...``) instead of being printed as if it were real.
+
+Two rules keep the round trip lossless (docs/results-format.md):
+- keys the model does not know go to ``extra`` and come back from ``to_dict``, so a newer guestbench's fields
+  survive an older reader;
+- ``source_keys`` remembers which keys the source had, in order: a key present as null or empty comes back as
+  it was, and an absent one stays absent. An object built in code (no source) writes its required fields and
+  every other field whose value differs from the default (so ``Sample(1, 2.5, utc)`` leaves out its None
+  optionals).
+Raw JSON values (params, host, scenario, ...) are shared with the source, not copied.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any, Callable, ClassVar, TypeVar
+
+SCHEMA = "guestbench-results"
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+CELL_STATUSES = ("pending", "running", "done", "skipped", "unavailable", "interrupted")
+RUN_STATUSES = ("running", "complete", "interrupted", "failed")
+PLACEMENT_STATUSES = ("starting", "running", "complete", "interrupted", "failed")
+ITERATION_KINDS = ("cold", "warmup", "rep")
+SECONDS = "a finite number of seconds >= 0"
+
+Parser = Callable[[Any, str], Any]
+R = TypeVar("R", bound="Record")
+
+
+class ModelError(ValueError):
+    """A value no run can have written; `key` is its path in the document, e.g. cells[3].samples[1].seconds."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}" if key else message)
+        self.key = key
+        self.message = message
+
+
+# ---------------------------------------------------------------------------------------------- value parsers
+
+
+def _show(value: Any) -> str:
+    """A value as the file spells it, shortened: the user finds it in the file by this."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _at(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _refuse(value: Any, key: str, problem: str, allowed: str) -> ModelError:
+    return ModelError(key, f"{_show(value)} {problem}; allowed: {allowed}")
+
+
+def _text(value: Any, key: str) -> str:
+    if not isinstance(value, str):
+        raise _refuse(value, key, "is not a string", "text")
+    return value
+
+
+def _flag(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise _refuse(value, key, "is not a boolean", "true or false")
+    return value
+
+
+def _count(value: Any, key: str) -> int:
+    """Repetition numbers, instances: counted from 1."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _refuse(value, key, "is not an integer", "an integer >= 1")
+    if value < 1:
+        raise _refuse(value, key, "is below 1", "an integer >= 1")
+    return value
+
+
+def _amount(value: Any, key: str) -> int | float:
+    """A byte count: a number no smaller than zero."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise _refuse(value, key, "is not a number >= 0", "a number of bytes >= 0")
+    return value
+
+
+def _seconds(value: Any, key: str) -> int | float:
+    """A duration a clock measured: finite and never negative (kept as written, so 3 stays 3)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _refuse(value, key, "is not a number", SECONDS)
+    if not math.isfinite(value):
+        raise _refuse(value, key, "is not finite", SECONDS)
+    if value < 0:
+        raise _refuse(value, key, "is negative", SECONDS)
+    return value
+
+
+def _mapping(value: Any, key: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _refuse(value, key, "is not an object", "a JSON object")
+    return value
+
+
+def _array(value: Any, key: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise _refuse(value, key, "is not a list", "a JSON array")
+    return value
+
+
+def _texts(value: Any, key: str) -> list[str]:
+    return [_text(item, f"{key}[{i}]") for i, item in enumerate(_array(value, key))]
+
+
+def _objects(value: Any, key: str) -> list[dict[str, Any]]:
+    return [_mapping(item, f"{key}[{i}]") for i, item in enumerate(_array(value, key))]
+
+
+def _figures(value: Any, key: str) -> dict[str, Any]:
+    """A sample's metrics: key → number or string (a verdict, a unit-bearing figure)."""
+    for name, figure in _mapping(value, key).items():
+        if figure is not None and (isinstance(figure, bool) or not isinstance(figure, (int, float, str))):
+            raise _refuse(figure, _at(key, name), "is not a number or a string", "a number or a string")
+    return value  # type: ignore[no-any-return]
+
+
+def _one_of(allowed: tuple[str, ...], what: str) -> Parser:
+    def parse(value: Any, key: str) -> str:
+        if not isinstance(value, str) or value not in allowed:
+            raise _refuse(value, key, f"is not a {what}", ", ".join(allowed))
+        return value
+    return parse
+
+
+def _nullable(parse: Parser) -> Parser:
+    """Optional fields may be null, which means the same as absent."""
+    def nullable(value: Any, key: str) -> Any:
+        return None if value is None else parse(value, key)
+    return nullable
+
+
+def _list_of(cls: type[Record]) -> Parser:
+    def parse(value: Any, key: str) -> list[Any]:
+        return [cls.from_dict(item, f"{key}[{i}]") for i, item in enumerate(_array(value, key))]
+    return parse
+
+
+def _map_of(cls: type[Record]) -> Parser:
+    def parse(value: Any, key: str) -> dict[str, Any]:
+        return {name: cls.from_dict(item, _at(key, name)) for name, item in _mapping(value, key).items()}
+    return parse
+
+
+# ---------------------------------------------------------------------------------------------- records
+
+
+def _default(f: Field[Any]) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Record):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_plain(item) for item in value] if any(isinstance(i, Record) for i in value) else value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()} if any(isinstance(v, Record) for v in value.values()) \
+            else value
+    return value
+
+
+@dataclass
+class Record:
+    """Shared from_dict/to_dict: FIELDS says how each known key is read, REQUIRED which must be there (and why)."""
+
+    FIELDS: ClassVar[dict[str, Parser]] = {}
+    REQUIRED: ClassVar[dict[str, str]] = {}  # key → what it must hold, for the "missing" message
+    WHAT: ClassVar[str] = "an object"
+
+    extra: dict[str, Any] = field(default_factory=dict, kw_only=True)  # unknown keys, written back as they were
+    source_keys: tuple[str, ...] = field(default=(), kw_only=True, repr=False, compare=False)
+
+    @classmethod
+    def parse_fields(cls, value: Any, key: str) -> dict[str, Any]:
+        """Keyword arguments for the constructor from one JSON object, or a ModelError naming the field."""
+        if not isinstance(value, dict):
+            raise _refuse(value, key, "is not an object", cls.WHAT)
+        for name, what in cls.REQUIRED.items():
+            if name not in value:
+                raise ModelError(_at(key, name), f"missing; required: {what}")
+        kwargs = {name: parse(value[name], _at(key, name)) for name, parse in cls.FIELDS.items() if name in value}
+        for f in fields(cls):  # required-looking positional fields that the source may lack (v1: failure kind)
+            if f.init and not f.kw_only and f.name not in kwargs and f.default is MISSING \
+                    and f.default_factory is MISSING:
+                kwargs[f.name] = None
+        kwargs["extra"] = {k: v for k, v in value.items() if k not in cls.FIELDS}
+        kwargs["source_keys"] = tuple(value)
+        return kwargs
+
+    @classmethod
+    def from_dict(cls: type[R], value: Any, key: str = "") -> R:
+        return cls(**cls.parse_fields(value, key))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: source keys in their order (known and unknown), then new non-default fields."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name not in self.FIELDS:
+                continue
+            value = getattr(self, f.name)
+            if f.name in self.REQUIRED or f.name in self.source_keys or value != _default(f):
+                out[f.name] = _plain(value)
+        out.update(self.extra)
+        rank = {k: i for i, k in enumerate(self.source_keys)}
+        return dict(sorted(out.items(), key=lambda item: rank.get(item[0], len(rank))))
+
+
+@dataclass
+class Sample(Record):
+    """One timed iteration (a measured repetition, or a warm-up in a cell's ``warmups``)."""
+
+    rep: int
+    seconds: float
+    utc: str | None = None  # when it ended; absent in samples imported from pytest-benchmark
+    phases: list[dict[str, Any]] | None = None  # start-up cells run with phases: [{"name", "s"}, ...]
+    metrics: dict[str, float | str] | None = None  # a workload's figures: key → number or text
+    in_step: bool | None = None  # concurrent guests: whether the peers started the timed step together
+    waited_s: float | None = None  # ... and how long this guest waited for them
+
+    WHAT: ClassVar[str] = "a sample: an object with rep and seconds"
+    REQUIRED: ClassVar[dict[str, str]] = {"rep": "the repetition's number, an integer >= 1", "seconds": SECONDS}
+    FIELDS: ClassVar[dict[str, Parser]] = {
+        "rep": _count, "seconds": _seconds, "utc": _nullable(_text), "phases": _nullable(_objects),
+        "metrics": _nullable(_figures), "in_step": _nullable(_flag), "waited_s": _nullable(_seconds),
+    }
+
+
+@dataclass
+class Failure(Record):
+    """One iteration that produced no sample, and why."""
+
+    kind: str | None  # "cold" | "warmup" | "rep"; absent in files written before kinds were recorded
+    rep: int
+    reason: str
+    utc: str | None = None
+
+    WHAT: ClassVar[str] = "a failure: an object with rep and reason"
+    REQUIRED: ClassVar[dict[str, str]] = {"rep": "the iteration's number among its kind, an integer >= 1",
+                                          "reason": "why the iteration failed, a string"}
+    FIELDS: ClassVar[dict[str, Parser]] = {"kind": _nullable(_one_of(ITERATION_KINDS, "kind of iteration")),
+                                           "rep": _count, "reason": _text, "utc": _nullable(_text)}
+
+
+@dataclass
+class BackendVerdict(Record):
+    """Whether a backend could be used in the run, and why (see guestbench.backends.Availability)."""
+
+    usable: bool
+    reason: str | None = None
+    details: dict[str, Any] | None = None
+
+    WHAT: ClassVar[str] = "a backend verdict: an object with usable"
+    REQUIRED: ClassVar[dict[str, str]] = {"usable": "true or false"}
+    FIELDS: ClassVar[dict[str, Parser]] = {"usable": _flag, "reason": _nullable(_text),
+                                           "details": _nullable(_mapping)}
+
+
+@dataclass
+class Cell(Record):
+    """One measurement on one backend in one placement: its set-up and every raw sample, warm-up and failure."""
+
+    backend: str
+    label: str
+    measurement: str | None = None
+    placement: str | None = None  # "host" or "nested"
+    group: str | None = None  # the scenario item's label (cells of one matrix item share it)
+    variant: dict[str, Any] | None = None  # the matrix values of this cell (and "guest" with concurrency)
+    instance: int | None = None  # concurrency: N — which of the N guests, from 1
+    concurrency: int | None = None
+    params: dict[str, Any] | None = None
+    timed: str | None = None  # what exactly the clock covers
+    cache_mode: str | None = None
+    bytes: int | float | None = None  # bytes moved per sample (MB/s), for measurements that move bytes
+    what: str | None = None  # the measurement with its parameters, one line
+    metrics: list[dict[str, Any]] | None = None  # descriptors of a workload's figures: key, label, unit, ...
+    phases: bool | None = None  # start-up samples carry phases
+    phase_markers: str | None = None  # "qemu" | "uml": which boot markers cut them
+    disk: str | None = None  # durability: "file" or "NBD"
+    disk_describe: str | None = None
+    stack: dict[str, Any] | None = None  # a workload's storage stack, from the worker's set-up record
+    samples: list[Sample] = field(default_factory=list)
+    warmups: list[Sample] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    verification: dict[str, Any] | None = None  # {"what", "host", "guest", "ok", ...}
+    cold_s: float | None = None  # the cell's first launch, reported apart
+    status: str = "pending"
+    skip_reason: str | None = None
+
+    WHAT: ClassVar[str] = "a cell: an object with backend and label"
+    REQUIRED: ClassVar[dict[str, str]] = {"backend": "the backend's name, a string",
+                                          "label": "the cell's label, a string"}
+    FIELDS: ClassVar[dict[str, Parser]] = {
+        "backend": _text, "label": _text, "measurement": _nullable(_text), "placement": _nullable(_text),
+        "group": _nullable(_text), "variant": _nullable(_mapping), "instance": _nullable(_count),
+        "concurrency": _nullable(_count), "params": _nullable(_mapping), "timed": _nullable(_text),
+        "cache_mode": _nullable(_text), "bytes": _nullable(_amount), "what": _nullable(_text),
+        "metrics": _nullable(_objects), "phases": _nullable(_flag), "phase_markers": _nullable(_text),
+        "disk": _nullable(_text), "disk_describe": _nullable(_text), "stack": _nullable(_mapping),
+        "samples": _list_of(Sample), "warmups": _list_of(Sample), "failures": _list_of(Failure),
+        "verification": _nullable(_mapping), "cold_s": _nullable(_seconds),
+        "status": _one_of(CELL_STATUSES, "cell status"), "skip_reason": _nullable(_text),
+    }
+
+
+@dataclass
+class Placement(Record):
+    """A placement other than the host (today "nested"): the level-1 guest's fingerprint, verdicts and set-up."""
+
+    host: dict[str, Any] | None = None  # the guest's fingerprint
+    backends: dict[str, BackendVerdict] = field(default_factory=dict)
+    status: str | None = None  # "starting", then the guest run's own status
+    started_utc: str | None = None
+    finished_utc: str | None = None
+    guestbench: dict[str, Any] | None = None
+    level1: dict[str, Any] | None = None  # guestbench.nested Level1 + image, seconds, error
+
+    FIELDS: ClassVar[dict[str, Parser]] = {
+        "host": _nullable(_mapping), "backends": _map_of(BackendVerdict),
+        "status": _nullable(_one_of(PLACEMENT_STATUSES, "placement status")), "started_utc": _nullable(_text),
+        "finished_utc": _nullable(_text), "guestbench": _nullable(_mapping), "level1": _nullable(_mapping),
+    }
+
+
+def _version(value: Any, key: str) -> int:
+    if type(value) is not int or value not in READABLE_VERSIONS:
+        raise _refuse(value, key, "is not supported", " or ".join(map(str, READABLE_VERSIONS)))
+    return value
+
+
+@dataclass
+class Run(Record):
+    """The whole results document of one run. from_dict reads versions 1 and 2; the object is always version 2."""
+
+    schema: str = SCHEMA
+    schema_version: int = SCHEMA_VERSION
+    guestbench: dict[str, Any] | None = None  # {"version", "git_commit"}
+    status: str | None = None
+    started_utc: str | None = None
+    finished_utc: str | None = None
+    command: list[str] | None = None
+    scenario: dict[str, Any] | None = None  # the scenario as run (Scenario.to_dict())
+    host: dict[str, Any] | None = None  # the host's fingerprint (host.fingerprint())
+    backends: dict[str, BackendVerdict] = field(default_factory=dict)
+    cells: list[Cell] = field(default_factory=list)
+    placements: dict[str, Placement] = field(default_factory=dict)
+
+    WHAT: ClassVar[str] = "a guestbench results document"
+    REQUIRED: ClassVar[dict[str, str]] = {"schema": repr(SCHEMA), "schema_version": "1 or 2",
+                                          "cells": "a list of cells"}
+    FIELDS: ClassVar[dict[str, Parser]] = {
+        "schema": _one_of((SCHEMA,), "guestbench results file"), "schema_version": _version,
+        "guestbench": _nullable(_mapping), "status": _nullable(_one_of(RUN_STATUSES, "run status")),
+        "started_utc": _nullable(_text), "finished_utc": _nullable(_text), "command": _nullable(_texts),
+        "scenario": _nullable(_mapping), "host": _nullable(_mapping), "backends": _map_of(BackendVerdict),
+        "cells": _list_of(Cell), "placements": _map_of(Placement),
+    }
+
+    @classmethod
+    def from_dict(cls, value: Any, key: str = "") -> Run:
+        """Version 1 documents are version 2 documents with fewer fields documented: only the number changes."""
+        run = cls(**cls.parse_fields(value, key))
+        run.schema_version = SCHEMA_VERSION
+        return run
+
+
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "READABLE_VERSIONS", "CELL_STATUSES", "RUN_STATUSES", "PLACEMENT_STATUSES",
+           "ITERATION_KINDS", "ModelError", "Record", "Run", "Cell", "Sample", "Failure", "BackendVerdict",
+           "Placement"]

@@ -1,0 +1,188 @@
+"""One cell (backend × measurement × parameters) through an executor, until every iteration is done, failed
+or skipped: a worker killed at a deadline or dead is replaced (up to MAX_WORKER_RESTARTS), a hung first
+launch ends the cell, and every message the worker sends is handled by its own method.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from guestbench.appliance import ApplianceError
+from guestbench.backends import BACKENDS
+from guestbench.errors import Unavailable
+from guestbench.measurements import get as get_measurement
+from guestbench.paths import cache_dir, workdir_for
+from guestbench.run import lockstep
+from guestbench.run.executor import Executor
+from guestbench.run.gate import Gate
+from guestbench.run.protocol import Message, Msg, Request, WorkerExit
+from guestbench.run.record import Cell, Recorder, numbered
+from guestbench.scenario import Scenario
+from guestbench.storage.host import HostStorage
+
+MAX_WORKER_RESTARTS = 3
+
+
+@dataclass
+class RunContext:
+    """What every cell of a run shares: the scenario, where files go, the verdicts, the record, the stop flag."""
+
+    sc: Scenario
+    run_dir: Path
+    gate: Gate
+    recorder: Recorder
+    stop: threading.Event  # a signal arrived: start nothing new
+    verbose: bool = False
+
+    def request(self, cell: Cell, iterations: list[str], handle_config: dict[str, Any], workdir: Path,
+                **fields: Any) -> Request:
+        """The worker's request for some of this cell's iterations; `fields` adds or overrides (protocol.Request)."""
+        base: dict[str, Any] = dict(
+            measurement=cell["measurement"], params=cell["params"], iterations=iterations, backend=handle_config,
+            workdir=str(workdir), timeout=self.sc.timeout, sample_timeout=self.sc.sample_timeout,
+            appliance={"memsize": self.sc.memsize, "smp": self.sc.smp}, verbose=self.verbose,
+            phases=BACKENDS[cell["backend"]].phase_markers if cell.get("phases") else None,
+            instance=cell.get("instance", 1))
+        return Request(**{**base, **fields})
+
+
+class CellRun:
+    """Runs one cell's iterations through `executor`; `step`: the rendezvous of concurrent guests."""
+
+    def __init__(self, ctx: RunContext, cell: Cell, iterations: list[str], executor: Executor,
+                 step: lockstep.Step | None = None) -> None:
+        self.ctx = ctx
+        self.rec = ctx.recorder
+        self.cell = cell
+        self.its = iterations
+        self.numbered = numbered(iterations)
+        self.executor = executor
+        self.step = step
+        self.backend = BACKENDS[cell["backend"]]
+        self.m = get_measurement(cell["measurement"])
+        self.workdir = workdir_for(ctx.run_dir, f"{cell['label']}-{cell['backend']}")
+        self.launched = False  # some launch of this cell succeeded
+        self._index_map: list[int] = []  # the running worker's iteration i is the cell's iteration _index_map[i]
+        self._ended: set[int] = set()  # the cell's iterations that ended in the running worker
+
+    def run(self) -> None:
+        """One cell; a workload's host-side disks live exactly as long as the cell (removed in every case)."""
+        self.rec.state(self.cell, "running")
+        with contextlib.ExitStack() as resources:
+            try:
+                handle_config = self.backend.handle_config(cache_dir(), workload=self.m.workload).to_dict()
+                drives: list[dict[str, Any]] = []
+                if self.m.workload:
+                    storage = resources.enter_context(HostStorage(self.workdir))
+                    drives = self.m.host_drives(storage, self.cell["params"], opens_nbd=self.backend.opens_nbd)
+            except (Unavailable, ApplianceError) as e:
+                self.rec.unavailable(self.cell, len(self.its), str(e))
+                return
+            self._workers(handle_config, drives)
+        self.rec.finish(self.cell)
+
+    # ------------------------------------------------------------------ workers
+    def _workers(self, handle_config: dict[str, Any], drives: list[dict[str, Any]]) -> None:
+        payload = digest = None
+        if self.m.needs_payload:
+            self.rec.doing(self.cell, "generating payload")
+            payload, digest = self.m.make_payload(self.cell["params"])
+        remaining = list(range(len(self.its)))
+        restarts = 0
+        while remaining and not self.ctx.stop.is_set():
+            self._index_map, self._ended = list(remaining), set()
+            step = {**self.step.to_dict(), "indexes": remaining} if self.step else None
+            request = self.ctx.request(self.cell, [self.its[i] for i in remaining], handle_config, self.workdir,
+                                       verify=self.cell["verification"] is None, drives=drives,
+                                       payload=str(payload) if payload else None, payload_sha256=digest, step=step)
+            ex = self.executor.run_worker(request, self.backend, self._locked(self.on_message))
+            remaining = [i for i in remaining if i not in self._ended]
+            if ex.kind != "done" and remaining:  # killed at a deadline or died: the iteration under way failed
+                self._lost(ex, remaining)
+            if not self.launched and self.ctx.gate.awaits_first_launch(self.cell["backend"]) \
+                    and not self.ctx.stop.is_set():  # this worker's launch was the backend's probe, and failed
+                self._refused(ex, remaining)
+                return
+            if ex.kind == "done" or not remaining:
+                return
+            restarts += 1
+            if ex.kind == "timeout" and ex.what == "launch" and not self.launched:
+                self.rec.skip(self.cell, len(remaining), f"not run: the launch hung ({ex.explain(self.backend)})")
+                return
+            if restarts > MAX_WORKER_RESTARTS:
+                self.rec.skip(self.cell, len(remaining), f"not run: the worker failed {restarts} times; "
+                              f"last: {ex.explain(self.backend)}")
+                return
+
+    def _lost(self, ex: WorkerExit, remaining: list[int]) -> None:
+        """The worker ended in the middle of an iteration: that iteration failed with how the worker ended."""
+        current = remaining[0] if ex.index is None else self._index_map[ex.index]
+        if current in remaining:
+            if self.step is not None:
+                lockstep.arrive(self.step, current)  # its peers need not wait for it
+            self.rec.failure(self.cell, self.numbered[current], ex.explain(self.backend))
+            remaining.remove(current)
+
+    def _refused(self, ex: WorkerExit, remaining: list[int]) -> None:
+        """The backend's first launch in the run was its probe and failed: unusable; the cell ends here."""
+        failures = self.cell["failures"]
+        reason = failures[-1]["reason"] if failures else ex.explain(self.backend)
+        self.ctx.gate.first_launch_failed(self.cell["backend"], reason)
+        if remaining:
+            self.rec.skip(self.cell, len(remaining), self.ctx.gate.refusal(self.cell["backend"]) or "not run")
+
+    def _locked(self, handler: Callable[[Message], None]) -> Callable[[Message], None]:
+        def locked(msg: Message) -> None:
+            with self.rec.lock:  # cells of concurrent appliances share the results document
+                handler(msg)
+        return locked
+
+    # ------------------------------------------------------------------ messages
+    def on_message(self, msg: Message) -> None:
+        handler = self._handlers.get(msg["t"])
+        if handler is not None:
+            handler(self, msg)
+
+    def _iteration(self, msg: Message) -> int:
+        return self._index_map[msg["i"]]
+
+    def on_begin(self, msg: Message) -> None:
+        kind, k = self.numbered[self._iteration(msg)]
+        self.rec.doing(self.cell, f"{kind} {k}/{self.its.count(kind)}")
+
+    def on_launched(self, msg: Message) -> None:
+        self.launched = True
+        self.ctx.gate.first_launch_ended(self.cell["backend"], msg["s"])
+        if msg.get("first") and not self.m.times_launch:
+            self.rec.cold(self.cell, msg["s"])
+
+    def on_sample(self, msg: Message) -> None:
+        i = self._iteration(msg)
+        self._ended.add(i)
+        self.rec.sample(self.cell, self.numbered[i], msg["s"], phases=msg.get("phases"), metrics=msg.get("metrics"),
+                        extra={k: msg[k] for k in ("in_step", "waited_s") if k in msg})
+
+    def on_failure(self, msg: Message) -> None:
+        i = self._iteration(msg)
+        self._ended.add(i)
+        self.rec.failure(self.cell, self.numbered[i], self.backend.explain(msg["reason"], False))
+
+    def on_verification(self, msg: Message) -> None:
+        self.rec.update(self.cell, verification=msg["record"])
+
+    def on_setup(self, msg: Message) -> None:
+        self.rec.update(self.cell, **msg["record"])
+
+    def on_unavailable(self, msg: Message) -> None:
+        left = [i for i in self._index_map if i not in self._ended]
+        self._ended.update(left)
+        self.rec.unavailable(self.cell, len(left), msg["reason"])
+
+    _handlers: dict[str, Callable[[CellRun, Message], None]] = {
+        Msg.BEGIN: on_begin, Msg.LAUNCHED: on_launched, Msg.SAMPLE: on_sample, Msg.FAILURE: on_failure,
+        Msg.VERIFICATION: on_verification, Msg.SETUP: on_setup, Msg.UNAVAILABLE: on_unavailable,
+    }

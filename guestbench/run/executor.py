@@ -1,0 +1,35 @@
+"""The seam between deciding what to run and running it: an executor takes a cell's request, runs it somewhere,
+and hands back the worker's messages as they come, then how the worker ended.
+
+The runner knows nothing else about where a worker runs. The local executor is the supervisor (a worker
+process on this machine, its deadlines enforced, its process tree killed on overrun or signal); a scheduler
+that interleaves cells, or one that sends them to other hosts, is another class with these three methods.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+from guestbench.backends.base import Backend
+from guestbench.run.protocol import Message, Request, WorkerExit
+from guestbench.run.supervisor import Supervisor
+
+
+class Executor(Protocol):
+    verbose: bool
+
+    def run_worker(self, request: Request, backend: Backend, on_message: Callable[[Message], None]) -> WorkerExit:
+        """Run the request to its end; every message goes to `on_message` as it arrives (from the calling thread)."""
+
+    def abort(self) -> None:
+        """Kill what is running and remove its leftovers; safe at any time and twice (a signal handler calls it)."""
+
+    def spawn(self) -> Executor:
+        """Another executor of the same kind, for an appliance that runs at the same time (concurrent guests)."""
+
+
+LocalExecutor = Supervisor
+
+
+def local(verbose: bool = False, echo: Callable[[str], None] | None = None) -> Executor:
+    return LocalExecutor(verbose=verbose, echo=echo)

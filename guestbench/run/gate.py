@@ -1,0 +1,104 @@
+"""Which backends a run may use: each one's verdict (preconditions, then a probe launch or a cached verdict),
+recorded in the results file and said on the console.
+
+With a deferred probe (`--defer-probe`) a backend's first launch in the run is its probe: the gate holds
+the backend as 'deferred' until that launch ends, then records the verdict; a backend whose first launch
+failed is refused, and the rest of its cells are skipped without a launch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from guestbench.backends import BACKENDS, Availability
+from guestbench.results import ResultsFile
+from guestbench.run import probe
+from guestbench.run.executor import Executor
+
+UNDECIDED = "not decided: no cell of this run launched it"
+
+
+class Gate:
+    """The backend verdicts of one run. Thread-safe: concurrent appliances report their first launches."""
+
+    def __init__(self, results: ResultsFile, console: Console, executor: Executor, run_dir: Path, *,
+                 reprobe: bool = False, probe_timeout: float | None = None, defer: bool = False) -> None:
+        self.results = results
+        self.console = console
+        self.executor = executor
+        self.run_dir = run_dir
+        self.reprobe = reprobe
+        self.probe_timeout = probe_timeout
+        self.defer = defer
+        self._deferred: dict[str, Availability] = {}  # backends whose first launch is their probe, until it ends
+
+    def check(self, names: list[str]) -> list[str]:
+        """Every named backend's verdict, in order; the usable ones (a deferred one counts as usable)."""
+        usable = []
+        with self.console.status("") as status:
+            for name in names:
+                say = f"checking backend {name} (a real launch under a deadline, or a cached verdict)"
+                status.update(say)
+                if not self.console.is_terminal:  # no live status line in a log: say what the wait is for
+                    self.console.print(say, highlight=False)
+                av = probe.check(BACKENDS[name], self.executor, self.run_dir, refresh=self.reprobe,
+                                 timeout=self.probe_timeout, defer=self.defer)
+                self.results.set_backend(name, av.to_dict())
+                self._say(name, av)
+                if av.details.get("deferred"):
+                    self._deferred[name] = av
+                if av.usable:
+                    usable.append(name)
+        return usable
+
+    def usable(self, name: str) -> bool:
+        """Whether the backend may still launch in this run (unknown backends: yes, nobody refused them)."""
+        return bool((self.results.doc["backends"].get(name) or {}).get("usable", True))
+
+    def refusal(self, name: str) -> str | None:
+        """Why the rest of this backend's cells are not run, when its deferred probe failed."""
+        if self.usable(name):
+            return None
+        return f"not run: {name} is not usable here ({self.results.doc['backends'][name]['reason']})"
+
+    def awaits_first_launch(self, name: str) -> bool:
+        return name in self._deferred
+
+    def first_launch_ended(self, name: str, launch_s: float | None, failure: str | None = None) -> None:
+        """A deferred probe's verdict, from the backend's first launch in this run (once per backend)."""
+        with self.results.lock:
+            deferred = self._deferred.pop(name, None)
+            if deferred is None:
+                return
+            av = probe.decided(BACKENDS[name], deferred, launch_s, failure)
+            self.results.set_backend(name, av.to_dict())
+        self._say(name, av)
+
+    def first_launch_failed(self, name: str, reason: str) -> None:
+        self.first_launch_ended(name, None, f"the run's first launch failed: {reason}")
+
+    def close(self) -> None:
+        """Backends still deferred at the end of the run: no cell launched them (all unavailable, or stopped)."""
+        for name in list(self._deferred):
+            self.first_launch_ended(name, None, UNDECIDED)
+
+    def kvm_usable(self) -> bool:
+        """Whether KVM works here (for the level-1 guest): this run's verdict, else a cached or new probe."""
+        known = self.results.doc["backends"].get("kvm")
+        if known is not None:
+            return bool(known.get("usable"))
+        with self.console.status("checking whether KVM works here, for the level-1 guest"):
+            av = probe.check(BACKENDS["kvm"], self.executor, self.run_dir, refresh=self.reprobe,
+                             timeout=self.probe_timeout)
+        return av.usable
+
+    def _say(self, name: str, av: Availability) -> None:
+        cached = " (cached verdict)" if av.details.get("cached") else ""
+        if av.details.get("deferred"):
+            self.console.print(f"[yellow]?[/] {name}: probe ", av.reason, sep="", highlight=False)
+        elif av.usable:
+            self.console.print(f"[green]✓[/] {name}: usable — ", av.reason + cached, sep="", highlight=False)
+        else:
+            self.console.print(f"[red]✗[/] {name}: not usable — ", av.reason + cached, sep="", highlight=False)

@@ -1,0 +1,93 @@
+"""The nested placement of a run: the scenario again, inside a level-1 guest, its samples joining this run's
+results file as they are taken (the level-1 machinery itself is guestbench.nested)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from guestbench.errors import Interrupted
+from guestbench.nested import guest
+from guestbench.nested import image as nested_image
+from guestbench.nested import job
+from guestbench.results import ResultsFile
+from guestbench.run.gate import Gate
+from guestbench.run.record import progress_display
+from guestbench.scenario import Scenario
+
+KERNEL_LINE = re.compile(r"^\[\s*\d+\.\d+\]")  # the level-1 kernel's own messages: shown with --verbose only
+
+
+class NestedPlacement:
+    def __init__(self, sc: Scenario, results: ResultsFile, console: Console, gate: Gate, run_dir: Path, *,
+                 probe_timeout: float | None, verbose: bool) -> None:
+        self.sc = sc
+        self.results = results
+        self.console = console
+        self.gate = gate
+        self.run_dir = run_dir
+        self.probe_timeout = probe_timeout
+        self.verbose = verbose
+
+    def run(self) -> None:
+        level1 = job.plan(self.sc, self.gate.kvm_usable(), self.probe_timeout)
+        self.console.print(level1.describe(), highlight=False)
+        try:
+            img = nested_image.build(lambda line: self.console.print(f"nested build: {line}", highlight=False))
+            files = job.job_files(self.sc, level1)
+        except nested_image.ImageError as e:
+            self._failed(job.Merger(self.results, level1, None), None,
+                         f"the level-1 guest image could not be built: {e}")
+            return
+        merger = job.Merger(self.results, level1, img.path.name)
+        t0 = time.monotonic()
+        try:
+            result = self._boot(img, files, level1, merger)
+        except guest.GuestError as e:
+            self._failed(merger, time.monotonic() - t0, str(e))
+            return
+        except Interrupted:
+            merger.finish(time.monotonic() - t0, "interrupted by a signal; samples taken inside until then are kept",
+                          interrupted=True)
+            raise
+        final = job.guest_results(result.output)
+        if final is not None:
+            merger.take(final)
+        error = None
+        if final is None:
+            error = "the level-1 guest brought back no results file; its console last said: " + \
+                " / ".join(result.console[-3:])
+        elif result.exit_status not in (0, 1):  # 1: some cell has no samples, reported per cell
+            error = f"guestbench inside the level-1 guest ended with exit status {result.exit_status}"
+        if error:
+            self._failed(merger, result.seconds, error)
+        else:
+            merger.finish(result.seconds, None)
+
+    def _boot(self, img: nested_image.Image, files: dict[str, bytes | Path], level1: job.Level1,
+              merger: job.Merger) -> guest.JobResult:
+        """The level-1 guest runs the job; its console and live results are shown as they come."""
+        with progress_display(self.console) as progress:
+            task = progress.add_task(f"{self.sc.name} · nested · booting the level-1 guest", total=None)
+
+            def on_console(line: str) -> None:
+                if self.verbose or not KERNEL_LINE.match(line):
+                    self.console.print(f"  level-1 │ {line}", markup=False, highlight=False, soft_wrap=True)
+
+            def on_live(snap: Any) -> None:
+                merger.take_bytes(snap.content)
+                done, total = merger.progress(self.sc)
+                progress.update(task, completed=done, total=total,
+                                description=f"{self.sc.name} · nested · {merger.info.get('status')}")
+
+            return guest.run_job(img, files, self.run_dir / "level1-out", memory_mib=level1.memory_mib,
+                                 vcpus=level1.vcpus, kvm=level1.kvm, timeout_s=level1.deadline_s,
+                                 on_console=on_console, on_live=on_live, silence_s=job.SILENCE_S)
+
+    def _failed(self, merger: job.Merger, seconds: float | None, error: str) -> None:
+        merger.finish(seconds, error)
+        self.console.print(f"[red]✗[/] nested: {error}", highlight=False)

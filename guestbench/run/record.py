@@ -1,0 +1,140 @@
+"""Where a run's outcomes go: the results file (rewritten after every change) and the console.
+
+Every change to a cell of the results document is made here, under the results lock (concurrent appliances
+record into one document from their own threads), so a cell's status and samples have one writer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
+from guestbench import units
+from guestbench.results import Failure, ResultsFile, Sample, utc_now
+
+Cell = dict[str, Any]  # a cell of the results document (guestbench.results, docs/results-format.md)
+Iteration = tuple[str, int]  # ("cold" | "warmup" | "rep", its number among its kind, 1-based)
+
+
+def numbered(iterations: list[str]) -> list[Iteration]:
+    """Each iteration with its number among those of its kind: warmup 1, warmup 2, rep 1, ..."""
+    seen: dict[str, int] = {}
+    out = []
+    for kind in iterations:
+        seen[kind] = seen.get(kind, 0) + 1
+        out.append((kind, seen[kind]))
+    return out
+
+
+def progress_display(console: Console) -> Progress:
+    """One progress display for host cells and the nested part: bar, count, elapsed, ETA."""
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False)
+
+
+class Recorder:
+    """Records samples, failures and cell states into the results file, and says so on the console; advances
+    the progress display (set with `track`) by one per iteration that ended, however it ended."""
+
+    def __init__(self, results: ResultsFile, console: Console) -> None:
+        self.results = results
+        self.console = console
+        self.lock = results.lock
+        self._progress: Progress | None = None
+        self._task: Any = None
+
+    def track(self, progress: Progress | None, task: Any = None) -> None:
+        self._progress, self._task = progress, task
+
+    def doing(self, cell: Cell, what: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=f"{cell['backend']} · {cell['label']} · {what}")
+
+    def _advance(self, n: int = 1) -> None:
+        if self._progress is not None and n:
+            self._progress.advance(self._task, n)
+
+    # ------------------------------------------------------------------ cell states
+    def add_cell(self, cell: Cell) -> Cell:
+        with self.lock:
+            return self.results.add_cell(cell)
+
+    def state(self, cell: Cell, status: str) -> None:
+        with self.lock:
+            cell["status"] = status
+            self.results.save()
+
+    def finish(self, cell: Cell) -> None:
+        """The cell ran to its end (unless something already said how it ended)."""
+        with self.lock:
+            if cell["status"] == "running":
+                cell["status"] = "done"
+            self.results.save()
+
+    def unavailable(self, cell: Cell, left: int, reason: str) -> None:
+        """The cell cannot run on this machine (reported in its place in every table, never dropped)."""
+        self._end(cell, "unavailable", reason, left)
+        self.console.print(f"[yellow]–[/] {cell['backend']} · {cell['label']}: unavailable here: ", reason, sep="",
+                           highlight=False)
+
+    def skip(self, cell: Cell, left: int, reason: str) -> None:
+        self._end(cell, "skipped", reason, left)
+
+    def _end(self, cell: Cell, status: str, reason: str, left: int) -> None:
+        with self.lock:
+            cell["status"] = status
+            cell["skip_reason"] = reason
+            self.results.save()
+        self._advance(left)
+
+    def update(self, cell: Cell, **fields: Any) -> None:
+        """Facts about the cell learned while it runs: its set-up record, its verification, its disk."""
+        with self.lock:
+            cell.update(fields)
+            self.results.save()
+
+    # ------------------------------------------------------------------ iterations
+    def cold(self, cell: Cell, seconds: float) -> None:
+        """A measurement that does not time the launch keeps its first launch's time apart."""
+        with self.lock:
+            if cell["cold_s"] is None:
+                cell["cold_s"] = seconds
+                self.results.save()
+
+    def sample(self, cell: Cell, it: Iteration, seconds: float, *, phases: list[dict[str, Any]] | None = None,
+               metrics: dict[str, float | str] | None = None, extra: dict[str, Any] | None = None) -> None:
+        kind, k = it
+        with self.lock:
+            if kind == "cold":
+                cell["cold_s"] = seconds
+            else:
+                entry = Sample(rep=k, seconds=seconds, utc=utc_now(), phases=phases, metrics=metrics,
+                               **(extra or {})).to_dict()
+                cell["samples" if kind == "rep" else "warmups"].append(entry)
+            self.results.save()
+        self._advance()
+        if not self.console.is_terminal:  # no live progress bar in a log: one line per sample instead
+            self.console.print(f"{cell['backend']} · {cell['label']} · {kind} {k}: {seconds:.3g} s"
+                               f"{_headline(cell, seconds, metrics)}", highlight=False)
+
+    def failure(self, cell: Cell, it: Iteration, reason: str) -> None:
+        kind, k = it
+        with self.lock:
+            cell["failures"].append(Failure(kind=kind, rep=k, reason=reason, utc=utc_now()).to_dict())
+            self.results.save()
+        self._advance()
+        self.console.print(f"[yellow]![/] {cell['backend']} · {cell['label']} · {kind} {k} failed: ", reason,
+                           sep="", highlight=False)
+
+
+def _headline(cell: Cell, seconds: float, metrics: dict[str, float | str] | None) -> str:
+    """A sample's rate for the log line: the workload's headline figure, else MB/s when bytes moved."""
+    if metrics and cell.get("metrics"):
+        first = cell["metrics"][0]
+        value = metrics.get(first["key"])
+        shown = f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
+        return f", {first['label']} {shown} {first['unit']}"
+    return f", {units.mb_per_s(cell['bytes'], seconds):.1f} MB/s" if cell.get("bytes") else ""

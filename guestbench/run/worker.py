@@ -1,0 +1,269 @@
+"""The worker: runs one cell (backend × measurement) in its own process and reports as JSON lines.
+
+Why a separate process: libguestfs has no launch timeout of its own, and a hung hypervisor (KVM on
+these machines) never returns. The worker runs in its own session, so the supervisor can kill it
+together with its qemu and libguestfs's recovery process, as a process group, when a deadline passes.
+
+The request and the messages are described, and built, in guestbench.run.protocol.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from guestbench import phases
+from guestbench.measurements import get as get_measurement
+from guestbench.errors import Unavailable
+from guestbench.measurements.base import CellContext, Measurement, verification_problem
+from guestbench.paths import INSTANCE_ENV, WORKDIR_ENV
+from guestbench.run import lockstep
+from guestbench.run.protocol import Msg, Request
+
+SHUTDOWN_TIMEOUT_S = 120.0
+POWER_CUT_WAIT_S = 120.0
+LOCKSTEP_MARGIN_S = 60.0  # the supervisor's deadline over the rendezvous's own bound
+
+
+class Channel:
+    """Writes protocol lines on a private fd, so stray prints to stdout cannot corrupt it."""
+
+    def __init__(self) -> None:
+        self.fd = os.dup(1)
+        os.dup2(2, 1)  # anything printed to stdout from now on goes to stderr
+
+    def send(self, t: str, **fields: Any) -> None:
+        """One message of kind `t` (a protocol.Msg)."""
+        data = (json.dumps({"t": t, **fields}) + "\n").encode()
+        while data:
+            n = os.write(self.fd, data)
+            data = data[n:]
+
+
+class Appliance:
+    """One libguestfs handle, configured for the backend, with its console captured."""
+
+    def __init__(self, req: Request, measurement: Measurement, ctx: CellContext) -> None:
+        import guestfs  # imported here so that the supervisor never needs the bindings
+
+        self.verbose = req.verbose
+        self.console: collections.deque[str] = collections.deque(maxlen=200)
+        self.phase_markers: str | None = req.phases
+        self.lines = phases.LineClock()
+        self.events: list[phases.Line] = []  # stamped with perf_counter at arrival; kept when recording phases
+        cfg = req.backend
+        g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
+        self.g = g
+        # appliance: the hypervisor's and the appliance's console; library: libguestfs's own log, which
+        # in verbose mode holds the exact hypervisor command line
+        self.console_event = guestfs.EVENT_APPLIANCE
+        self.sources = {guestfs.EVENT_APPLIANCE: "appliance", guestfs.EVENT_LIBRARY: "libguestfs",
+                        guestfs.EVENT_WARNING: "warning", guestfs.EVENT_TRACE: "trace"}
+        events = guestfs.EVENT_APPLIANCE | guestfs.EVENT_LIBRARY | guestfs.EVENT_WARNING
+        if self.verbose:
+            events |= guestfs.EVENT_TRACE
+        g.set_event_callback(self._on_event, events)
+        g.set_backend(cfg["libguestfs_backend"])
+        g.set_backend_settings(list(cfg["settings"]))
+        if cfg.get("hv"):
+            g.set_hv(cfg["hv"])
+        if self.verbose:
+            g.set_verbose(True)
+            g.set_trace(True)
+        if self.phase_markers:  # the markers are in the verbose console; see guestbench.phases
+            g.set_verbose(True)
+            g.set_append(phases.APPEND)
+        if req.appliance.get("memsize"):
+            g.set_memsize(int(req.appliance["memsize"]))
+        if req.appliance.get("smp"):
+            g.set_smp(int(req.appliance["smp"]))
+        g.set_tmpdir(req.workdir)
+        measurement.add_drives(g, ctx)
+
+    def _on_event(self, ev: int, eh: int, buf: bytes | str, array: Any) -> None:
+        now = time.perf_counter()  # the clock that times the launch
+        text = buf.decode("utf-8", "replace") if isinstance(buf, bytes) else str(buf)
+        source = self.sources.get(ev, "event")
+        if ev != self.console_event:
+            text += "\n"  # library, warning and trace events are whole messages; console output is chunks
+        self._lines(self.lines.feed(now, source, text))
+
+    def _lines(self, lines: list[phases.Line]) -> None:
+        for ln in lines:
+            if self.phase_markers:
+                self.events.append(ln)
+            source, line = ln.source, ln.text
+            if line.strip():
+                self.console.append(line)
+                if self.verbose:
+                    sys.stderr.write(f"[{source}] {line}\n")
+                    sys.stderr.flush()
+
+    def cut_phases(self, t0: float, elapsed: float) -> list[dict[str, Any]] | None:
+        """The launch that started at perf_counter() == t0, cut into phases (None: not recording)."""
+        if not self.phase_markers:
+            return None
+        self._lines(self.lines.flush())
+        return phases.split(self.events, elapsed, self.phase_markers, origin=t0)
+
+    def console_tail(self, n: int = 8) -> list[str]:
+        return list(self.console)[-n:]
+
+    def close(self) -> None:
+        try:
+            self.g.close()
+        except Exception:  # closing a handle whose hypervisor died can raise; the process is gone anyway
+            pass
+
+
+def failure_reason(exc: BaseException, appliance: Appliance | None) -> str:
+    """One readable reason: libguestfs's error without its generic advice, plus what the hypervisor said."""
+    msg = " ".join(str(exc).split())
+    advice = msg.find(" This usually means")
+    if advice > 0:
+        msg = msg[:advice]
+    if appliance is not None:
+        tail = [" ".join(ln.split()) for ln in appliance.console_tail(40)]
+        telling = [ln for ln in tail if any(k in ln.lower() for k in
+                                            ("error", "fail", "assert", "abort", "panic", "killed", "crash"))]
+        shown = (telling or tail)[-3:]
+        if shown:
+            msg += " | hypervisor/console said: " + " / ".join(shown)
+    return msg
+
+
+class WorkerTask:
+    """One request's iterations on one backend: launches, samples and failures, each step under a deadline
+    that the supervisor enforces (the worker announces it; the supervisor kills the tree when it passes)."""
+
+    def __init__(self, req: Request, chan: Channel) -> None:
+        self.req = req
+        self.chan = chan
+        self.m = get_measurement(req.measurement)
+        self.ctx = CellContext(params=req.params, workdir=Path(req.workdir),
+                               payload=Path(req.payload) if req.payload else None, payload_sha256=req.payload_sha256,
+                               memsize_mib=req.appliance.get("memsize"), drives=list(req.drives))
+        self.verify_pending = req.verify
+        self.app: Appliance | None = None
+        self.launching: Appliance | None = None  # the handle being launched, so a failed launch's console is kept
+        self.first_launch = True
+        self.step = lockstep.Step.from_dict(req.step) if req.step else None
+        self.step_index: list[int] = list((req.step or {}).get("indexes") or [])  # the run's iteration numbers
+
+    def deadline(self, what: str | None, s: float | None = None) -> None:
+        self.chan.send(Msg.DEADLINE, what=what, **({"s": s} if what is not None else {}))
+
+    def run(self) -> None:
+        for i, _it in enumerate(self.req.iterations):
+            self.chan.send(Msg.BEGIN, i=i)
+            try:
+                self.iteration(i)
+            except Unavailable as exc:  # the same on every try: say so once and stop
+                self.deadline(None)
+                self.chan.send(Msg.UNAVAILABLE, reason=str(exc))
+                self.drop_handles()
+                break
+            except Exception as exc:  # a failed sample is data, not a crash: report it and go on
+                if self.step is not None:
+                    lockstep.arrive(self.step, self.step_index[i])  # the others need not wait for this iteration
+                self.deadline(None)
+                self.chan.send(Msg.FAILURE, i=i, reason=failure_reason(exc, self.app or self.launching))
+                self.drop_handles()
+        if self.app is not None:
+            self.shutdown(self.app)
+        self.chan.send(Msg.DONE)
+
+    def iteration(self, i: int) -> None:
+        if self.m.times_launch:
+            app, elapsed, cut = self.launch()
+            self.shutdown(app)
+            self.chan.send(Msg.SAMPLE, i=i, s=elapsed, **({"phases": cut} if cut is not None else {}))
+            return
+        if self.app is None:
+            self.app, _, _ = self.launch()
+            self.deadline("setup", self.req.sample_timeout)
+            if record := self.m.after_launch(self.app.g, self.ctx):
+                self.chan.send(Msg.SETUP, record=record)
+        g = self.app.g
+        self.deadline("sample", self.req.sample_timeout)
+        self.m.prepare(g, self.ctx)
+        in_step = self.rendezvous(i)
+        t0 = time.perf_counter()
+        figures = self.m.timed_op(g, self.ctx)
+        elapsed = time.perf_counter() - t0
+        if self.verify_pending and (record := self.m.verify(g, self.ctx)) is not None:
+            self.chan.send(Msg.VERIFICATION, record=record)
+            self.verify_pending = False
+            if (problem := verification_problem(record)) is not None:
+                raise RuntimeError(problem)
+        self.deadline(None)
+        self.chan.send(Msg.SAMPLE, i=i, s=elapsed, **({"metrics": figures} if figures is not None else {}), **in_step)
+        if self.m.kills_hypervisor:  # the runner cuts the power now: wait for it, mid-flight
+            self.deadline("power cut", POWER_CUT_WAIT_S)
+            self.chan.send(Msg.POWERCUT, i=i)
+            while True:
+                time.sleep(60)
+
+    def rendezvous(self, i: int) -> dict[str, Any]:
+        """Concurrent guests start the timed operation together; what the sample says about that."""
+        if self.step is None:
+            return {}
+        self.deadline("waiting for the other guests", self.step.wait_s + LOCKSTEP_MARGIN_S)
+        waited = lockstep.wait(self.step, self.step_index[i])
+        self.deadline("sample", self.req.sample_timeout)
+        return {"in_step": waited is not None, "waited_s": waited}
+
+    def launch(self) -> tuple[Appliance, float, list[dict[str, Any]] | None]:
+        self.deadline("prepare", self.req.sample_timeout)  # handle and disk images (host side)
+        a = self.launching = Appliance(self.req, self.m, self.ctx)
+        self.deadline("launch", self.req.timeout)
+        t0 = time.perf_counter()
+        a.g.launch()
+        a.g.ping_daemon()
+        elapsed = time.perf_counter() - t0
+        self.deadline(None)
+        self.chan.send(Msg.LAUNCHED, s=elapsed, first=self.first_launch)
+        self.first_launch = False
+        self.launching = None
+        return a, elapsed, a.cut_phases(t0, elapsed)
+
+    def shutdown(self, a: Appliance) -> None:
+        self.deadline("shutdown", SHUTDOWN_TIMEOUT_S)
+        try:
+            self.m.before_shutdown(a.g, self.ctx)
+            a.g.shutdown()
+        finally:
+            a.close()
+            self.app = None
+            self.deadline(None)
+
+    def drop_handles(self) -> None:
+        for a in (self.app, self.launching):
+            if a is not None:
+                a.close()
+        self.app = self.launching = None
+
+
+def main() -> int:
+    chan = Channel()
+    try:
+        req = Request.from_dict(json.load(sys.stdin))
+        os.environ[WORKDIR_ENV] = req.workdir  # a hypervisor program of ours puts its files there
+        os.environ[INSTANCE_ENV] = str(req.instance)
+        os.environ.update(req.backend.get("env") or {})
+        WorkerTask(req, chan).run()
+        return 0
+    except Exception:
+        chan.send(Msg.CRASH, reason=traceback.format_exc(limit=5).strip().splitlines()[-1])
+        traceback.print_exc()
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
