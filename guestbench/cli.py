@@ -159,7 +159,8 @@ def cmd_scenario(args: argparse.Namespace) -> int:
         raise UserError("is not a directory; allowed: a directory for results files", source="command line",
                         key=f"--results {args.results}")
     opts = RunOptions(results_dir=results_dir, verbose=args.verbose, reprobe=args.reprobe,
-                      probe_timeout=args.probe_timeout, defer_probe=args.defer_probe, command=tuple(["guestbench", *sys.argv[1:]]))
+                      probe_timeout=args.probe_timeout, defer_probe=args.defer_probe,
+                      command=("guestbench", *sys.argv[1:]))
     err = Console(stderr=True)
     try:
         rf = run_scenario(sc, opts, err)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from guestbench.errors import UserError
-from guestbench.results import SCHEMA, SCHEMA_VERSION, read_json
+from guestbench.results import SCHEMA, SCHEMA_VERSION, ModelError, Run, read_json
 
 SECTION = "guestbench"  # top-level key in pytest-benchmark JSON
 CELL_DEFAULTS: dict[str, Any] = {"placement": "host", "params": {}, "timed": None, "cache_mode": None, "bytes": None,
@@ -278,6 +278,11 @@ def import_(bench_doc: Any, source: str) -> tuple[dict[str, Any], list[str]]:
         doc["backends"].setdefault(str(c.get("backend")), {"usable": True, "reason": "measured (pytest-benchmark)",
                                                             "details": {}})
     doc["cells"] = cells
+    try:  # extra_info is copied into the cells as is: what guestbench could not read back is refused here
+        Run.from_dict(doc)
+    except ModelError as e:
+        raise UserError(f"{e.message} (a benchmark's extra_info or the file's guestbench section sets it; "
+                        "guestbench show would refuse the imported file)", source=source, key=e.key) from None
     return doc, warnings
 
 

@@ -177,6 +177,8 @@ def test_import_without_raw_samples_says_so(tmp_path: Path, capsys) -> None:
     ("import", '{"schema": "guestbench-results"}', "not a pytest-benchmark JSON file"),
     ("import", '{"benchmarks": [{"name": "x"}]}', "benchmarks[0]: key 'stats' is missing"),
     ("import", '{"benchmarks": [{"stats": {"data": ["a"]}}]}', "stats.data must be a list of numbers"),
+    ("import", '{"benchmarks": [{"stats": {"data": [1.0]}, "extra_info": {"status": "weird"}}]}',
+     "cells[0].status"),
     ("export", '{"benchmarks": []}', "not a guestbench results file"),
     ("export", None, "no such results file"),
 ])

@@ -20,7 +20,7 @@ from guestbench.run import lockstep
 from guestbench.run.executor import Executor
 from guestbench.run.gate import Gate
 from guestbench.run.protocol import Message, Msg, Request, WorkerExit
-from guestbench.run.record import Cell, Recorder, numbered
+from guestbench.run.record import CellDoc, Recorder, numbered
 from guestbench.scenario import Scenario
 from guestbench.storage.host import HostStorage
 
@@ -38,7 +38,7 @@ class RunContext:
     stop: threading.Event  # a signal arrived: start nothing new
     verbose: bool = False
 
-    def request(self, cell: Cell, iterations: list[str], handle_config: dict[str, Any], workdir: Path,
+    def request(self, cell: CellDoc, iterations: list[str], handle_config: dict[str, Any], workdir: Path,
                 **fields: Any) -> Request:
         """The worker's request for some of this cell's iterations; `fields` adds or overrides (protocol.Request)."""
         base: dict[str, Any] = dict(
@@ -50,10 +50,11 @@ class RunContext:
         return Request(**{**base, **fields})
 
 
-class CellRun:
-    """Runs one cell's iterations through `executor`; `step`: the rendezvous of concurrent guests."""
+class CellTask:
+    """What every way of running a cell holds: its record, its iterations, its backend and measurement, its own
+    work directory, and the executor its workers go to. Subclasses implement run()."""
 
-    def __init__(self, ctx: RunContext, cell: Cell, iterations: list[str], executor: Executor,
+    def __init__(self, ctx: RunContext, cell: CellDoc, iterations: list[str], executor: Executor,
                  step: lockstep.Step | None = None) -> None:
         self.ctx = ctx
         self.rec = ctx.recorder
@@ -65,6 +66,27 @@ class CellRun:
         self.backend = BACKENDS[cell["backend"]]
         self.m = get_measurement(cell["measurement"])
         self.workdir = workdir_for(ctx.run_dir, f"{cell['label']}-{cell['backend']}")
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def probe_failed(self, reason: str) -> bool:
+        """A launch failed before any launch of this backend succeeded in the run: with a deferred probe that
+        launch was the probe, and the backend is refused (True). False when the backend is not on trial, or a
+        concurrent guest's launch decided it first."""
+        name = self.cell["backend"]
+        if not self.ctx.gate.awaits_first_launch(name) or self.ctx.stop.is_set():
+            return False
+        self.ctx.gate.first_launch_failed(name, reason)
+        return self.ctx.gate.refusal(name) is not None
+
+
+class CellRun(CellTask):
+    """Runs one cell's iterations through `executor`; `step`: the rendezvous of concurrent guests."""
+
+    def __init__(self, ctx: RunContext, cell: CellDoc, iterations: list[str], executor: Executor,
+                 step: lockstep.Step | None = None) -> None:
+        super().__init__(ctx, cell, iterations, executor, step)
         self.launched = False  # some launch of this cell succeeded
         self._index_map: list[int] = []  # the running worker's iteration i is the cell's iteration _index_map[i]
         self._ended: set[int] = set()  # the cell's iterations that ended in the running worker
@@ -101,19 +123,21 @@ class CellRun:
                                        payload=str(payload) if payload else None, payload_sha256=digest, step=step)
             ex = self.executor.run_worker(request, self.backend, self._locked(self.on_message))
             remaining = [i for i in remaining if i not in self._ended]
-            if ex.kind != "done" and remaining:  # killed at a deadline or died: the iteration under way failed
+            said = self.cell["failures"][-1]["reason"] if self.cell["failures"] else None  # the worker's own words
+            mid_iteration = ex.kind != "done" and bool(remaining)
+            if mid_iteration:  # killed at a deadline or died: the iteration under way failed
                 self._lost(ex, remaining)
-            if not self.launched and self.ctx.gate.awaits_first_launch(self.cell["backend"]) \
-                    and not self.ctx.stop.is_set():  # this worker's launch was the backend's probe, and failed
-                self._refused(ex, remaining)
+            if not self.launched and self.probe_failed(said or ex.explain(self.backend)):
+                if remaining:
+                    self.rec.skip(self.cell, len(remaining), self.ctx.gate.refusal(self.cell["backend"]) or "")
                 return
-            if ex.kind == "done" or not remaining:
+            if not mid_iteration:
                 return
             restarts += 1
             if ex.kind == "timeout" and ex.what == "launch" and not self.launched:
                 self.rec.skip(self.cell, len(remaining), f"not run: the launch hung ({ex.explain(self.backend)})")
                 return
-            if restarts > MAX_WORKER_RESTARTS:
+            if restarts > MAX_WORKER_RESTARTS and remaining:
                 self.rec.skip(self.cell, len(remaining), f"not run: the worker failed {restarts} times; "
                               f"last: {ex.explain(self.backend)}")
                 return
@@ -126,14 +150,6 @@ class CellRun:
                 lockstep.arrive(self.step, current)  # its peers need not wait for it
             self.rec.failure(self.cell, self.numbered[current], ex.explain(self.backend))
             remaining.remove(current)
-
-    def _refused(self, ex: WorkerExit, remaining: list[int]) -> None:
-        """The backend's first launch in the run was its probe and failed: unusable; the cell ends here."""
-        failures = self.cell["failures"]
-        reason = failures[-1]["reason"] if failures else ex.explain(self.backend)
-        self.ctx.gate.first_launch_failed(self.cell["backend"], reason)
-        if remaining:
-            self.rec.skip(self.cell, len(remaining), self.ctx.gate.refusal(self.cell["backend"]) or "not run")
 
     def _locked(self, handler: Callable[[Message], None]) -> Callable[[Message], None]:
         def locked(msg: Message) -> None:

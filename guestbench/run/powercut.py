@@ -9,13 +9,13 @@ from typing import Any
 
 from guestbench.measurements import durability
 from guestbench.paths import cache_dir
-from guestbench.run.cell import CellRun
+from guestbench.run.cell import CellTask
 from guestbench.run.protocol import Message, Msg
 from guestbench.errors import Unavailable
 from guestbench.storage.host import Drive, HostStorage
 
 
-class PowerCutTrials(CellRun):
+class PowerCutTrials(CellTask):
     """A cell of a measurement that kills its hypervisor: one worker per trial, the power cut on its word."""
 
     def run(self) -> None:
@@ -78,6 +78,5 @@ class PowerCutTrials(CellRun):
             self.rec.sample(self.cell, it, outcome["sample"]["s"], metrics=figures)
             return
         self.rec.failure(self.cell, it, reason := outcome.get("failure") or ex.explain(self.backend))
-        if "launched" not in outcome and self.ctx.gate.awaits_first_launch(self.cell["backend"]) \
-                and not self.ctx.stop.is_set():  # the probe was this launch
-            self.ctx.gate.first_launch_failed(self.cell["backend"], reason)
+        if "launched" not in outcome:
+            self.probe_failed(reason)  # refused: run() skips the rest

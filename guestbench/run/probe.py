@@ -56,7 +56,7 @@ def launch_probe(backend: Backend, executor: Executor, run_dir: Path, timeout: f
     workdir = workdir_for(run_dir, f"probe-{backend.name}")
     request = Request(measurement="startup", params=get_measurement("startup").defaults(), iterations=["cold"],
                       backend=backend.handle_config(cache_dir()).to_dict(), workdir=str(workdir),
-                      timeout=timeout, sample_timeout=timeout, verbose=executor.verbose)
+                      timeout=timeout, sample_timeout=timeout, verbose=executor.verbose, verify=False)
     got: dict[str, Any] = {}
 
     def on_message(msg: Message) -> None:

@@ -25,9 +25,10 @@ Every place that builds a request or reads a message uses this module: the worke
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from guestbench.backends.base import Backend
+if TYPE_CHECKING:  # the worker imports this module: it needs no backend
+    from guestbench.backends.base import Backend
 
 
 class Msg:
@@ -62,7 +63,7 @@ class Request:
     sample_timeout: float  # every other step's deadline
     appliance: dict[str, Any] = field(default_factory=dict)  # memsize, smp (None: libguestfs's default)
     verbose: bool = False
-    verify: bool = False  # check the data arrived (once per cell, on the first sample that can)
+    verify: bool = True  # check the data arrived (once per cell, on the first sample that can)
     phases: str | None = None  # record start-up phases with this marker family (guestbench.phases)
     drives: list[dict[str, Any]] = field(default_factory=list)  # host-side disks (storage.host.Drive.to_dict())
     payload: str | None = None  # uploads: the file sent, and its digest

@@ -15,7 +15,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColum
 from guestbench import units
 from guestbench.results import Failure, ResultsFile, Sample, utc_now
 
-Cell = dict[str, Any]  # a cell of the results document (guestbench.results, docs/results-format.md)
+CellDoc = dict[str, Any]  # a cell of the results document, as written (the typed view: results.Cell) (guestbench.results, docs/results-format.md)
 Iteration = tuple[str, int]  # ("cold" | "warmup" | "rep", its number among its kind, 1-based)
 
 
@@ -49,7 +49,7 @@ class Recorder:
     def track(self, progress: Progress | None, task: Any = None) -> None:
         self._progress, self._task = progress, task
 
-    def doing(self, cell: Cell, what: str) -> None:
+    def doing(self, cell: CellDoc, what: str) -> None:
         if self._progress is not None:
             self._progress.update(self._task, description=f"{cell['backend']} · {cell['label']} · {what}")
 
@@ -58,53 +58,53 @@ class Recorder:
             self._progress.advance(self._task, n)
 
     # ------------------------------------------------------------------ cell states
-    def add_cell(self, cell: Cell) -> Cell:
+    def add_cell(self, cell: CellDoc) -> CellDoc:
         with self.lock:
             return self.results.add_cell(cell)
 
-    def state(self, cell: Cell, status: str) -> None:
+    def state(self, cell: CellDoc, status: str) -> None:
         with self.lock:
             cell["status"] = status
             self.results.save()
 
-    def finish(self, cell: Cell) -> None:
+    def finish(self, cell: CellDoc) -> None:
         """The cell ran to its end (unless something already said how it ended)."""
         with self.lock:
             if cell["status"] == "running":
                 cell["status"] = "done"
             self.results.save()
 
-    def unavailable(self, cell: Cell, left: int, reason: str) -> None:
+    def unavailable(self, cell: CellDoc, left: int, reason: str) -> None:
         """The cell cannot run on this machine (reported in its place in every table, never dropped)."""
         self._end(cell, "unavailable", reason, left)
         self.console.print(f"[yellow]–[/] {cell['backend']} · {cell['label']}: unavailable here: ", reason, sep="",
                            highlight=False)
 
-    def skip(self, cell: Cell, left: int, reason: str) -> None:
+    def skip(self, cell: CellDoc, left: int, reason: str) -> None:
         self._end(cell, "skipped", reason, left)
 
-    def _end(self, cell: Cell, status: str, reason: str, left: int) -> None:
+    def _end(self, cell: CellDoc, status: str, reason: str, left: int) -> None:
         with self.lock:
             cell["status"] = status
             cell["skip_reason"] = reason
             self.results.save()
         self._advance(left)
 
-    def update(self, cell: Cell, **fields: Any) -> None:
+    def update(self, cell: CellDoc, **fields: Any) -> None:
         """Facts about the cell learned while it runs: its set-up record, its verification, its disk."""
         with self.lock:
             cell.update(fields)
             self.results.save()
 
     # ------------------------------------------------------------------ iterations
-    def cold(self, cell: Cell, seconds: float) -> None:
+    def cold(self, cell: CellDoc, seconds: float) -> None:
         """A measurement that does not time the launch keeps its first launch's time apart."""
         with self.lock:
             if cell["cold_s"] is None:
                 cell["cold_s"] = seconds
                 self.results.save()
 
-    def sample(self, cell: Cell, it: Iteration, seconds: float, *, phases: list[dict[str, Any]] | None = None,
+    def sample(self, cell: CellDoc, it: Iteration, seconds: float, *, phases: list[dict[str, Any]] | None = None,
                metrics: dict[str, float | str] | None = None, extra: dict[str, Any] | None = None) -> None:
         kind, k = it
         with self.lock:
@@ -120,7 +120,7 @@ class Recorder:
             self.console.print(f"{cell['backend']} · {cell['label']} · {kind} {k}: {seconds:.3g} s"
                                f"{_headline(cell, seconds, metrics)}", highlight=False)
 
-    def failure(self, cell: Cell, it: Iteration, reason: str) -> None:
+    def failure(self, cell: CellDoc, it: Iteration, reason: str) -> None:
         kind, k = it
         with self.lock:
             cell["failures"].append(Failure(kind=kind, rep=k, reason=reason, utc=utc_now()).to_dict())
@@ -130,7 +130,7 @@ class Recorder:
                            sep="", highlight=False)
 
 
-def _headline(cell: Cell, seconds: float, metrics: dict[str, float | str] | None) -> str:
+def _headline(cell: CellDoc, seconds: float, metrics: dict[str, float | str] | None) -> str:
     """A sample's rate for the log line: the workload's headline figure, else MB/s when bytes moved."""
     if metrics and cell.get("metrics"):
         first = cell["metrics"][0]

@@ -22,15 +22,14 @@ from guestbench.measurements import get as get_measurement
 from guestbench.nested.job import exit_problem
 from guestbench.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.results import ResultsFile, results_path
-from guestbench.run import executor as executors
 from guestbench.run import lockstep
 from guestbench.run.cell import CellRun, RunContext
-from guestbench.run.executor import Executor
+from guestbench.run.executor import Executor, local
 from guestbench.run.gate import Gate
 from guestbench.run.nested import NestedPlacement
 from guestbench.run.plan import Group, plan
 from guestbench.run.powercut import PowerCutTrials
-from guestbench.run.record import Cell, Recorder, progress_display
+from guestbench.run.record import CellDoc, Recorder, progress_display
 from guestbench.run.supervisor import TrapSignals
 from guestbench.scenario import Scenario
 from guestbench.storage.host import sweep_stale
@@ -53,7 +52,7 @@ class Runner:
         self.sc = sc
         self.opts = opts
         self.console = console
-        self.executor = executor or executors.local(
+        self.executor = executor or local(
             verbose=opts.verbose, echo=lambda line: console.print(line, markup=False, highlight=False))
         self._running: list[Executor] = [self.executor]  # what a signal must stop
         self.stop = threading.Event()  # a signal arrived: threads of concurrent appliances start nothing new
@@ -108,22 +107,22 @@ class Runner:
                 ctx.recorder.track(None)
 
     @staticmethod
-    def _cell(ctx: RunContext, cell: Cell, iterations: list[str], executor: Executor,
+    def _cell(ctx: RunContext, cell: CellDoc, iterations: list[str], executor: Executor,
               step: lockstep.Step | None = None) -> None:
-        kind = PowerCutTrials if get_measurement(cell["measurement"]).kills_hypervisor else CellRun
-        kind(ctx, cell, iterations, executor, step).run()
+        task = PowerCutTrials if get_measurement(cell["measurement"]).kills_hypervisor else CellRun
+        task(ctx, cell, iterations, executor, step).run()
 
     def _together(self, ctx: RunContext, g: Group) -> None:
         """N appliances with the same workload at once, each with its own images in the same host directory
         (E3's guests sharing a disk): one thread and one executor each; a signal stops them all."""
-        executors_ = [self.executor, *(self.executor.spawn() for _ in g.cells[1:])]
-        self._running = executors_
+        together = [self.executor, *(self.executor.spawn() for _ in g.cells[1:])]
+        self._running = together
         errors: list[BaseException] = []
         # every timed sample starts together (a peer may be relaunching after a failure: wait that long)
         step_dir = workdir_for(ctx.run_dir, f"step-{g.cells[0]['label']}-{g.backend}")  # one per group
         wait_s = self.sc.timeout + 2 * self.sc.sample_timeout
 
-        def one(cell: Cell, ex: Executor) -> None:
+        def one(cell: CellDoc, ex: Executor) -> None:
             step = lockstep.Step(str(step_dir), cell["instance"], len(g.cells), wait_s)
             try:
                 self._cell(ctx, cell, g.iterations, ex, step)
@@ -133,7 +132,7 @@ class Runner:
                 lockstep.leave(step_dir, cell["instance"])
 
         threads = [threading.Thread(target=one, args=(c, ex), name=f"guest{c['instance']}", daemon=True)
-                   for c, ex in zip(g.cells, executors_)]
+                   for c, ex in zip(g.cells, together)]
         try:
             for t in threads:
                 t.start()

@@ -181,8 +181,8 @@ class WorkerTask:
 
     def iteration(self, i: int) -> None:
         if self.m.times_launch:
-            app, elapsed, cut = self.launch()
-            self.shutdown(app)
+            self.app, elapsed, cut = self.launch()
+            self.shutdown(self.app)
             self.chan.send(Msg.SAMPLE, i=i, s=elapsed, **({"phases": cut} if cut is not None else {}))
             return
         if self.app is None:
