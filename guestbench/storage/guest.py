@@ -191,15 +191,22 @@ def _clean_slate(g: Any, real: list[str]) -> None:
 
     Until udev has settled, a stopped array can come back (udev's incremental assembly sees its legs'
     change events) and then holds a disk that wipefs cannot open, and the kernel keeps an old partition
-    table until it is read again: so settle, clear, check, and go round again while a signature is left.
+    table until it is read again: so settle, clear, check, and go round again (at most 5 times: a disk that
+    is busy on purpose stays busy, and the layout's own step then says so) while something is left.
     """
     disks = " ".join(map(shlex.quote, real))
     forget = "".join(dict.fromkeys(cmd for layout in _REGISTRY.values() for cmd in layout.forget))
+    # A disk is clean when it has no signature, no partition and no holder (an array or a mapping that came
+    # back). The change event after a wipe is triggered, not left to udev's watch of the closed device, so
+    # the settle that follows waits for it and lvm and mdadm then read udev's new view of the disk.
     sh(g, f"for i in 1 2 3 4 5; do udevadm settle >/dev/null 2>&1; {forget}"
-          f"for d in {disks}; do wipefs -a $d >/dev/null 2>&1; blockdev --rereadpt $d >/dev/null 2>&1; done; "
+          f"for d in {disks}; do wipefs -a $d >/dev/null 2>&1; blockdev --rereadpt $d >/dev/null 2>&1; "
+          f"udevadm trigger --action=change $d >/dev/null 2>&1; done; "
           f"udevadm settle >/dev/null 2>&1; left=; "
-          f"for d in {disks}; do test -n \"$(wipefs --noheadings $d 2>/dev/null)\" && left=\"$left $d\"; "
-          f"ls /sys/class/block/${{d##*/}}/ | grep -q \"^${{d##*/}}[0-9]\" && left=\"$left $d\"; done; "
+          f"for d in {disks}; do b=/sys/class/block/${{d##*/}}; "
+          f"test -n \"$(wipefs --noheadings $d 2>/dev/null)\" && left=\"$left $d\"; "
+          f"ls $b/ | grep -q \"^${{d##*/}}[0-9]\" && left=\"$left $d\"; "
+          f"ls $b/holders/ 2>/dev/null | grep -q . && left=\"$left $d\"; done; "
           f"test -z \"$left\" && break; done; true", "clearing old signatures")
 
 
