@@ -29,8 +29,6 @@ class Executor(Protocol):
         """Another executor of the same kind, for an appliance that runs at the same time (concurrent guests)."""
 
 
-LocalExecutor = Supervisor
-
-
 def local(verbose: bool = False, echo: Callable[[str], None] | None = None) -> Executor:
-    return LocalExecutor(verbose=verbose, echo=echo)
+    """The local executor: the supervisor, one worker process at a time on this machine."""
+    return Supervisor(verbose=verbose, echo=echo)

@@ -23,18 +23,18 @@ KERNEL_LINE = re.compile(r"^\[\s*\d+\.\d+\]")  # the level-1 kernel's own messag
 
 
 class NestedPlacement:
-    def __init__(self, sc: Scenario, results: ResultsFile, console: Console, gate: Gate, run_dir: Path, *,
-                 probe_timeout: float | None, verbose: bool) -> None:
+    """The run's results file, console, run directory and probe limit are the gate's: one set per run."""
+
+    def __init__(self, sc: Scenario, gate: Gate, *, verbose: bool) -> None:
         self.sc = sc
-        self.results = results
-        self.console = console
         self.gate = gate
-        self.run_dir = run_dir
-        self.probe_timeout = probe_timeout
+        self.results: ResultsFile = gate.results
+        self.console: Console = gate.console
+        self.run_dir: Path = gate.run_dir
         self.verbose = verbose
 
     def run(self) -> None:
-        level1 = job.plan(self.sc, self.gate.kvm_usable(), self.probe_timeout)
+        level1 = job.plan(self.sc, self.gate.kvm_usable(), self.gate.probe_timeout)
         self.console.print(level1.describe(), highlight=False)
         try:
             img = nested_image.build(lambda line: self.console.print(f"nested build: {line}", highlight=False))

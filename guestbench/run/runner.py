@@ -72,8 +72,7 @@ class Runner:
                     self._host(ctx, gate.check(list(self.sc.backends or BACKENDS)))
                     gate.close()
                 if "nested" in self.sc.placements:
-                    NestedPlacement(self.sc, results, self.console, gate, run_dir,
-                                    probe_timeout=self.opts.probe_timeout, verbose=self.opts.verbose).run()
+                    NestedPlacement(self.sc, gate, verbose=self.opts.verbose).run()
                 results.finish("complete")
             except Interrupted:
                 self._abort_all()
