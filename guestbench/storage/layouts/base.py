@@ -98,6 +98,24 @@ def sh(g: Any, script: str, what: str) -> str:
         raise StorageError(f"{what}: {reason(exc)}") from None
 
 
+def sh_exclusive(g: Any, script: str, what: str, attempts: int = 3) -> str:
+    """`sh` for a command that opens disks exclusively (mdadm --create): retried, after udev has settled,
+    while it fails with EBUSY.
+
+    udev answers the close of a disk opened for writing (wipefs in the clean slate) with a synthesized change
+    event that re-reads the partition table, and the kernel claims the disk for that re-read: an exclusive
+    open in that moment fails with "Device or resource busy" (seen once in a loaded suite run: mdadm
+    --create on a blank /dev/sdb). A disk that stays busy still fails, on the last attempt, with its reason.
+    """
+    for attempt in range(attempts):
+        try:
+            return sh(g, f"udevadm settle >/dev/null 2>&1; {script}", what)
+        except StorageError as exc:
+            if "Device or resource busy" not in str(exc) or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def kernel_name(g: Any, dev: str) -> str:
     """The kernel's name for a device the daemon calls `dev` (under UML /dev/sda is /dev/ubda)."""
     if not dev.startswith("/dev/sd"):

@@ -6,7 +6,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from guestbench.storage.layouts.base import Build, Layout, Stack, sh
+from guestbench.storage.layouts.base import Build, Layout, Stack, sh, sh_exclusive
 
 MD = "/dev/md0"
 SLOW_LEG = "guestbench-slow"
@@ -48,8 +48,8 @@ class Raid1(Layout):
             stack.resources.append(("dm", SLOW_LEG))
             legs[1] = names[1] = f"/dev/mapper/{SLOW_LEG}"
             stack.layers.append(f"{names[1]}: dm-delay of {disks[1]}, +{b.delay_ms} ms on every read and write")
-        sh(g, f"mdadm --create {MD} --run --level=1 --raid-devices=2 --metadata=1.2 --assume-clean --bitmap=none "
-              f"{' '.join(map(shlex.quote, legs))} </dev/null 2>&1", "creating the RAID1 array")
+        sh_exclusive(g, f"mdadm --create {MD} --run --level=1 --raid-devices=2 --metadata=1.2 --assume-clean "
+                        f"--bitmap=none {' '.join(map(shlex.quote, legs))} </dev/null 2>&1", "creating the RAID1 array")
         stack.resources.append(("md", MD))
         stack.device = MD
         delayed = f" (dm-delay {b.delay_ms} ms on {disks[1]})" if self.slow else ""
