@@ -22,7 +22,7 @@ from rich.table import Table
 from guestbench import __version__, appliance, compare, host, report
 from guestbench.backends import BACKENDS
 from guestbench.errors import Interrupted, UserError, one_line as _one_line
-from guestbench.paths import make_run_dir, remove_tree
+from guestbench.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.results import load_results
 from guestbench.scenario import apply_overrides, help_text, load_scenario
 from guestbench.run import probe
@@ -122,6 +122,26 @@ def build_parser() -> argparse.ArgumentParser:
                        "show and compare.")
     i.add_argument("file", help="pytest-benchmark JSON file (--benchmark-json, or .benchmarks/*/NNNN_*.json)")
     i.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    ev = sub.add_parser("env", help="print the shell exports that make libguestfs's own programs use a backend",
+                        description="Print export lines (LIBGUESTFS_BACKEND, LIBGUESTFS_BACKEND_SETTINGS, "
+                        "LIBGUESTFS_HV, LIBGUESTFS_PATH and what guestbench's hypervisor programs need) that make "
+                        "any libguestfs program (guestfish, virt-*, libguestfs-test-tool) run its appliance on "
+                        "BACKEND, after building what it needs. Use: eval \"$(guestbench env uml)\"")
+    ev.add_argument("backend", help=f"one of {', '.join(BACKENDS)}")
+    ev.add_argument("--workload", action="store_true", help="boot guestbench's workload appliance (fio, bonnie++, "
+                    "dbench inside) instead of the standard one")
+
+    x = sub.add_parser("exec", help="run a libguestfs program on a backend, and clean up after it",
+                       usage="guestbench exec [-h] [--timeout S] [--workload] BACKEND -- COMMAND [ARG...]",
+                       description="Run COMMAND with guestbench env BACKEND's settings, in a private work dir. "
+                       "However it ends (exit, --timeout, Ctrl-C, SIGTERM), every process it started is killed and "
+                       "its overlays, sockets, hypervisor files and libvirt domains are removed. The exit status "
+                       "is the command's (124 when it was killed at --timeout, 128+N after signal N).")
+    x.add_argument("backend", help=f"one of {', '.join(BACKENDS)}")
+    x.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command and its arguments")
+    x.add_argument("--timeout", default="1h", help="kill the command and everything it started after this long "
+                   "(seconds, or e.g. 10min; default 1h)")
+    x.add_argument("--workload", action="store_true", help="boot guestbench's workload appliance")
     return p
 
 
@@ -342,6 +362,47 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_env(args: argparse.Namespace) -> int:
+    from guestbench.run import command
+
+    run_dir = make_run_dir()
+    try:
+        _, config = command.ready(args.backend, run_dir, args.workload)
+    except command.BackendUnusable as e:
+        sys.stderr.write(f"guestbench: {_one_line(str(e))}\n")
+        return command.EXIT_UNUSABLE
+    finally:
+        remove_tree(run_dir)
+    sys.stdout.write(command.exports(config))
+    return 0
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    from guestbench.run import command
+    from guestbench.scenario import Checker
+
+    argv = list(args.argv)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        raise UserError("no command after the backend; allowed: guestbench exec BACKEND -- COMMAND [ARG...]",
+                        source="command line")
+    timeout = Checker("command line").seconds("--timeout", args.timeout)
+    run_dir = make_run_dir()
+    try:
+        backend, config = command.ready(args.backend, run_dir, args.workload)
+        done = command.run(argv, backend, config, workdir_for(run_dir, "exec"), timeout)
+    except command.BackendUnusable as e:
+        sys.stderr.write(f"guestbench: {_one_line(str(e))}\n")
+        return command.EXIT_UNUSABLE
+    finally:
+        remove_tree(run_dir)
+    if done.timed_out:
+        sys.stderr.write(f"guestbench: exec: {argv[0]} did not finish within {timeout:g} s on {args.backend}; it "
+                         "and everything it started were killed\n")
+    return done.status
+
+
 def _write_json(doc: dict[str, Any], output: str | None) -> None:
     """To stdout, or atomically to a file (a failed write is bad input: one line, exit 2)."""
     if output is None or output == "-":
@@ -361,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return {"scenario": cmd_scenario, "doctor": cmd_doctor, "show": cmd_show,
                 "compare": cmd_compare, "report": cmd_report, "nested": cmd_nested, "export": cmd_export,
-                "import": cmd_import}[args.command](args)
+                "import": cmd_import, "env": cmd_env, "exec": cmd_exec}[args.command](args)
     except UserError as e:
         sys.stderr.write(f"guestbench: {_one_line(str(e))}\n")
         return e.exit_status

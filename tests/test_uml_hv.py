@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -56,9 +57,37 @@ def test_serial_command_line(tmp_path: Path) -> None:
     assert not any(a.startswith("virtio_uml.device") for a in argv)
 
 
-def test_qcow2_is_refused_with_a_reason() -> None:
-    args = [a.replace("format=raw,id=hd0", "format=qcow2,id=hd0") for a in QEMU_ARGS]
-    with pytest.raises(TranslateError, match="raw images only"):
+def _overlay_args(overlay: Path) -> list[str]:
+    """QEMU_ARGS with the data drive spelled as libguestfs spells its overlay of a read-only drive."""
+    spelled = f"file.file.filename={overlay},file.driver=qcow2,file.backing.file.locking=off,cache=unsafe,id=hd0,if=none"
+    return [spelled if a.startswith("file=/work/a") else a for a in QEMU_ARGS]
+
+
+def test_an_empty_overlay_over_a_raw_image_becomes_a_uml_cow_file(tmp_path: Path) -> None:
+    raw = tmp_path / "disk.raw"
+    raw.write_bytes(b"\1" * 3 * 2**20 + b"\2" * 100)  # not a whole number of sectors: qemu rounds it up
+    overlay = tmp_path / "overlay1.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(raw), "-F", "raw", str(overlay)],
+                   check=True, timeout=60)
+    launch = parse(_overlay_args(overlay))
+    assert (launch.drives[0].path, launch.drives[0].backing) == (str(overlay), str(raw))
+    argv = uml_command(launch, tmp_path, "virtio", None, "/x/vhost.sock")
+    assert f"ubd0={tmp_path / 'drive0.cow'},{raw}" in argv  # guest writes go to the COW file, never the image
+    # ...an overlay that holds data of its own is refused, with the reason
+    subprocess.run(["qemu-io", "-c", "write -P 7 0 64k", str(overlay)], check=True, capture_output=True, timeout=60)
+    with pytest.raises(TranslateError, match="raw images only, not qcow2 .*holds data of its own"):
+        parse(_overlay_args(overlay))
+
+
+def test_other_qcow2_is_refused_with_a_reason(tmp_path: Path) -> None:
+    standalone = tmp_path / "own.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(standalone), "16M"], check=True, timeout=60)
+    args = [a.replace("file=/work/a,,b/disk.raw", f"file={standalone}").replace("format=raw,id=hd0", "format=qcow2,id=hd0")
+            for a in QEMU_ARGS]
+    with pytest.raises(TranslateError, match="raw images only, not qcow2 .*no backing file"):
+        parse(args)
+    args = [a.replace("format=raw,id=hd0", "format=vmdk,id=hd0") for a in QEMU_ARGS]
+    with pytest.raises(TranslateError, match="raw images only, not vmdk"):
         parse(args)
 
 

@@ -40,6 +40,15 @@ class HandleConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def environment(self) -> dict[str, str]:
+        """The same configuration as environment variables, for libguestfs's own programs (virt-*, guestfish):
+        what `guestbench env` prints and `guestbench exec` and the `command` measurement run with."""
+        env = {"LIBGUESTFS_BACKEND": self.libguestfs_backend,
+               "LIBGUESTFS_BACKEND_SETTINGS": ":".join(self.settings)}
+        if self.hv:
+            env["LIBGUESTFS_HV"] = self.hv
+        return {**env, **self.env}
+
 
 class Backend:
     """One way of running appliances. Subclasses override the checks and the handle configuration."""

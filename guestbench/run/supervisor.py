@@ -116,6 +116,22 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def end_tree(proc: subprocess.Popen[bytes] | None, cleanup: tuple[Backend, Path] | None) -> None:
+    """Kill what is left of a process tree that runs appliances (a worker, a command under `guestbench exec`)
+    and remove what it leaves outside it: libguestfs's socket directories and the backend's leftovers of
+    launches that kept their files in the work dir (libvirt domains)."""
+    if proc is not None:
+        # Found before the kill: libguestfs removes its socket directory itself on a clean close, but a killed
+        # process cannot.
+        sockdirs = socket_dirs_of([proc.pid, *descendants(proc.pid)])
+        kill_tree(proc)
+        for d in sockdirs:
+            shutil.rmtree(d, ignore_errors=True)
+    if cleanup is not None:
+        backend, workdir = cleanup
+        backend.cleanup(workdir)
+
+
 def kill_processes(pids: list[int]) -> None:
     """SIGTERM, then SIGKILL what is still alive after the grace time: for processes that are not a worker's
     group (an in-process hypervisor). Zombies count as gone; their parent reaps them."""
@@ -184,18 +200,8 @@ class Supervisor:
         """Kill whatever worker is still running and remove its leftovers: the end of every worker, and
         what a signal handler calls when it may have cut that short. Safe to call at any time, also twice."""
         proc, cleanup = self.current, self._cleanup
-        if proc is not None:
-            # Found before the kill: libguestfs removes its socket directory itself on a clean close,
-            # but a killed worker cannot.
-            sockdirs = socket_dirs_of([proc.pid, *descendants(proc.pid)])
-            kill_tree(proc)
-            for d in sockdirs:
-                shutil.rmtree(d, ignore_errors=True)
-            self.current = None
-        if cleanup is not None:
-            backend, workdir = cleanup
-            backend.cleanup(workdir)
-            self._cleanup = None
+        self.current = self._cleanup = None
+        end_tree(proc, cleanup)
 
     def _pump(self, proc: subprocess.Popen[bytes], on_message: Callable[[Message], None]) -> WorkerExit:
         assert proc.stdout is not None and proc.stderr is not None

@@ -11,7 +11,7 @@ from typing import Any
 from guestbench import host
 from guestbench.appliance import UML_KERNEL, ApplianceError, appliance_dir, uml_kernel_version
 from guestbench.backends.base import Availability, Backend, HandleConfig, install_script, libguestfs_available
-from guestbench.backends.uml.hv import CHANNEL_ENV
+from guestbench.backends.uml.channel import CHANNEL_ENV
 
 PTRACE_TRACEME = 0
 

@@ -13,6 +13,7 @@ clean power-off (status 1) as success, as libguestfs expects of qemu.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -25,11 +26,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guestbench.backends.uml.channel import CHANNEL_ENV, PORT_NAME, REFUSALS_FILE
 from guestbench.paths import INSTANCE_ENV, WORKDIR_ENV
 
 QEMU = "qemu-system-x86_64"
-CHANNEL_ENV = "GUESTBENCH_UML_CHANNEL"  # "virtio" (default) or "serial"
-PORT_NAME = "org.libguestfs.channel.0"
 SERIAL_LINE = 3  # ssl3 = /dev/ttyS3 in the guest
 # qemu options that take no value; every other option takes exactly one.
 FLAGS = {"-no-user-config", "-nodefaults", "-no-reboot", "-no-hpet", "-enable-kvm", "-nographic", "-S",
@@ -49,6 +49,9 @@ class Drive:
     fmt: str
     appliance: bool
     readonly: bool
+    # an empty qcow2 overlay over this raw image (libguestfs's protection of read-only drives): UML gets a COW
+    # file of its own over the image instead, and the image is only ever opened read-only
+    backing: str | None = None
 
 
 @dataclass
@@ -90,17 +93,61 @@ def parse(args: list[str]) -> Launch:
                     append=(next((v for k, v in opts if k == "-append"), "") or "").split())
     for k, v in opts:
         if k == "-drive" and v:
-            d = _kv(v)
-            fmt = d.get("format", "raw")
-            if fmt != "raw":
-                raise TranslateError(f"UML's block driver reads raw images only, not {fmt} ({d.get('file')})")
-            launch.drives.append(Drive(d["file"], fmt, d.get("id") == "appliance" or d.get("snapshot") == "on",
-                                       d.get("readonly") == "on"))
+            launch.drives.append(_drive(_kv(v)))
         elif k == "-chardev" and v and "socket" in v:
             launch.channel_socket = _kv(v.split(",", 1)[1] if v.startswith("socket,") else v).get("path")
     if launch.channel_socket is None:
         raise TranslateError("no daemon channel (-chardev socket,path=...) in the launch command line")
     return launch
+
+
+def _drive(d: dict[str, str]) -> Drive:
+    """One -drive, in either of the spellings libguestfs uses (file=...,format=... or, for its overlays,
+    file.file.filename=...,file.driver=...)."""
+    path = d.get("file") or d.get("file.file.filename") or d.get("file.filename")
+    if not path:
+        raise TranslateError(f"a -drive without a file: {','.join(f'{k}={v}' for k, v in d.items())}")
+    fmt = d.get("format") or d.get("file.driver") or "raw"
+    drive = Drive(path, fmt, d.get("id") == "appliance" or d.get("snapshot") == "on", d.get("readonly") == "on")
+    if fmt == "qcow2":
+        drive.backing = raw_backing_of_empty_overlay(path)
+    elif fmt != "raw":
+        raise TranslateError(f"UML's block driver reads raw images only, not {fmt} ({path})")
+    return drive
+
+
+def raw_backing_of_empty_overlay(path: str) -> str:
+    """The raw image under a qcow2 overlay that holds no data of its own; TranslateError for any other qcow2.
+
+    libguestfs puts such an overlay over every read-only drive (virt-ls, guestfish --ro, readonly=true) so
+    that the image is never written; a UML COW file over the raw image gives the same protection.
+    """
+    def qemu_img(*args: str) -> object:
+        try:
+            out = subprocess.run(["qemu-img", *args, "--output=json", path], capture_output=True, text=True,
+                                 timeout=60, check=True).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise TranslateError(f"cannot read the qcow2 image {path} with qemu-img: {exc}") from None
+        return json.loads(out)
+
+    refused = f"UML's block driver reads raw images only, not qcow2 ({path})"
+    info = qemu_img("info")
+    assert isinstance(info, dict)
+    backing = info.get("full-backing-filename") or info.get("backing-filename")
+    if not backing:
+        raise TranslateError(f"{refused}: it has no backing file")
+    if info.get("backing-filename-format") != "raw":
+        raise TranslateError(f"{refused}: its backing file {backing} is "
+                             f"{info.get('backing-filename-format') or 'of an unstated format'}, not raw")
+    extents = qemu_img("map")
+    assert isinstance(extents, list)
+    if any(e.get("depth") == 0 and e.get("data") for e in extents):
+        raise TranslateError(f"{refused}: it holds data of its own over {backing}; only an empty overlay over a "
+                             "raw image can become a UML COW file")
+    size = os.path.getsize(backing)
+    if info.get("virtual-size") != -(-size // 512) * 512:  # qemu rounds an image up to whole sectors
+        raise TranslateError(f"{refused}: its size differs from its backing file {backing}'s")
+    return str(backing)
 
 
 def uml_command(launch: Launch, tmp: Path, channel: str, channel_fd: int | None, vhost_socket: str | None) -> list[str]:
@@ -112,6 +159,8 @@ def uml_command(launch: Launch, tmp: Path, channel: str, channel_fd: int | None,
             # never write to the shared appliance root: UML makes a copy-on-write file for this launch
             argv.append(f"ubd{n}={tmp / 'appliance.cow'},{d.path}")
             root_dev = f"/dev/ubd{chr(ord('a') + n)}"
+        elif d.backing is not None:  # the guest may write; its writes stay in the COW file, as in the overlay
+            argv.append(f"ubd{n}={tmp / f'drive{n}.cow'},{d.backing}")
         else:
             argv.append(f"ubd{n}{'r' if d.readonly else ''}={d.path}")
     if root_dev is None:
@@ -248,6 +297,15 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass
 
 
+def note_refusal(reason: str) -> None:
+    """Keep a refused launch's reason in the work dir too: libguestfs shows the hypervisor's stderr only in
+    verbose mode, so `guestbench exec` prints it from there after the command (guestbench.run.command)."""
+    workdir = os.environ.get(WORKDIR_ENV)
+    if workdir and os.path.isdir(workdir):
+        with open(os.path.join(workdir, REFUSALS_FILE), "a") as f:
+            f.write(" ".join(reason.split()) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "-kernel" not in args:
@@ -258,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     except TranslateError as e:
         sys.stderr.write(f"guestbench-uml: {e}\n")
+        note_refusal(str(e))
         return 1
 
 

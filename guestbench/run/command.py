@@ -1,0 +1,130 @@
+"""libguestfs's own programs (virt-*, guestfish, libguestfs-test-tool) on a guestbench backend.
+
+`guestbench env` prints the configuration, `guestbench exec` runs one command with it and cleans up after it,
+and the `command` measurement times commands with it: all three take it from here, so a program sees exactly
+what a guestbench worker's handle is given.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from guestbench.backends import BACKENDS, Backend, HandleConfig
+from guestbench.errors import Interrupted, UserError
+from guestbench.paths import WORKDIR_ENV, cache_dir
+from guestbench.run.supervisor import LIBGUESTFS_OVERRIDES, end_tree
+
+EXIT_UNUSABLE = 1  # the backend cannot run here: said in one line, as doctor says it
+EXIT_TIMEOUT = 124  # as timeout(1)
+
+
+class BackendUnusable(Exception):
+    """The backend cannot run appliances here; the message is doctor's one-line reason."""
+
+
+def ready(name: str, run_dir: Path, workload: bool = False) -> tuple[Backend, HandleConfig]:
+    """The backend and its handle configuration, with what it needs built (the UML appliance, wrappers), once
+    doctor's verdict says it runs here: live preconditions, then the cached probe verdict or, when there is
+    none, a probe launch under the backend's deadline (in `run_dir`), so that a user's command is never left
+    to hang on a backend that cannot launch (KVM on PVM)."""
+    if name not in BACKENDS:
+        raise UserError(f"unknown backend {name!r}; allowed: {', '.join(BACKENDS)}", source="command line")
+    backend = BACKENDS[name]
+    from guestbench.run import probe
+    from guestbench.run.supervisor import Supervisor, TrapSignals
+
+    sup = Supervisor()
+    if probe.cached_verdict(backend, backend.probe_key()) is None:
+        sys.stderr.write(f"guestbench: checking {name} first: one probe launch (at most {backend.probe_timeout_s:g} "
+                         "s), its verdict then cached for a week\n")
+    try:
+        with TrapSignals():
+            av = probe.check(backend, sup, run_dir)
+    except Interrupted:
+        sup.abort()
+        raise
+    if not av.usable:
+        when = f" (probe of {av.details['probed_utc']}; 'guestbench doctor --refresh' probes again)" \
+            if av.details.get("cached") else ""
+        raise BackendUnusable(f"{name} cannot run here: {av.reason}{when}")
+    return backend, backend.handle_config(cache_dir(), workload=workload)
+
+
+def environment(config: HandleConfig, workdir: Path | None) -> dict[str, str]:
+    """The process environment for a command on this configuration: the user's, without libguestfs settings
+    that would override the backend's, plus the backend's. With a work dir, libguestfs's overlays and
+    guestbench's hypervisor files go there, so that whatever a killed command leaves is found and removed."""
+    env = {k: v for k, v in os.environ.items() if k not in LIBGUESTFS_OVERRIDES}
+    env.update(config.environment())
+    if workdir is not None:
+        env[WORKDIR_ENV] = str(workdir)
+        env["LIBGUESTFS_TMPDIR"] = str(workdir)
+    return env
+
+
+def exports(config: HandleConfig) -> str:
+    """Shell lines that give an interactive shell the configuration (`eval "$(guestbench env uml)"`)."""
+    import shlex
+
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in config.environment().items())
+
+
+def refusals(workdir: Path) -> list[str]:
+    """Why guestbench's hypervisor programs refused launches in `workdir` (libguestfs does not say it)."""
+    from guestbench.backends.uml.channel import REFUSALS_FILE
+
+    try:
+        return (workdir / REFUSALS_FILE).read_text().splitlines()
+    except OSError:
+        return []
+
+
+@dataclass
+class Finished:
+    status: int  # the command's exit status; 128 + N when a signal N ended it or guestbench
+    elapsed_s: float
+    timed_out: bool
+
+
+def run(argv: list[str], backend: Backend, config: HandleConfig, workdir: Path, timeout_s: float) -> Finished:
+    """Run argv in its own session on the backend, with the terminal's stdin/stdout/stderr, until it exits or
+    `timeout_s` passes; SIGINT, SIGTERM and SIGHUP end it too. However it ends, its process tree is killed and
+    its libguestfs leftovers (socket dirs, libvirt domains) are removed; the caller removes `workdir`."""
+    ended_by: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        ended_by.append(signum)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    proc: subprocess.Popen[bytes] | None = None
+    t0 = time.monotonic()
+    try:
+        try:
+            proc = subprocess.Popen(argv, env=environment(config, workdir), start_new_session=True)
+        except OSError as exc:
+            raise UserError(f"cannot run {argv[0]}: {exc.strerror or exc}", source="command line") from None
+        deadline = t0 + timeout_s
+        while proc.poll() is None and not ended_by and time.monotonic() < deadline:
+            try:
+                proc.wait(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                pass
+        elapsed = time.monotonic() - t0
+        rc = proc.poll()
+        for reason in refusals(workdir):
+            sys.stderr.write(f"guestbench: the {backend.name} hypervisor program refused a launch: {reason}\n")
+        if ended_by:
+            return Finished(128 + ended_by[0], elapsed, False)
+        if rc is None:
+            return Finished(EXIT_TIMEOUT, elapsed, True)
+        return Finished(rc if rc >= 0 else 128 - rc, elapsed, False)
+    finally:
+        end_tree(proc, (backend, workdir))  # type: ignore[arg-type]
+        for s, h in old.items():
+            signal.signal(s, h)

@@ -1,0 +1,148 @@
+"""libguestfs's own programs on guestbench's backends: `guestbench env` and `guestbench exec` for real, with
+libguestfs-test-tool, guestfish and the virt-* tools, on uml (read-only drives through a UML COW file), tcg and
+libvirt-tcg; the image a read-only tool looked at keeps its bytes, and a killed command leaves nothing."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from guestbench.storage.image import DATA_DIR, ImageSpec, make_image, sha256
+
+from conftest import (ROOT, guestbench, hypervisor_processes, run_dirs, session_tmp_path, socket_dirs,
+                      wait_no_leftovers)
+
+pytestmark = pytest.mark.launch
+
+
+@pytest.fixture(scope="module")
+def os_image() -> Path:
+    """A small ext4 image that libguestfs's inspection takes for Debian 12, with 5 files under /srv/data; in
+    the session's directory, which libvirt's qemu user can reach (pytest's tmp_path is private to root)."""
+    d = session_tmp_path() / "exec-images"
+    d.mkdir(mode=0o755, exist_ok=True)
+    return make_image(d / "os.img", ImageSpec(size=64 * 2**20, files=5))
+
+
+def gb_exec(backend: str, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return guestbench("exec", backend, "--", *argv, timeout=timeout)
+
+
+def test_env_prints_exports_that_a_shell_can_use() -> None:
+    proc = guestbench("env", "uml")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert all(ln.startswith("export ") for ln in lines), lines
+    names = {ln.split()[1].split("=", 1)[0] for ln in lines}
+    assert {"LIBGUESTFS_BACKEND", "LIBGUESTFS_HV", "LIBGUESTFS_PATH"} <= names
+    shell = subprocess.run(["sh", "-c", proc.stdout + 'test -x "$LIBGUESTFS_HV" && test -f "$LIBGUESTFS_PATH/root" '
+                            '&& echo "$LIBGUESTFS_BACKEND"'], capture_output=True, text=True, timeout=30)
+    assert shell.stdout.strip() == "direct", shell.stderr
+    bad = guestbench("env", "nosuch")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "allowed: tcg" in bad.stderr
+
+
+@pytest.mark.timeout(900)
+def test_virt_tools_on_uml_leave_a_read_only_image_untouched(os_image: Path, tmp_path: Path, no_leftovers: None) -> None:
+    before = sha256(os_image)
+    test_tool = gb_exec("uml", "libguestfs-test-tool")
+    assert test_tool.returncode == 0 and "TEST FINISHED OK" in test_tool.stdout + test_tool.stderr, \
+        test_tool.stderr[-2000:]
+    # the verbose console of an ordinary UML launch (test-tool prints it all) carries no Python warning
+    assert "Warning:" not in "\n".join(ln for ln in (test_tool.stdout + test_tool.stderr).splitlines()
+                                       if "Python" in ln or "runpy" in ln or "RuntimeWarning" in ln)
+    assert "RuntimeWarning" not in test_tool.stdout + test_tool.stderr
+
+    ls = gb_exec("uml", "virt-ls", "-a", str(os_image), "-l", "/" + DATA_DIR)
+    assert ls.returncode == 0, ls.stderr[-2000:]
+    assert [ln.split()[-1] for ln in ls.stdout.splitlines() if ln.endswith(".txt")] == \
+        [f"file{i:05d}.txt" for i in range(5)]
+    cat = gb_exec("uml", "virt-cat", "-a", str(os_image), f"/{DATA_DIR}/file00003.txt")
+    assert cat.returncode == 0 and cat.stdout == "guestbench file 3\n" * 4, cat.stderr[-2000:]
+    df = gb_exec("uml", "virt-df", "-a", str(os_image))
+    assert df.returncode == 0 and "/dev/sda" in df.stdout, df.stderr[-2000:]
+    # a read-only drive is writable through its overlay: the writes land in UML's COW file
+    ro = gb_exec("uml", "guestfish", "--ro", "-a", str(os_image), "run", ":", "mount", "/dev/sda", "/", ":",
+                 "cat", "/etc/hostname", ":", "write", "/tmp/scratch", "written", ":", "cat", "/tmp/scratch")
+    assert ro.returncode == 0 and ro.stdout.split() == ["guestbench-image", "written"], ro.stderr[-2000:]
+    assert sha256(os_image) == before  # read-only drives: UML wrote into its COW file, never into the image
+
+    # writable drives: virt-make-fs, then virt-tar-in / virt-tar-out on a copy of the image
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("alpha\n")
+    (src / "sub" / "b.txt").write_text("beta\n")
+    made = tmp_path / "made.img"
+    mk = gb_exec("uml", "virt-make-fs", "--type=ext4", "--size=+16M", str(src), str(made))
+    assert mk.returncode == 0 and made.stat().st_size > 16 * 2**20, mk.stderr[-2000:]
+    back = gb_exec("uml", "virt-cat", "-a", str(made), "-m", "/dev/sda", "/sub/b.txt")
+    assert back.returncode == 0 and back.stdout == "beta\n", back.stderr[-2000:]
+    copy = tmp_path / "copy.img"
+    shutil.copy(os_image, copy)
+    archive = tmp_path / "in.tar"
+    with tarfile.open(archive, "w") as t:
+        t.add(src, arcname=".")
+    tin = gb_exec("uml", "virt-tar-in", "-a", str(copy), str(archive), "/root")
+    assert tin.returncode == 0, tin.stderr[-2000:]
+    out = tmp_path / "out.tar"
+    tout = gb_exec("uml", "virt-tar-out", "-a", str(copy), "/root", str(out))
+    assert tout.returncode == 0, tout.stderr[-2000:]
+    with tarfile.open(out) as t:
+        assert {"./a.txt", "./sub/b.txt"} <= set(t.getnames())
+        member = t.extractfile("./a.txt")
+        assert member is not None and member.read() == b"alpha\n"
+    assert sha256(os_image) == before
+
+
+def test_a_qcow2_that_is_not_an_empty_overlay_over_raw_is_refused_on_uml(os_image: Path, tmp_path: Path) -> None:
+    q = tmp_path / "own.qcow2"
+    subprocess.run(["qemu-img", "convert", "-q", "-O", "qcow2", str(os_image), str(q)], check=True, timeout=60)
+    proc = gb_exec("uml", "guestfish", "--ro", "--format=qcow2", "-a", str(q), "run", timeout=300)
+    assert proc.returncode != 0
+    assert "UML's block driver reads raw images only, not qcow2" in proc.stderr, proc.stderr[-2000:]
+    assert "is qcow2, not raw" in proc.stderr  # the overlay libguestfs made over it has a qcow2 backing file
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("backend", ["tcg", "libvirt-tcg"])
+def test_libguestfs_test_tool_and_virt_ls_on_qemu_backends(backend: str, os_image: Path, no_leftovers: None) -> None:
+    before = sha256(os_image)
+    proc = gb_exec(backend, "libguestfs-test-tool")
+    assert proc.returncode == 0 and "TEST FINISHED OK" in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    ls = gb_exec(backend, "virt-ls", "-a", str(os_image), "/" + DATA_DIR)
+    assert ls.returncode == 0 and "file00004.txt" in ls.stdout.split(), ls.stderr[-2000:]
+    assert sha256(os_image) == before
+    if backend == "libvirt-tcg":
+        names = subprocess.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"], capture_output=True,
+                               text=True, timeout=60).stdout.split()
+        assert not [n for n in names if n.startswith("guestfs-")], names
+
+
+@pytest.mark.timeout(600)
+def test_a_command_past_its_timeout_or_sigterm_is_killed_with_everything_it_started(os_image: Path) -> None:
+    before = socket_dirs()
+    hang = ["guestfish", "--ro", "-a", str(os_image), "run", ":", "debug", "sh", "sleep 900"]
+    proc = guestbench("exec", "--timeout", "40", "uml", "--", *hang, timeout=300)
+    assert proc.returncode == 124, proc.stderr[-2000:]
+    assert "did not finish within 40 s on uml" in proc.stderr
+    wait_no_leftovers(before)
+
+    p = subprocess.Popen([sys.executable, "-m", "guestbench", "exec", "uml", "--", *hang], cwd=ROOT,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not any("ubd0=" in h for h in hypervisor_processes()) and time.monotonic() < deadline:
+        assert p.poll() is None, p.communicate()
+        time.sleep(0.2)  # waiting for an event: UML running this command's launch
+    assert any("ubd0=" in h for h in hypervisor_processes()), "UML never started"
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM, err[-2000:]
+    wait_no_leftovers(before)
+    assert run_dirs() == []
