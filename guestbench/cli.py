@@ -122,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
                        "show and compare.")
     i.add_argument("file", help="pytest-benchmark JSON file (--benchmark-json, or .benchmarks/*/NNNN_*.json)")
     i.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    _add_libguestfs_programs(sub)
+    return p
+
+
+def _add_libguestfs_programs(sub: Any) -> None:
+    """`env` and `exec`: libguestfs's own programs on a backend."""
     ev = sub.add_parser("env", help="print the shell exports that make libguestfs's own programs use a backend",
                         description="Print export lines (LIBGUESTFS_BACKEND, LIBGUESTFS_BACKEND_SETTINGS, "
                         "LIBGUESTFS_HV, LIBGUESTFS_PATH and what guestbench's hypervisor programs need) that make "
@@ -142,7 +148,6 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--timeout", default="1h", help="kill the command and everything it started after this long "
                    "(seconds, or e.g. 10min; default 1h)")
     x.add_argument("--workload", action="store_true", help="boot guestbench's workload appliance")
-    return p
 
 
 def _add_output(p: argparse.ArgumentParser, csv_header: str = report.CSV_HEADER) -> None:
