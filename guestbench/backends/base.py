@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from guestbench.appliance import appliance_dir
+from guestbench.paths import WORKDIR_ENV
 
 QEMU = "qemu-system-x86_64"
+# A user's libguestfs settings that would override a backend's handle configuration; never inherited.
+LIBGUESTFS_OVERRIDES = ("LIBGUESTFS_HV", "LIBGUESTFS_BACKEND", "LIBGUESTFS_BACKEND_SETTINGS")
 
 
 @dataclass
@@ -40,6 +43,10 @@ class HandleConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HandleConfig:
+        return cls(str(d["libguestfs_backend"]), list(d.get("settings") or []), d.get("hv"), dict(d.get("env") or {}))
+
     def environment(self) -> dict[str, str]:
         """The same configuration as environment variables, for libguestfs's own programs (virt-*, guestfish):
         what `guestbench env` prints and `guestbench exec` and the `command` measurement run with."""
@@ -48,6 +55,18 @@ class HandleConfig:
         if self.hv:
             env["LIBGUESTFS_HV"] = self.hv
         return {**env, **self.env}
+
+    def process_environment(self, workdir: Path | None) -> dict[str, str]:
+        """The whole environment of a libguestfs program on this configuration: this process's, without the
+        libguestfs settings that would override the backend's, plus the backend's. With a work dir,
+        libguestfs's overlays and guestbench's hypervisor files go there, so that whatever a killed program
+        leaves is found by path and removed."""
+        env = {k: v for k, v in os.environ.items() if k not in LIBGUESTFS_OVERRIDES}
+        env.update(self.environment())
+        if workdir is not None:
+            env[WORKDIR_ENV] = str(workdir)
+            env["LIBGUESTFS_TMPDIR"] = str(workdir)
+        return env
 
 
 class Backend:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from guestbench.measurements.base import Measurement
 from guestbench.measurements.bonnie import Bonnie
+from guestbench.measurements.command import Command
 from guestbench.measurements.dbench import Dbench
 from guestbench.measurements.durability import Durability
 from guestbench.measurements.fio import Fio
@@ -14,7 +15,8 @@ from guestbench.measurements.upload_no_write import UploadNoWrite
 from guestbench.measurements.write_no_upload import WriteNoUpload
 
 MEASUREMENTS: dict[str, Measurement] = {m.name: m for m in (Startup(), Upload(), UploadNoWrite(), WriteNoUpload(),
-                                                             Fio(), Bonnie(), Dbench(), Tar(), Durability())}
+                                                             Fio(), Bonnie(), Dbench(), Tar(), Durability(),
+                                                             Command())}
 
 
 def get(name: str) -> Measurement:

@@ -6,6 +6,7 @@ and ``prepare`` are never timed; ``timed_op`` is (for ``startup``, the launch it
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ class Param:
     """One scenario parameter of a measurement: its default and how to check a user's value."""
 
     name: str
-    kind: str  # "size" | "choice" | "int" | "bool"
+    kind: str  # "size" | "choice" | "int" | "bool" | "argv" (a command) | "text"
     default: Any
     help: str
     choices: tuple[str, ...] = ()
@@ -52,6 +53,20 @@ class Param:
             if not isinstance(value, str) or value not in self.choices:
                 raise ValueError(f"{value!r} is not allowed; allowed: {', '.join(self.choices)}")
             return value
+        if self.kind == "argv":
+            if isinstance(value, str):
+                try:
+                    value = shlex.split(value)
+                except ValueError as e:
+                    raise ValueError(f"{value!r} cannot be split into words ({e}); allowed: {self.allowed()}") \
+                        from None
+            if not isinstance(value, list) or not value or not all(isinstance(a, str) and a for a in value):
+                raise ValueError(f"{value!r} is not allowed; allowed: {self.allowed()}")
+            return list(value)
+        if self.kind == "text":
+            if not isinstance(value, str):
+                raise ValueError(f"{value!r} is not allowed; allowed: {self.allowed()}")
+            return value
         raise AssertionError(self.kind)
 
     def allowed(self) -> str:
@@ -60,11 +75,18 @@ class Param:
             return f"an integer >= {self.minimum}{top}"
         if self.kind == "bool":
             return "true or false"
+        if self.kind == "argv":
+            return "a non-empty list of non-empty strings, or one string split as a shell would"
+        if self.kind == "text":
+            return "a string"
         return SIZE_HELP if self.kind == "size" else "one of " + ", ".join(self.choices)
 
     def show(self, value: Any) -> str:
         if self.kind == "bool":
             return "true" if value else "false"
+        if self.kind in ("argv", "text"):
+            text = shlex.join(value) if isinstance(value, list) else " ".join(str(value).split())
+            return text if len(text) <= 40 else text[:37] + "..."
         return format_size(value) if self.kind == "size" else str(value)
 
 
@@ -101,6 +123,7 @@ class CellContext:
     payload_sha256: str | None
     memsize_mib: int | None
     drives: list[dict[str, Any]] = field(default_factory=list)  # host-side disks made by the runner
+    backend: dict[str, Any] = field(default_factory=dict)  # the backend's HandleConfig, as a dict
     state: dict[str, Any] = field(default_factory=dict)  # what after_launch built, for prepare/timed_op
 
 
@@ -116,6 +139,9 @@ class Measurement:
     needs_payload: bool = False  # True: a host file of `size` random bytes is made before the cell
     workload: bool = False  # True: runs in the workload appliance on disks the runner made (guestbench.storage)
     kills_hypervisor: bool = False  # True: each sample ends with a power cut (guestbench.measurements.durability)
+    # False: the worker launches no appliance; every step gets g=None and the timed operation runs libguestfs
+    # programs that launch their own (guestbench.measurements.command)
+    launches: bool = True
 
     # ---- host side ----
     def param(self, name: str) -> Param:

@@ -1,13 +1,11 @@
-"""libguestfs's own programs (virt-*, guestfish, libguestfs-test-tool) on a guestbench backend.
-
-`guestbench env` prints the configuration, `guestbench exec` runs one command with it and cleans up after it,
-and the `command` measurement times commands with it: all three take it from here, so a program sees exactly
-what a guestbench worker's handle is given.
+"""libguestfs's own programs (virt-*, guestfish, libguestfs-test-tool) on a guestbench backend, from the command
+line: `guestbench env` prints the configuration and `guestbench exec` runs one command with it and cleans up
+after it. Both, and the `command` measurement, give a program HandleConfig.process_environment, so it sees
+exactly what a guestbench worker's handle is given.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -17,8 +15,8 @@ from pathlib import Path
 
 from guestbench.backends import BACKENDS, Backend, HandleConfig
 from guestbench.errors import Interrupted, UserError
-from guestbench.paths import WORKDIR_ENV, cache_dir
-from guestbench.run.supervisor import LIBGUESTFS_OVERRIDES, end_tree
+from guestbench.paths import cache_dir
+from guestbench.run.supervisor import end_tree
 
 EXIT_UNUSABLE = 1  # the backend cannot run here: said in one line, as doctor says it
 EXIT_TIMEOUT = 124  # as timeout(1)
@@ -54,18 +52,6 @@ def ready(name: str, run_dir: Path, workload: bool = False) -> tuple[Backend, Ha
             if av.details.get("cached") else ""
         raise BackendUnusable(f"{name} cannot run here: {av.reason}{when}")
     return backend, backend.handle_config(cache_dir(), workload=workload)
-
-
-def environment(config: HandleConfig, workdir: Path | None) -> dict[str, str]:
-    """The process environment for a command on this configuration: the user's, without libguestfs settings
-    that would override the backend's, plus the backend's. With a work dir, libguestfs's overlays and
-    guestbench's hypervisor files go there, so that whatever a killed command leaves is found and removed."""
-    env = {k: v for k, v in os.environ.items() if k not in LIBGUESTFS_OVERRIDES}
-    env.update(config.environment())
-    if workdir is not None:
-        env[WORKDIR_ENV] = str(workdir)
-        env["LIBGUESTFS_TMPDIR"] = str(workdir)
-    return env
 
 
 def exports(config: HandleConfig) -> str:
@@ -106,7 +92,7 @@ def run(argv: list[str], backend: Backend, config: HandleConfig, workdir: Path, 
     t0 = time.monotonic()
     try:
         try:
-            proc = subprocess.Popen(argv, env=environment(config, workdir), start_new_session=True)
+            proc = subprocess.Popen(argv, env=config.process_environment(workdir), start_new_session=True)
         except OSError as exc:
             raise UserError(f"cannot run {argv[0]}: {exc.strerror or exc}", source="command line") from None
         deadline = t0 + timeout_s

@@ -21,13 +21,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable
 
-from guestbench.backends.base import Backend
+from guestbench.backends.base import LIBGUESTFS_OVERRIDES, Backend
 from guestbench.errors import Interrupted
 from guestbench.run.protocol import Message, Msg, Request, WorkerExit
 
 KILL_GRACE_S = 3.0
-# A user's libguestfs settings that would override the backend's handle configuration; never inherited.
-LIBGUESTFS_OVERRIDES = ("LIBGUESTFS_HV", "LIBGUESTFS_BACKEND", "LIBGUESTFS_BACKEND_SETTINGS")
 
 
 def _children_map() -> dict[int, list[int]]:

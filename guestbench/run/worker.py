@@ -148,11 +148,13 @@ class WorkerTask:
         self.m = get_measurement(req.measurement)
         self.ctx = CellContext(params=req.params, workdir=Path(req.workdir),
                                payload=Path(req.payload) if req.payload else None, payload_sha256=req.payload_sha256,
-                               memsize_mib=req.appliance.get("memsize"), drives=list(req.drives))
+                               memsize_mib=req.appliance.get("memsize"), drives=list(req.drives),
+                               backend=dict(req.backend))
         self.verify_pending = req.verify
         self.app: Appliance | None = None
         self.launching: Appliance | None = None  # the handle being launched, so a failed launch's console is kept
         self.first_launch = True
+        self.set_up = False  # after_launch has run for the current appliance (or, without one, for the cell)
         self.step = lockstep.Step.from_dict(req.step) if req.step else None
         self.step_index: list[int] = list((req.step or {}).get("indexes") or [])  # the run's iteration numbers
 
@@ -177,6 +179,10 @@ class WorkerTask:
                 self.drop_handles()
         if self.app is not None:
             self.shutdown(self.app)
+        elif self.set_up:  # no appliance of its own: its set-up is undone all the same
+            self.deadline("shutdown", SHUTDOWN_TIMEOUT_S)
+            self.m.before_shutdown(None, self.ctx)
+            self.deadline(None)
         self.chan.send(Msg.DONE)
 
     def iteration(self, i: int) -> None:
@@ -185,12 +191,14 @@ class WorkerTask:
             self.shutdown(self.app)
             self.chan.send(Msg.SAMPLE, i=i, s=elapsed, **({"phases": cut} if cut is not None else {}))
             return
-        if self.app is None:
-            self.app, _, _ = self.launch()
+        if not self.set_up:
+            if self.m.launches:
+                self.app, _, _ = self.launch()
             self.deadline("setup", self.req.sample_timeout)
-            if record := self.m.after_launch(self.app.g, self.ctx):
+            if record := self.m.after_launch(self.app.g if self.app else None, self.ctx):
                 self.chan.send(Msg.SETUP, record=record)
-        g = self.app.g
+            self.set_up = True
+        g = self.app.g if self.app else None
         self.deadline("sample", self.req.sample_timeout)
         self.m.prepare(g, self.ctx)
         in_step = self.rendezvous(i)
@@ -241,6 +249,7 @@ class WorkerTask:
         finally:
             a.close()
             self.app = None
+            self.set_up = False
             self.deadline(None)
 
     def drop_handles(self) -> None:
@@ -248,6 +257,8 @@ class WorkerTask:
             if a is not None:
                 a.close()
         self.app = self.launching = None
+        if self.m.launches:  # a new appliance is set up afresh; a measurement without one keeps its set-up
+            self.set_up = False
 
 
 def main() -> int:

@@ -13,11 +13,13 @@ import os
 import shutil
 import subprocess
 import tempfile
+import uuid as _uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 FILESYSTEMS = ("ext2", "ext3", "ext4")
 FORMATS = ("raw", "qcow2")
+FIXED_TIME = 1700000000  # every timestamp in an image (2023-11-14)
 DATA_DIR = "srv/data"  # where the small files are, from the image's root
 OS_RELEASE = ('ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\nNAME="Debian GNU/Linux"\n'
               'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n')
@@ -48,7 +50,16 @@ def make_image(path: Path, spec: ImageSpec) -> Path:
         raw = path if spec.format == "raw" else path.with_name(path.name + ".raw")
         with open(raw, "wb") as f:
             f.truncate(spec.size)
-        _run(["mke2fs", "-q", "-F", "-t", spec.filesystem, "-d", str(root), str(raw)], "mke2fs")
+        # the same spec gives the same bytes, on every backend and host: a fixed UUID, hash seed and clock
+        fixed = {**os.environ, "E2FSPROGS_FAKE_TIME": str(FIXED_TIME)}
+        uuid = str(_uuid.uuid5(_uuid.NAMESPACE_URL, f"guestbench-image:{spec}"))
+        _run(["mke2fs", "-q", "-F", "-t", spec.filesystem, "-U", uuid, "-E", f"hash_seed={uuid}", "-d", str(root),
+              str(raw)], "mke2fs", env=fixed)
+        # mke2fs -d copies each file's change time, which no call can set on the host: set it in the image
+        script = Path(tmp) / "ctimes"
+        script.write_text("".join(f"sif /{p.relative_to(root)} ctime {FIXED_TIME}\n".replace("/.", "/")
+                                  for p in [root, *sorted(root.rglob("*"))]))
+        _run(["debugfs", "-w", "-f", str(script), str(raw)], "debugfs", env=fixed)
         if spec.format == "qcow2":
             _run(["qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", str(raw), str(path)], "qemu-img convert")
             raw.unlink()
@@ -68,8 +79,13 @@ def _tree(root: Path, spec: ImageSpec) -> None:
     data.mkdir(parents=True)
     for i in range(spec.files):
         (data / f"file{i:05d}.txt").write_text(f"guestbench file {i}\n" * (1 + i % 16))
-    if not spec.os_tree:
-        return
+    if spec.os_tree:
+        _os_tree(root, spec)
+    for path in [root, *root.rglob("*")]:
+        os.utime(path, (FIXED_TIME, FIXED_TIME), follow_symlinks=False)
+
+
+def _os_tree(root: Path, spec: ImageSpec) -> None:
     for d in ("etc", "bin", "usr/bin", "root", "tmp", "var/lib"):
         (root / d).mkdir(parents=True, exist_ok=True)
     (root / "etc/os-release").write_text(OS_RELEASE)
@@ -81,9 +97,9 @@ def _tree(root: Path, spec: ImageSpec) -> None:
     os.chmod(root / "tmp", 0o1777)
 
 
-def _run(argv: list[str], what: str) -> None:
+def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
     except FileNotFoundError:
         raise ImageError(f"{argv[0]} is not installed (needed to make disk images)") from None
     except subprocess.TimeoutExpired:
