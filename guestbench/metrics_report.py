@@ -173,15 +173,15 @@ def _table(group: str, placement: str, cells: list[dict[str, Any]],
         rows.append(MetricRow(key, mt["label"], mt["unit"], bool(mt.get("higher_better", True)), values, medians))
     _add_aggregates(columns, rows)
     walls = [figure([s.get("seconds") for s in _samples(col.cell)]) if col.cell else (NONE, None) for col in columns]
-    rows.append(MetricRow("wall_s", "wall time of the tool run", "s", False, [w[0] for w in walls],
-                          [w[1] for w in walls]))
+    rows.append(MetricRow("wall_s", "wall time of the sample (what is timed, below)", "s", False,
+                          [w[0] for w in walls], [w[1] for w in walls]))
     if verdicts:  # a write figure beside its durability (E1's caveat), when this run measured it
         seen = [verdicts.get((c.get("backend"), c.get("cache_mode"), c.get("placement")), "not measured in this run")
                 if c else "" for c in (col.cell for col in columns)]
         rows.append(MetricRow("durability", "fsync durability (this backend and cache mode)", "verdict", True, seen,
                               [None] * len(seen)))
     first = cells[0]
-    caches = sorted({str(c.get("cache_mode")) for c in cells})
+    caches = sorted({str(c.get("cache_mode") or "– (libguestfs's default for scratch disks)") for c in cells})
     caption = (f"{first.get('measurement')} — timed: {first.get('timed') or 'not recorded'}. "
                f"Cache mode: {', '.join(caches)}. Each figure: median (min–max) of n samples per column.")
     notes = [f"{col.header}: {col.status}" for col in columns if col.status]

@@ -113,13 +113,15 @@ def test_a_qcow2_that_is_not_an_empty_overlay_over_raw_is_refused_on_uml(os_imag
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("backend", ["tcg", "libvirt-tcg"])
 def test_libguestfs_test_tool_and_virt_ls_on_qemu_backends(backend: str, os_image: Path, no_leftovers: None) -> None:
-    before = sha256(os_image)
+    """virt-ls on tcg runs in tests/test_command.py; here it runs through libvirt, which opens the overlay
+    libguestfs puts over the read-only image as libvirt's qemu user."""
     proc = gb_exec(backend, "libguestfs-test-tool")
     assert proc.returncode == 0 and "TEST FINISHED OK" in proc.stdout + proc.stderr, proc.stderr[-2000:]
-    ls = gb_exec(backend, "virt-ls", "-a", str(os_image), "/" + DATA_DIR)
-    assert ls.returncode == 0 and "file00004.txt" in ls.stdout.split(), ls.stderr[-2000:]
-    assert sha256(os_image) == before
     if backend == "libvirt-tcg":
+        before = sha256(os_image)
+        ls = gb_exec(backend, "virt-ls", "-a", str(os_image), "/" + DATA_DIR)
+        assert ls.returncode == 0 and "file00004.txt" in ls.stdout.split(), ls.stderr[-2000:]
+        assert sha256(os_image) == before
         names = subprocess.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"], capture_output=True,
                                text=True, timeout=60).stdout.split()
         assert not [n for n in names if n.startswith("guestfs-")], names

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from guestbench.measurements.api_suite import ApiSuite
 from guestbench.measurements.base import Measurement
 from guestbench.measurements.bonnie import Bonnie
 from guestbench.measurements.command import Command
@@ -16,7 +17,7 @@ from guestbench.measurements.write_no_upload import WriteNoUpload
 
 MEASUREMENTS: dict[str, Measurement] = {m.name: m for m in (Startup(), Upload(), UploadNoWrite(), WriteNoUpload(),
                                                              Fio(), Bonnie(), Dbench(), Tar(), Durability(),
-                                                             Command())}
+                                                             Command(), ApiSuite())}
 
 
 def get(name: str) -> Measurement:

@@ -127,7 +127,8 @@ class CellRun(CellTask):
             mid_iteration = ex.kind != "done" and bool(remaining)
             if mid_iteration:  # killed at a deadline or died: the iteration under way failed
                 self._lost(ex, remaining)
-            if not self.launched and self.probe_failed(said or ex.explain(self.backend)):
+            # a command's failure says nothing about the backend's launch: it is never a deferred probe's verdict
+            if not self.launched and self.m.launches and self.probe_failed(said or ex.explain(self.backend)):
                 if remaining:
                     self.rec.skip(self.cell, len(remaining), self.ctx.gate.refusal(self.cell["backend"]) or "")
                 return
