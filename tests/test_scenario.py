@@ -53,7 +53,8 @@ def test_shipped_scenarios_exist() -> None:
     names = {p.name for p in SHIPPED}
     assert {"startup.yaml", "upload.yaml", "uml-vs-kvm.yaml", "durability.yaml"} <= names
     seeds = {p.name for p in SHIPPED if p.parent.name == "seeds"}
-    assert seeds == {"loop-vs-direct.yaml", "lvm-vs-file.yaml", "block-layers.yaml", "filesystems.yaml"}
+    assert seeds == {"loop-vs-direct.yaml", "lvm-vs-file.yaml", "block-layers.yaml", "filesystems.yaml",
+                     "api-suite.yaml"}
 
 
 def test_seed_scenarios_cover_the_issue_dimensions() -> None:
