@@ -389,8 +389,10 @@ def cmd_exec(args: argparse.Namespace) -> int:
     argv = list(args.argv)
     if argv[:1] == ["--"]:
         argv = argv[1:]
-    if not argv:
-        raise UserError("no command after the backend; allowed: guestbench exec BACKEND -- COMMAND [ARG...]",
+    if not argv or argv[0].startswith("-"):
+        what = f"{argv[0]!r} where the command should be (options go before the backend)" if argv else \
+            "no command after the backend"
+        raise UserError(f"{what}; allowed: guestbench exec [--timeout S] [--workload] BACKEND -- COMMAND [ARG...]",
                         source="command line")
     timeout = Checker("command line").seconds("--timeout", args.timeout)
     run_dir = make_run_dir()

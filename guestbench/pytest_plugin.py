@@ -262,6 +262,10 @@ def _measurement_params(name: str, given: dict[str, Any], memsize: int | None) -
     m = MEASUREMENTS.get(name)
     if m is None:
         raise ValueError(f"unknown measurement {name!r}; allowed: {', '.join(MEASUREMENTS)}")
+    if not m.launches:
+        allowed = ", ".join(n for n, x in MEASUREMENTS.items() if x.launches)
+        raise ValueError(f"measurement {name!r} runs programs that launch their own appliances, which this plugin "
+                         f"does not time; use it in a scenario (guestbench scenario); allowed here: {allowed}")
     values = m.defaults()
     for key, value in given.items():
         try:

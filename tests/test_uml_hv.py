@@ -73,10 +73,11 @@ def test_an_empty_overlay_over_a_raw_image_becomes_a_uml_cow_file(tmp_path: Path
     assert (launch.drives[0].path, launch.drives[0].backing) == (str(overlay), str(raw))
     argv = uml_command(launch, tmp_path, "virtio", None, "/x/vhost.sock")
     assert f"ubd0={tmp_path / 'drive0.cow'},{raw}" in argv  # guest writes go to the COW file, never the image
-    # ...an overlay that holds data of its own is refused, with the reason
-    subprocess.run(["qemu-io", "-c", "write -P 7 0 64k", str(overlay)], check=True, capture_output=True, timeout=60)
-    with pytest.raises(TranslateError, match="raw images only, not qcow2 .*holds data of its own"):
-        parse(_overlay_args(overlay))
+    # ...an overlay that holds zeroes or data of its own is refused, with the reason
+    for write in ("write -z 0 64k", "write -P 7 64k 64k"):
+        subprocess.run(["qemu-io", "-c", write, str(overlay)], check=True, capture_output=True, timeout=60)
+        with pytest.raises(TranslateError, match=r"raw images only, not qcow2 .*holds data \(or zeroes\) of its own"):
+            parse(_overlay_args(overlay))
 
 
 def test_other_qcow2_is_refused_with_a_reason(tmp_path: Path) -> None:

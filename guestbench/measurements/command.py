@@ -2,7 +2,7 @@
 
 The command runs exactly as under `guestbench exec BACKEND` (guestbench.run.command): the worker launches no
 appliance itself, the command launches its own. A disk image is made once per cell from the scenario's keys
-(guestbench.storage.image) and copied fresh before every sample; `{image}` and `{workdir}` in the command are
+(guestbench.storage.image: on one host, the same keys give the same bytes) and copied fresh before every sample; `{image}` and `{workdir}` in the command are
 replaced by its path and the cell's work dir. The deadline is the sample's: when it passes the supervisor kills
 the worker's whole process tree, the command and every hypervisor it started with it.
 """
@@ -15,6 +15,7 @@ import subprocess
 from typing import Any
 
 from guestbench.backends.base import HandleConfig
+from guestbench.backends.uml.channel import refusals
 from guestbench.measurements.base import (FORMAT, CellContext, Measurement, Param, bool_param, choice_param,
                                           int_param, size_param)
 from guestbench.errors import Unavailable
@@ -82,18 +83,20 @@ class Command(Measurement):
     def prepare(self, g: Any, ctx: CellContext) -> None:
         subprocess.run(["cp", "--sparse=always", str(ctx.state["base"]), str(ctx.state["image"])], check=True,
                        timeout=300)
+        ctx.state["argv"] = self._argv(ctx)
+        ctx.state["env"] = HandleConfig.from_dict(ctx.backend).process_environment(ctx.workdir)
 
     def timed_op(self, g: Any, ctx: CellContext) -> None:
-        p = ctx.params
-        env = HandleConfig.from_dict(ctx.backend).process_environment(ctx.workdir)
-        proc = subprocess.run(self._argv(ctx), env=env, cwd=ctx.workdir, stdin=subprocess.DEVNULL,
+        p, argv = ctx.params, ctx.state["argv"]
+        proc = subprocess.run(argv, env=ctx.state["env"], cwd=ctx.workdir, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, errors="replace")
         if proc.returncode != p["exit_status"]:
             said = " ".join((proc.stderr or proc.stdout).split()[-60:])
-            raise RuntimeError(f"{self._argv(ctx)[0]} exited with status {proc.returncode}, not "
-                               f"{p['exit_status']}: {said or 'it printed nothing'}")
+            refused = "".join(f" | the hypervisor program refused the launch: {r}" for r in refusals(ctx.workdir))
+            raise RuntimeError(f"{argv[0]} exited with status {proc.returncode}, not {p['exit_status']}: "
+                               f"{said or 'it printed nothing'}{refused}")
         if p["expect"] and p["expect"] not in proc.stdout:
-            raise RuntimeError(f"the output of {self._argv(ctx)[0]} lacks the expected {p['expect']!r}: "
+            raise RuntimeError(f"the output of {argv[0]} lacks the expected {p['expect']!r}: "
                                f"{' '.join(proc.stdout.split())[:200]!r}")
         return None
 

@@ -1,7 +1,7 @@
 """libguestfs's own programs (virt-*, guestfish, libguestfs-test-tool) on a guestbench backend, from the command
-line: `guestbench env` prints the configuration and `guestbench exec` runs one command with it and cleans up
-after it. Both, and the `command` measurement, give a program HandleConfig.process_environment, so it sees
-exactly what a guestbench worker's handle is given.
+line: `guestbench env` prints the configuration (HandleConfig.environment) and `guestbench exec` runs one command
+with it and cleans up after it. `exec` and the `command` measurement give a program
+HandleConfig.process_environment, so it sees exactly what a guestbench worker's handle is given.
 """
 
 from __future__ import annotations
@@ -14,10 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guestbench.backends import BACKENDS, Backend, HandleConfig
+from guestbench.backends.base import LIBGUESTFS_OVERRIDES
+from guestbench.backends.uml.channel import CHANNEL_ENV, refusals
 from guestbench.errors import Interrupted, UserError
 from guestbench.paths import cache_dir
 from guestbench.run.supervisor import end_tree
 
+# every variable some backend's configuration sets (guestbench.backends: HandleConfig.environment)
+ENV_KEYS = (*LIBGUESTFS_OVERRIDES, "LIBGUESTFS_PATH", CHANNEL_ENV)
 EXIT_UNUSABLE = 1  # the backend cannot run here: said in one line, as doctor says it
 EXIT_TIMEOUT = 124  # as timeout(1)
 
@@ -44,31 +48,31 @@ def ready(name: str, run_dir: Path, workload: bool = False) -> tuple[Backend, Ha
     try:
         with TrapSignals():
             av = probe.check(backend, sup, run_dir)
+            if not av.usable:
+                when = f" (probe of {av.details['probed_utc']}; 'guestbench doctor --refresh' probes again)" \
+                    if av.details.get("cached") else ""
+                raise BackendUnusable(f"{name} cannot run here: {av.reason}{when}")
+            return backend, backend.handle_config(cache_dir(), workload=workload)  # may build an appliance
     except Interrupted:
         sup.abort()
         raise
-    if not av.usable:
-        when = f" (probe of {av.details['probed_utc']}; 'guestbench doctor --refresh' probes again)" \
-            if av.details.get("cached") else ""
-        raise BackendUnusable(f"{name} cannot run here: {av.reason}{when}")
-    return backend, backend.handle_config(cache_dir(), workload=workload)
 
 
 def exports(config: HandleConfig) -> str:
-    """Shell lines that give an interactive shell the configuration (`eval "$(guestbench env uml)"`)."""
+    """Shell lines that give an interactive shell the configuration (`eval "$(guestbench env uml)"`), with an
+    `unset` for what another backend's lines set and this one does not (after `env uml`, `env tcg` must not
+    leave the UML hypervisor program in place)."""
     import shlex
 
-    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in config.environment().items())
+    env = config.environment()
+    unset = [k for k in ENV_KEYS if k not in env]
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()) + \
+        (f"unset {' '.join(unset)}\n" if unset else "")
 
 
-def refusals(workdir: Path) -> list[str]:
-    """Why guestbench's hypervisor programs refused launches in `workdir` (libguestfs does not say it)."""
-    from guestbench.backends.uml.channel import REFUSALS_FILE
-
-    try:
-        return (workdir / REFUSALS_FILE).read_text().splitlines()
-    except OSError:
-        return []
+def exit_status(rc: int) -> int:
+    """A shell's exit status for a child's return code: 128 + N when signal N ended it."""
+    return rc if rc >= 0 else 128 - rc
 
 
 @dataclass
@@ -109,7 +113,7 @@ def run(argv: list[str], backend: Backend, config: HandleConfig, workdir: Path, 
             return Finished(128 + ended_by[0], elapsed, False)
         if rc is None:
             return Finished(EXIT_TIMEOUT, elapsed, True)
-        return Finished(rc if rc >= 0 else 128 - rc, elapsed, False)
+        return Finished(exit_status(rc), elapsed, False)
     finally:
         end_tree(proc, (backend, workdir))  # type: ignore[arg-type]
         for s, h in old.items():

@@ -96,8 +96,15 @@ def socket_dirs_of(pids: list[int]) -> list[Path]:
 
 
 def kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the worker's process group and any descendant that left it; reap the worker."""
+    """Kill the worker's process group and any descendant that left it; reap the worker.
+
+    Also when the process itself has exited: what it left running in its group (a forked daemon whose parent
+    exited, such as `guestfish --listen`) is no longer its descendant, but still in its group."""
     if proc.poll() is not None and not descendants(proc.pid):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         return
     pids = descendants(proc.pid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -197,9 +204,8 @@ class Supervisor:
     def abort(self) -> None:
         """Kill whatever worker is still running and remove its leftovers: the end of every worker, and
         what a signal handler calls when it may have cut that short. Safe to call at any time, also twice."""
-        proc, cleanup = self.current, self._cleanup
-        self.current = self._cleanup = None
-        end_tree(proc, cleanup)
+        end_tree(self.current, self._cleanup)
+        self.current = self._cleanup = None  # only now: a signal during the kill makes its handler abort again
 
     def _pump(self, proc: subprocess.Popen[bytes], on_message: Callable[[Message], None]) -> WorkerExit:
         assert proc.stdout is not None and proc.stderr is not None

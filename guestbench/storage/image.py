@@ -3,14 +3,15 @@
 virt-ls, virt-cat, virt-tar-out and guestfish -i inspect the image first and refuse one with no operating
 system, so an image can hold a small tree that libguestfs's inspection recognises as Debian (os-release,
 fstab, /bin and /usr/bin), plus `files` small files under /srv/data for the program to chew on. mke2fs
-fills the filesystem from a directory (-d), so making one takes well under a second and no launch.
+fills the filesystem from a directory (-d), so making one takes well under a second and no launch. Every
+timestamp, owner, UUID and hash seed is fixed: on one host (one e2fsprogs and its mke2fs.conf) the same
+spec gives the same bytes, on every backend.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import tempfile
 import uuid as _uuid
@@ -47,7 +48,7 @@ def make_image(path: Path, spec: ImageSpec) -> Path:
     with tempfile.TemporaryDirectory(prefix="gb-tree-", dir=path.parent) as tmp:
         root = Path(tmp) / "root"
         _tree(root, spec)
-        raw = path if spec.format == "raw" else path.with_name(path.name + ".raw")
+        raw = path if spec.format == "raw" else Path(tmp) / "image.raw"
         with open(raw, "wb") as f:
             f.truncate(spec.size)
         # the same spec gives the same bytes, on every backend and host: a fixed UUID, hash seed and clock
@@ -55,10 +56,11 @@ def make_image(path: Path, spec: ImageSpec) -> Path:
         uuid = str(_uuid.uuid5(_uuid.NAMESPACE_URL, f"guestbench-image:{spec}"))
         _run(["mke2fs", "-q", "-F", "-t", spec.filesystem, "-U", uuid, "-E", f"hash_seed={uuid}", "-d", str(root),
               str(raw)], "mke2fs", env=fixed)
-        # mke2fs -d copies each file's change time, which no call can set on the host: set it in the image
-        script = Path(tmp) / "ctimes"
-        script.write_text("".join(f"sif /{p.relative_to(root)} ctime {FIXED_TIME}\n".replace("/.", "/")
-                                  for p in [root, *sorted(root.rglob("*"))]))
+        # mke2fs -d copies each file's change time, which no call can set on the host, and its owner: both are
+        # set in the image
+        script = Path(tmp) / "fixups"
+        script.write_text("".join(f"sif {name} ctime {FIXED_TIME}\nsif {name} uid 0\nsif {name} gid 0\n"
+                                  for name in ["/", *(f"/{p.relative_to(root)}" for p in sorted(root.rglob("*")))]))
         _run(["debugfs", "-w", "-f", str(script), str(raw)], "debugfs", env=fixed)
         if spec.format == "qcow2":
             _run(["qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", str(raw), str(path)], "qemu-img convert")
@@ -92,8 +94,9 @@ def _os_tree(root: Path, spec: ImageSpec) -> None:
     (root / "etc/debian_version").write_text("12.0\n")
     (root / "etc/hostname").write_text("guestbench-image\n")
     (root / "etc/fstab").write_text(f"/dev/sda / {spec.filesystem} defaults 0 1\n")
-    for d in ("bin", "usr/bin"):  # inspection looks for a shell's directories; any executable will do
-        shutil.copy2(shutil.which("true") or "/bin/true", root / d / "true")
+    for d in ("bin", "usr/bin"):  # inspection looks for these directories; a small script will do
+        (root / d / "true").write_text("#!/bin/sh\nexit 0\n")
+        os.chmod(root / d / "true", 0o755)
     os.chmod(root / "tmp", 0o1777)
 
 

@@ -117,34 +117,44 @@ def _drive(d: dict[str, str]) -> Drive:
 
 
 def raw_backing_of_empty_overlay(path: str) -> str:
-    """The raw image under a qcow2 overlay that holds no data of its own; TranslateError for any other qcow2.
+    """The raw image under a qcow2 overlay that holds nothing of its own; TranslateError for any other qcow2.
 
     libguestfs puts such an overlay over every read-only drive (virt-ls, guestfish --ro, readonly=true) so
-    that the image is never written; a UML COW file over the raw image gives the same protection.
+    that the image is never written; a UML COW file over the raw image gives the same protection. qemu-img
+    is asked with --force-share, as libguestfs opens the overlay without locks: the image may be the disk of
+    a running VM.
     """
+    refused = f"UML's block driver reads raw images only, not qcow2 ({path})"
+
     def qemu_img(*args: str) -> object:
         try:
-            out = subprocess.run(["qemu-img", *args, "--output=json", path], capture_output=True, text=True,
+            out = subprocess.run(["qemu-img", *args, "-U", "--output=json", path], capture_output=True, text=True,
                                  timeout=60, check=True).stdout
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise TranslateError(f"cannot read the qcow2 image {path} with qemu-img: {exc}") from None
-        return json.loads(out)
+            return json.loads(out)
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            said = getattr(exc, "stderr", None) or exc
+            raise TranslateError(f"{refused}: qemu-img {args[0]} cannot read it: {' '.join(str(said).split())}") \
+                from None
 
-    refused = f"UML's block driver reads raw images only, not qcow2 ({path})"
     info = qemu_img("info")
-    assert isinstance(info, dict)
-    backing = info.get("full-backing-filename") or info.get("backing-filename")
-    if not backing:
+    backing = info.get("full-backing-filename") or info.get("backing-filename") if isinstance(info, dict) else None
+    if not isinstance(info, dict) or not backing:
         raise TranslateError(f"{refused}: it has no backing file")
     if info.get("backing-filename-format") != "raw":
         raise TranslateError(f"{refused}: its backing file {backing} is "
                              f"{info.get('backing-filename-format') or 'of an unstated format'}, not raw")
     extents = qemu_img("map")
-    assert isinstance(extents, list)
-    if any(e.get("depth") == 0 and e.get("data") for e in extents):
-        raise TranslateError(f"{refused}: it holds data of its own over {backing}; only an empty overlay over a "
-                             "raw image can become a UML COW file")
-    size = os.path.getsize(backing)
+    if not isinstance(extents, list) or any(e.get("depth") == 0 for e in extents):
+        raise TranslateError(f"{refused}: it holds data (or zeroes) of its own over {backing}; only an empty "
+                             "overlay over a raw image can become a UML COW file")
+    try:
+        fd = os.open(backing, os.O_RDONLY)
+        try:
+            size = os.lseek(fd, 0, os.SEEK_END)  # a block device's size too (its st_size is 0)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise TranslateError(f"{refused}: its backing file {backing} cannot be opened: {exc.strerror}") from None
     if info.get("virtual-size") != -(-size // 512) * 512:  # qemu rounds an image up to whole sectors
         raise TranslateError(f"{refused}: its size differs from its backing file {backing}'s")
     return str(backing)
