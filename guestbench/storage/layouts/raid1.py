@@ -6,7 +6,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from guestbench.storage.layouts.base import Build, Layout, Stack, sh, sh_exclusive
+from guestbench.storage.layouts.base import Build, Layout, Stack, sh_exclusive
 
 MD = "/dev/md0"
 SLOW_LEG = "guestbench-slow"
