@@ -7,6 +7,7 @@ test_storage_guest.py builds the same stacks in real appliances.
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import pytest
@@ -50,8 +51,11 @@ class FakeG:
         self.calls.append(("sh", script))
         if self.fail and self.fail in script:
             raise RuntimeError(f"debug: {self.fail} failed:\nsome output\n  more")
-        if script.startswith("for d in /dev/sd"):  # the kernel's name of a disk
-            return script.split()[3].replace("/dev/sd", f"/dev/{self.kernel_prefix}") + "\n"
+        if script.startswith("for d in /sys/block/sd*"):  # the kernel's disks: SCSI addresses, or UML's ubd
+            if self.kernel_prefix == "sd":
+                return "".join(f"2:0:{i}:0 sd{chr(ord('a') + i)}\n" for i in range(len(self.devices) + 1))
+            letters = re.search(rf"/dev/{self.kernel_prefix}([a-z]+)", script)
+            return f"other /dev/{self.kernel_prefix}{letters.group(1) if letters else 'a'}\n"
         if "losetup -f --show" in script:
             return f"/dev/loop{next(self._loops)}\n"
         answers = {"vg_free_count": "255", "vg_extent_size": "4194304", "df -B1": "500000000",

@@ -7,6 +7,7 @@ Commands the libguestfs API has no call for (losetup, mdadm, dmsetup, lvm snapsh
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -117,16 +118,33 @@ def sh_exclusive(g: Any, script: str, what: str, attempts: int = 3) -> str:
 
 
 def kernel_name(g: Any, dev: str) -> str:
-    """The kernel's name for a device the daemon calls `dev` (under UML /dev/sda is /dev/ubda)."""
-    if not dev.startswith("/dev/sd"):
+    """The kernel's name for a device the daemon calls `dev` (under UML /dev/sda is /dev/ubda).
+
+    The daemon names disks in the order they were added, whatever the kernel calls them: when the SCSI disks
+    are probed out of order (seen under load) the kernel may call the appliance's root /dev/sda and our disks
+    sdb and sdc, which the daemon still shows as sda and sdb. So a SCSI disk is found by its place in SCSI
+    address order (libguestfs attaches the drives in add order, the appliance last), not by its letter.
+    """
+    m = re.fullmatch(r"/dev/sd([a-z]+)(\d*)", dev)
+    if m is None:
         return dev  # /dev/loopN, /dev/md0, /dev/VG/LV: the same for the daemon and the kernel
-    rest = dev.removeprefix("/dev/sd")
-    cands = " ".join(f"/dev/{p}{rest}" for p in _DISK_PREFIXES)
-    out = sh(g, f"for d in {cands}; do if test -b $d; then echo $d; break; fi; done; true",
-             f"looking up {dev}").strip()
-    if not out:
-        raise StorageError(f"no block device in the appliance for {dev} (tried {cands})")
-    return out
+    letters, part = m.groups()
+    index = 0
+    for ch in letters:
+        index = index * 26 + (ord(ch) - ord("a") + 1)
+    index -= 1
+    out = sh(g, "for d in /sys/block/sd*; do test -e $d/device && echo \"$(basename $(readlink -f $d/device)) "
+                "${d##*/}\"; done | sort -t: -k1,1n -k2,2n -k3,3n -k4,4n; "
+                f"for p in {' '.join(f'/dev/{x}{letters}' for x in _DISK_PREFIXES if x != 'sd')}; do "
+                "test -b $p && echo \"other $p\"; done; true", f"looking up {dev}")
+    lines = [ln.split() for ln in out.splitlines() if len(ln.split()) == 2]
+    other = [name for addr, name in lines if addr == "other"]
+    if other:  # UML's ubd (or vd, hd, xvd): the letter is the drive's place
+        return other[0] + part
+    scsi = [name for addr, name in lines if addr != "other"]
+    if index >= len(scsi):
+        raise StorageError(f"no block device in the appliance for {dev} (SCSI disks: {', '.join(scsi) or 'none'})")
+    return f"/dev/{scsi[index]}{part}"
 
 
 def mkfs(g: Any, fs: str, device: str) -> None:
