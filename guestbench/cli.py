@@ -373,9 +373,6 @@ def cmd_env(args: argparse.Namespace) -> int:
     run_dir = make_run_dir()
     try:
         _, config = command.ready(args.backend, run_dir, args.workload)
-    except command.BackendUnusable as e:
-        sys.stderr.write(f"guestbench: {_one_line(str(e))}\n")
-        return command.EXIT_UNUSABLE
     finally:
         remove_tree(run_dir)
     sys.stdout.write(command.exports(config))
@@ -399,9 +396,6 @@ def cmd_exec(args: argparse.Namespace) -> int:
     try:
         backend, config = command.ready(args.backend, run_dir, args.workload)
         done = command.run(argv, backend, config, workdir_for(run_dir, "exec"), timeout)
-    except command.BackendUnusable as e:
-        sys.stderr.write(f"guestbench: {_one_line(str(e))}\n")
-        return command.EXIT_UNUSABLE
     finally:
         remove_tree(run_dir)
     if done.timed_out:

@@ -3,7 +3,6 @@ timed, the calls counted; and the seed scenario's keys are valid."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from guestbench.measurements.api_suite import KINDS
 from guestbench.scenario import load_scenario
 
-from conftest import ROOT, guestbench, socket_dirs, wait_no_leftovers, write_scenario
+from conftest import ROOT, run_scenario_text, socket_dirs, wait_no_leftovers
 
 SMALL = """name: api-suite-small
 backends: [uml]
@@ -26,11 +25,9 @@ measurements:
 @pytest.mark.timeout(900)
 def test_api_suite_on_uml_times_every_kind_and_counts_its_calls(tmp_path: Path) -> None:
     before = socket_dirs()
-    sc = write_scenario(tmp_path / "api.yaml", SMALL)
-    proc = guestbench("scenario", str(sc), "--results", str(tmp_path / "r"), timeout=900)
+    proc, doc = run_scenario_text(tmp_path, SMALL)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (path,) = (tmp_path / "r").glob("*.json")
-    (cell,) = json.loads(path.read_text())["cells"]
+    (cell,) = doc["cells"]
     assert cell["status"] == "done" and len(cell["samples"]) == 1 and not cell["failures"], cell
     assert cell["cache_mode"] == "unsafe"
     (sample,) = cell["samples"]

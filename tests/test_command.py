@@ -3,15 +3,13 @@ uml and tcg; a command that hangs is killed at the sample deadline with everythi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from guestbench.measurements import MEASUREMENTS
 
-from conftest import guestbench, socket_dirs, wait_no_leftovers, write_scenario
+from conftest import guestbench, run_scenario_text, socket_dirs, wait_no_leftovers, write_scenario
 
 VIRT_LS = """name: command-e2e
 backends: [uml, tcg]
@@ -35,18 +33,11 @@ measurements:
 """
 
 
-def load(results: Path) -> dict[str, Any]:
-    (path,) = results.glob("*.json")
-    return json.loads(path.read_text())
-
-
 @pytest.mark.launch
 @pytest.mark.timeout(900)
 def test_virt_ls_is_timed_on_uml_and_tcg_and_reported_like_any_measurement(tmp_path: Path) -> None:
-    sc = write_scenario(tmp_path / "ls.yaml", VIRT_LS)
-    proc = guestbench("scenario", str(sc), "--results", str(tmp_path / "r"), timeout=900)
+    proc, doc = run_scenario_text(tmp_path, VIRT_LS)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = load(tmp_path / "r")
     cells = {c["backend"]: c for c in doc["cells"]}
     assert set(cells) == {"uml", "tcg"}
     for backend, c in cells.items():
@@ -65,9 +56,7 @@ def test_virt_ls_is_timed_on_uml_and_tcg_and_reported_like_any_measurement(tmp_p
 @pytest.mark.timeout(600)
 def test_a_command_that_hangs_is_killed_at_the_deadline_and_leaves_nothing(tmp_path: Path) -> None:
     before = socket_dirs()
-    sc = write_scenario(tmp_path / "hang.yaml", HANG)
-    proc = guestbench("scenario", str(sc), "--results", str(tmp_path / "r"), timeout=600)
-    doc = load(tmp_path / "r")
+    proc, doc = run_scenario_text(tmp_path, HANG, timeout=600)
     (c,) = doc["cells"]
     assert c["samples"] == [] and len(c["failures"]) == 2, c
     assert all("45" in f["reason"] and "sample" in f["reason"] for f in c["failures"]), c["failures"]

@@ -18,7 +18,7 @@ from guestbench.backends.base import LIBGUESTFS_OVERRIDES
 from guestbench.backends.uml.channel import CHANNEL_ENV, refusals
 from guestbench.errors import Interrupted, UserError
 from guestbench.paths import cache_dir
-from guestbench.run.supervisor import end_tree
+from guestbench.run.supervisor import TRAPPED, end_tree
 
 # every variable some backend's configuration sets (guestbench.backends: HandleConfig.environment)
 ENV_KEYS = (*LIBGUESTFS_OVERRIDES, "LIBGUESTFS_PATH", CHANNEL_ENV)
@@ -26,8 +26,10 @@ EXIT_UNUSABLE = 1  # the backend cannot run here: said in one line, as doctor sa
 EXIT_TIMEOUT = 124  # as timeout(1)
 
 
-class BackendUnusable(Exception):
-    """The backend cannot run appliances here; the message is doctor's one-line reason."""
+class BackendUnusable(UserError):
+    """The backend cannot run appliances here: doctor's one-line reason, said as every user error is, exit 1."""
+
+    exit_status = EXIT_UNUSABLE
 
 
 def ready(name: str, run_dir: Path, workload: bool = False) -> tuple[Backend, HandleConfig]:
@@ -89,9 +91,9 @@ def run(argv: list[str], backend: Backend, config: HandleConfig, workdir: Path, 
     ended_by: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
-        ended_by.append(signum)
+        ended_by.append(signum)  # a flag, not TrapSignals' exception: raised inside Popen it could lose the child
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    old = {s: signal.signal(s, on_signal) for s in TRAPPED}
     proc: subprocess.Popen[bytes] | None = None
     t0 = time.monotonic()
     try:

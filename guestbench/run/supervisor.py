@@ -26,6 +26,8 @@ from guestbench.errors import Interrupted
 from guestbench.run.protocol import Message, Msg, Request, WorkerExit
 
 KILL_GRACE_S = 3.0
+# the signals that end a run (or an exec) with its cleanup: Ctrl-C, kill, a closed terminal
+TRAPPED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -267,7 +269,7 @@ class Supervisor:
 
 
 class TrapSignals:
-    """Turn SIGINT/SIGTERM into Interrupted once; later signals are ignored while cleaning up."""
+    """Turn SIGINT/SIGTERM/SIGHUP into Interrupted once; later signals are ignored while cleaning up."""
 
     def __init__(self) -> None:
         self.old: dict[int, Any] = {}
@@ -278,7 +280,7 @@ class TrapSignals:
         raise Interrupted(signum)
 
     def __enter__(self) -> "TrapSignals":
-        for s in (signal.SIGINT, signal.SIGTERM):
+        for s in TRAPPED:
             self.old[s] = signal.signal(s, self._handler)
         return self
 

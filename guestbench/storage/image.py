@@ -18,8 +18,9 @@ import uuid as _uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from guestbench.storage.host_kinds.base import FORMATS
+
 FILESYSTEMS = ("ext2", "ext3", "ext4")
-FORMATS = ("raw", "qcow2")
 FIXED_TIME = 1700000000  # every timestamp in an image (2023-11-14)
 DATA_DIR = "srv/data"  # where the small files are, from the image's root
 OS_RELEASE = ('ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\nNAME="Debian GNU/Linux"\n'
