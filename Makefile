@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup run test check bench e1 doctor clean
+.PHONY: setup run test check soak bench e1 doctor clean
 
 setup:
 	@bash tools/setup.sh
@@ -19,6 +19,13 @@ test: setup
 # scenario and results parsing, reports, the protocol), in about a minute.
 check: setup
 	$(BIN)/python -m pytest -m "not launch" $(PYTEST_ARGS)
+
+# Long runs kept out of `make test`: libguestfs's own tools and E1's fifth row, on the host and inside a
+# level-1 VM (hours where that VM runs on TCG: one nested api-suite sample is ~30 min on UML). Every sample
+# goes to results/ as it is taken, so an interrupted soak keeps what it measured.
+soak: setup
+	$(BIN)/guestbench scenario scenarios/virt-tools.yaml
+	$(BIN)/guestbench scenario scenarios/seeds/api-suite.yaml
 
 # pytest-benchmark regression run (benchmarks/); saves every run with its raw samples in .benchmarks/ and,
 # from the second run on, prints the comparison with the previous one. BENCH_ARGS adds pytest options, e.g.

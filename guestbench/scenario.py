@@ -83,10 +83,12 @@ class MeasurementSpec:
 
     def to_item(self) -> dict[str, Any]:
         """This spec as a scenario-file item; a matrix combination becomes a one-value matrix, so it reads
-        back to the same spec (label, group and variant included)."""
+        back to the same spec (label, group and variant included). A parameter left unset (None: no value is
+        its default, as a command's argv when it has a guestfish script) is left out, as a file would."""
+        given = {k: v for k, v in self.params.items() if v is not None}
         if not self.variant:
-            return {"measurement": self.measurement, "label": self.label, **self.params}
-        fixed = {k: v for k, v in self.params.items() if k not in self.variant}
+            return {"measurement": self.measurement, "label": self.label, **given}
+        fixed = {k: v for k, v in given.items() if k not in self.variant}
         return {"measurement": self.measurement, "label": self.group, **fixed,
                 "matrix": {k: [v] for k, v in self.variant.items()}}
 

@@ -107,11 +107,13 @@ def write_scenario(path: Path, text: str) -> Path:
     return path
 
 
-def run_scenario_text(tmp_path: Path, text: str, timeout: float = 900) -> tuple[subprocess.CompletedProcess[str], dict]:
-    """`guestbench scenario` on a scenario given as text, as a user runs it; the process and its one results file."""
+def run_scenario_text(tmp_path: Path, text: str, *args: str,
+                      timeout: float = 900) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """`guestbench scenario` on a scenario given as text (and `args`), as a user runs it; the process and its one
+    results file."""
     import json
 
     sc = write_scenario(tmp_path / "scenario.yaml", text)
-    proc = guestbench("scenario", str(sc), "--results", str(tmp_path / "r"), timeout=timeout)
+    proc = guestbench("scenario", str(sc), *args, "--results", str(tmp_path / "r"), timeout=timeout)
     (path,) = (tmp_path / "r").glob("*.json")
     return proc, json.loads(path.read_text())

@@ -55,12 +55,16 @@ def test_virt_ls_is_timed_on_uml_and_tcg_and_reported_like_any_measurement(tmp_p
 @pytest.mark.launch
 @pytest.mark.timeout(600)
 def test_a_command_that_hangs_is_killed_at_the_deadline_and_leaves_nothing(tmp_path: Path) -> None:
+    """With --defer-probe, too: a command's failures are no verdict, so the backend is probed before it runs."""
     before = socket_dirs()
-    proc, doc = run_scenario_text(tmp_path, HANG, timeout=600)
+    proc, doc = run_scenario_text(tmp_path, HANG, "--defer-probe", "--reprobe", timeout=600)
     (c,) = doc["cells"]
     assert c["samples"] == [] and len(c["failures"]) == 2, c
     assert all("45" in f["reason"] and "sample" in f["reason"] for f in c["failures"]), c["failures"]
     assert proc.returncode != 0
+    verdict = doc["backends"]["uml"]
+    assert verdict["usable"] is True and "probe_timeout_s" in verdict["details"], verdict  # a probe launch's
+    assert "deferred" not in verdict["details"] and "first launch" not in verdict["reason"], verdict
     wait_no_leftovers(before)
 
 

@@ -30,10 +30,11 @@ from typing import Callable
 from guestbench import appliance
 from guestbench.paths import temp_root
 
-# What the level-1 guest needs to run guestbench's tcg and uml backends (dependencies come with them).
+# What the level-1 guest needs to run guestbench's tcg and uml backends (dependencies come with them), and
+# libguestfs's own programs for the command measurement (guestfish; guestfs-tools has the virt-* tools).
 PACKAGES = ("bash", "coreutils", "util-linux", "procps", "kmod", "iproute2", "e2fsprogs", "tar", "gzip",
             "python3", "python3-guestfs", "python3-yaml", "libguestfs0", "qemu-system-x86", "qemu-utils",
-            "user-mode-linux", "supermin")
+            "user-mode-linux", "supermin", "guestfish", "guestfs-tools")
 # the workload appliances on the data disk, by flavour: the guest cannot build them (no dpkg database there)
 WORKLOAD_APPLIANCES = {"qemu": "appliance-workload", "uml": "uml-appliance-workload"}
 ROOT_SIZE = "8G"  # sparse; room for the disk images a nested scenario creates under /var/tmp

@@ -76,6 +76,19 @@ class Gate:
             self.results.set_backend(name, av.to_dict())
         self._say(name, av)
 
+    def probe_deferred(self, name: str) -> None:
+        """A deferred backend about to run a cell whose launches are not guestbench's own (a command starts its
+        own appliances, and its exit says nothing about the backend): its probe launch runs now instead."""
+        with self.results.lock:
+            deferred = self._deferred.pop(name, None)
+        if deferred is None:
+            return
+        with self.console.status(f"checking backend {name} before a command runs on it (a real launch under a "
+                                 "deadline)"):
+            av = probe.check(BACKENDS[name], self.executor, self.run_dir, refresh=True, timeout=self.probe_timeout)
+        self.results.set_backend(name, av.to_dict())
+        self._say(name, av)
+
     def first_launch_failed(self, name: str, reason: str) -> None:
         self.first_launch_ended(name, None, f"the run's first launch failed: {reason}")
 

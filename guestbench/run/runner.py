@@ -95,6 +95,8 @@ class Runner:
                 len(g.iterations) * len(g.cells) for g in groups)))
             try:
                 for g in groups:
+                    if not get_measurement(g.cells[0]["measurement"]).launches:
+                        ctx.gate.probe_deferred(g.backend)  # a command's exit is no verdict: probe it first
                     if (refusal := ctx.gate.refusal(g.backend)) is not None:
                         for cell in g.cells:
                             ctx.recorder.skip(cell, len(g.iterations), refusal)
