@@ -104,6 +104,11 @@ def test_virt_tools_on_uml_leave_a_read_only_image_untouched(os_image: Path, tmp
         assert {"./a.txt", "./sub/b.txt"} <= set(t.getnames())
         member = t.extractfile("./a.txt")
         assert member is not None and member.read() == b"alpha\n"
+    payload = tmp_path / "payload"
+    payload.write_bytes(os.urandom(20 * 2**20))
+    up = gb_exec("uml", "guestfish", "-a", str(copy), "run", ":", "mount", "/dev/sda", "/", ":",
+                 "upload", str(payload), "/srv/payload", ":", "checksum", "sha256", "/srv/payload")
+    assert up.returncode == 0 and up.stdout.split() == [sha256(payload)], up.stderr[-2000:]
     assert sha256(os_image) == before
 
 
