@@ -43,10 +43,7 @@ class Gate:
                 status.update(say)
                 if not self.console.is_terminal:  # no live status line in a log: say what the wait is for
                     self.console.print(say, highlight=False)
-                av = probe.check(BACKENDS[name], self.executor, self.run_dir, refresh=self.reprobe,
-                                 timeout=self.probe_timeout, defer=self.defer)
-                self.results.set_backend(name, av.to_dict())
-                self._say(name, av)
+                av = self._verdict(name, refresh=self.reprobe, defer=self.defer)
                 if av.details.get("deferred"):
                     self._deferred[name] = av
                 if av.usable:
@@ -85,9 +82,7 @@ class Gate:
             return
         with self.console.status(f"checking backend {name} before a command runs on it (a real launch under a "
                                  "deadline)"):
-            av = probe.check(BACKENDS[name], self.executor, self.run_dir, refresh=True, timeout=self.probe_timeout)
-        self.results.set_backend(name, av.to_dict())
-        self._say(name, av)
+            self._verdict(name, refresh=True, defer=False)
 
     def first_launch_failed(self, name: str, reason: str) -> None:
         self.first_launch_ended(name, None, f"the run's first launch failed: {reason}")
@@ -106,6 +101,14 @@ class Gate:
             av = probe.check(BACKENDS["kvm"], self.executor, self.run_dir, refresh=self.reprobe,
                              timeout=self.probe_timeout)
         return av.usable
+
+    def _verdict(self, name: str, *, refresh: bool, defer: bool) -> Availability:
+        """One backend's verdict from probe.check, recorded in the results file and said."""
+        av = probe.check(BACKENDS[name], self.executor, self.run_dir, refresh=refresh, timeout=self.probe_timeout,
+                         defer=defer)
+        self.results.set_backend(name, av.to_dict())
+        self._say(name, av)
+        return av
 
     def _say(self, name: str, av: Availability) -> None:
         cached = " (cached verdict)" if av.details.get("cached") else ""
