@@ -64,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "overrides the scenario's 'placement'")
     s.add_argument("--phases", action="store_true", default=None,
                    help="break start-up samples into boot phases (verbose appliance console)")
+    s.add_argument("--order", help="interleaved, random or sequential: in which order a measurement's cells take "
+                   "their samples (default interleaved when it has two or more cells)")
+    s.add_argument("--seed", type=int, help="seed of --order random (default: drawn and recorded)")
+    s.add_argument("--precision", help="sample each cell until its 95%% CI half-width is this fraction of the "
+                   "median (e.g. 5%%); --repetitions is then the minimum")
+    s.add_argument("--max-repetitions", type=int, help="with --precision: the most samples a cell takes")
     _add_output(s)
     s.add_argument("--results", default="results", help="directory for the results file (default: results)")
     s.add_argument("--reprobe", action="store_true", help="ignore cached backend verdicts and probe again")
@@ -178,7 +184,8 @@ def cmd_scenario(args: argparse.Namespace) -> int:
     sc = apply_overrides(sc, backend=args.backend, measurement=args.measurement, repetitions=args.repetitions,
                          warmup=args.warmup, timeout=args.timeout, sample_timeout=args.sample_timeout,
                          size=args.size, memsize=args.memsize, phases=args.phases,
-                         placement=args.placement)
+                         placement=args.placement, order=args.order, seed=args.seed, precision=args.precision,
+                         max_repetitions=args.max_repetitions)
     results_dir = Path(args.results)
     if results_dir.exists() and not results_dir.is_dir():
         raise UserError("is not a directory; allowed: a directory for results files", source="command line",

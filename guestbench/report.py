@@ -53,6 +53,7 @@ class Row:
     skip_reason: str | None
     first_failure: str | None
     workload: bool = False  # a tool's figures: shown in guestbench.metrics_report's tables instead
+    precision: dict[str, Any] | None = None  # sampled towards a precision target (results.Precision)
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -122,6 +123,7 @@ def _row(cell: dict[str, Any]) -> Row:
         skip_reason=cell.get("skip_reason") or None,
         first_failure=_first_failure(cell),
         workload=bool(cell.get("metrics")),
+        precision=cell.get("precision") if isinstance(cell.get("precision"), dict) else None,
     )
 
 
@@ -208,7 +210,7 @@ def warnings(doc: dict[str, Any]) -> list[str]:
         prefix = f"{names[id(r)]}: {r.backend}"
         if r.failures:
             out.append(f"{prefix}: {r.failures} of {r.n + r.failures} samples failed: {r.first_failure}")
-        for problem in (_status_warning(r, doc.get("status")), _verification_failed(cell)):
+        for problem in (_status_warning(r, doc.get("status")), _verification_failed(cell), _precision_warning(r)):
             if problem:
                 out.append(f"{prefix}: {problem}")
     return out
@@ -327,6 +329,34 @@ def _timed_text(group: list[Row]) -> str:
                                  for r in group) + "."
 
 
+def _precision_text(group: list[Row]) -> str:
+    """Where each cell's sampling towards its precision target got, and why it stopped."""
+    parts = []
+    for r in group:
+        p = r.precision
+        if not p:
+            continue
+        reached = _number(p.get("reached"))
+        got = f"±{reached:.1%}" if reached is not None else "no CI"
+        why = {"target": "target reached", "cap": "stopped at the cap without the target",
+               "ended": "ended early"}.get(str(p.get("stopped")), "still sampling")
+        parts.append(f"{r.backend} ({r.placement or NONE}) {got} at n={r.n} ({why})")
+    if not parts:
+        return ""
+    target = _number(group[0].precision.get("target")) if group[0].precision else None
+    goal = f"target ±{target:.1%}, " if target is not None else ""
+    return f" Precision ({goal}half-width of the 95% CI / median): {'; '.join(parts)}."
+
+
+def _precision_warning(r: Row) -> str | None:
+    p = r.precision or {}
+    reached, target = _number(p.get("reached")), _number(p.get("target"))
+    if p.get("stopped") != "cap" or target is None or (reached is not None and reached <= target):
+        return None
+    got = f"±{reached:.1%}" if reached is not None else "no CI"
+    return f"stopped at the cap ({p.get('cap')} samples) at {got}, short of the target ±{target:.1%}"
+
+
 def _cold_text(group: list[Row]) -> str:
     """The first launch of each backend, reported once and never sampled (appliance cache check included)."""
     colds = [f"{r.backend} ({r.placement or NONE}) {fmt_seconds(r.cold_s)} s" for r in group if r.cold_s is not None]
@@ -337,10 +367,25 @@ def _method_text() -> str:
     return f"Seconds; {SAMPLES_NOTE}; {CI_METHOD}; outliers by {OUTLIER_METHOD}; MB = 10^6 bytes."
 
 
+def _order_text(doc: dict[str, Any]) -> str | None:
+    """How the run ordered its samples (absent in files written before orders existed)."""
+    order = _dict(doc.get("order"))
+    mode = order.get("mode")
+    if not isinstance(mode, str):
+        return None
+    if mode == "random":
+        return f"order random (seed {order.get('seed')})"
+    if mode == "interleaved":
+        return "order interleaved (cells of a measurement take turns)"
+    return f"order {mode}"
+
+
 def _run_line(doc: dict[str, Any]) -> str:
     parts = [f"results {doc.get('status') or 'unknown'}",
              f"started {doc.get('started_utc') or NONE}",
              f"finished {doc.get('finished_utc') or 'not finished'}"]
+    if order := _order_text(doc):
+        parts.append(order)
     if doc.get("_path"):
         parts.append(f"file {doc['_path']}")
     return " · ".join(parts)
@@ -402,7 +447,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
         lines += ["No measurements recorded.", ""]
     for label, group in groups.items():
         lines += [f"## {_md(label)}", "", *_md_table(group), "",
-                  f"{_md(_timed_text(group))} {_method_text()}{_md(_cold_text(group))}", ""]
+                  f"{_md(_timed_text(group))} {_method_text()}{_md(_cold_text(group))}{_md(_precision_text(group))}", ""]
     for mt in tables:
         head = metrics_report.header_cells(mt)
         lines += [f"## {_md(mt.group)}" + (f" ({mt.placement})" if mt.placement != "host" else ""), "",
@@ -455,6 +500,7 @@ def _row_dict(r: Row) -> dict[str, Any]:
         "bytes": r.bytes, "mb_per_s": _json_float(r.mb_per_s), "ratio": _json_float(r.ratio),
         "cold_s": _json_float(r.cold_s), "cache_mode": r.cache_mode, "timed": r.timed,
         "status": r.status, "skip_reason": r.skip_reason, "first_failure": r.first_failure,
+        **({"precision": r.precision} if r.precision else {}),
     }
 
 
@@ -485,6 +531,7 @@ def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
         "scenario": _scenario_name(doc),
         "status": doc.get("status"),
         "results_file": doc.get("_path"),
+        **({"order": doc["order"]} if isinstance(doc.get("order"), dict) else {}),
         "host": _short_host(doc),
         "methods": {"ci": CI_METHOD, "outliers": OUTLIER_METHOD, "mb": "10^6 bytes"},
         "rows": [_row_dict(r) for r in rows(doc)],
@@ -786,7 +833,7 @@ def _placements_json(doc: dict[str, Any]) -> dict[str, Any]:
 
 def _rich_table(label: str, group: list[Row]) -> Table:
     table = Table(title=Text(label, style="bold"),
-                  caption=Text(f"{_timed_text(group)} {_method_text()}{_cold_text(group)}"),
+                  caption=Text(caption(group)),
                   caption_justify="left")
     for i, name in enumerate(COLUMNS):
         table.add_column(name, justify="left" if i < 3 else "right", overflow="fold")
@@ -928,7 +975,7 @@ def table_cells(r: Row) -> list[str]:
 
 def caption(group: list[Row]) -> str:
     """What the clock covered, the methods, and the cold launches of one measurement's table."""
-    return f"{_timed_text(group)} {_method_text()}{_cold_text(group)}"
+    return f"{_timed_text(group)} {_method_text()}{_cold_text(group)}{_precision_text(group)}"
 
 
 def scenario_name(doc: dict[str, Any]) -> str:

@@ -26,6 +26,8 @@ DEFAULT_WARMUP = 1
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_SAMPLE_TIMEOUT_S = 1800.0
 PLACEMENTS = ("host", "nested")
+ORDERS = ("interleaved", "random", "sequential")
+DEFAULT_MAX_REPETITIONS = 20
 DEFAULT_NESTED_MEMORY_MIB = 4096
 DEFAULT_NESTED_VCPUS = 2
 
@@ -48,6 +50,16 @@ TOP_KEYS: dict[str, str] = {
               f"{DEFAULT_NESTED_MEMORY_MIB}), vcpus (default {DEFAULT_NESTED_VCPUS}), timeout_scale (factor > 0 applied "
               "to every time-out inside it; default 3 when the level-1 VM runs on KVM, 25 on TCG), timeout "
               "(limit for the whole level-1 run; default: the worst case of all time-outs inside)",
+    "order": "interleaved (round-robin over one measurement's cells, one repetition at a time, so every backend "
+             "and variant sees the same stretch of time), random (each round in a seeded random order) or sequential "
+             "(every sample of a cell, then the next cell); default interleaved when a measurement has two or more "
+             "cells",
+    "seed": "integer >= 0: the seed of order random (default: drawn at random and recorded in the results)",
+    "precision": "the 95% CI half-width (Student t, of the mean) relative to the median at which a cell stops "
+                 "sampling, e.g. 5% or 0.05; repetitions is then the minimum and max_repetitions the cap "
+                 "(default: no target, exactly repetitions samples)",
+    "max_repetitions": f"integer >= repetitions: with precision, the most samples a cell takes (default "
+                       f"{DEFAULT_MAX_REPETITIONS}, or repetitions if larger)",
     "measurements": f"non-empty list; each item a measurement name or a mapping with key 'measurement' "
                     f"({', '.join(MEASUREMENTS)}), an optional 'label', that measurement's parameters, and an "
                     "optional 'matrix' (parameter: [values...]; one cell per combination, labelled "
@@ -119,12 +131,24 @@ class Scenario:
     placements: tuple[str, ...] = ("host",)
     nested: NestedSpec = field(default_factory=NestedSpec)
     measurements: tuple[MeasurementSpec, ...] = field(default_factory=tuple)
+    order: str | None = None  # None: interleaved where a measurement has two or more cells (run.plan)
+    seed: int | None = None  # order random: None = drawn when the run starts (and recorded)
+    precision: float | None = None  # target 95% CI half-width / median; None = fixed repetitions
+    max_repetitions: int | None = None  # the cap with precision (None: DEFAULT_MAX_REPETITIONS)
     overrides: dict[str, Any] = field(default_factory=dict)
 
     def iterations(self, times_launch: bool) -> list[str]:
         """A cell's iterations in order: 'cold' (start-up only: the first launch, reported apart), then the
-        warm-ups, then the measured repetitions."""
-        return (["cold"] if times_launch else []) + ["warmup"] * self.warmup + ["rep"] * self.repetitions
+        warm-ups, then the measured repetitions (with a precision target: as many as the cap allows; the cell
+        stops once the target is reached)."""
+        return (["cold"] if times_launch else []) + ["warmup"] * self.warmup + ["rep"] * self.rep_cap
+
+    @property
+    def rep_cap(self) -> int:
+        """The most measured repetitions a cell takes: repetitions, or with precision the cap."""
+        if self.precision is None:
+            return self.repetitions
+        return max(self.repetitions, self.max_repetitions or DEFAULT_MAX_REPETITIONS)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -152,6 +176,9 @@ class Scenario:
                                     ("timeout_scale", self.nested.timeout_scale), ("timeout", self.nested.timeout))
                   if v is not None}
         doc["nested"] = nested
+        for key in ("order", "seed", "precision", "max_repetitions"):
+            if getattr(self, key) is not None:
+                doc[key] = getattr(self, key)
         doc.update(changes)
         return doc
 
@@ -221,6 +248,22 @@ class Checker:
     def placements(self, key: str, value: object) -> tuple[str, ...]:
         given = self.names(key, value, "placement", PLACEMENTS)
         return tuple(p for p in PLACEMENTS if p in given)  # host first: its figures are the reference
+
+    def order(self, key: str, value: object) -> str:
+        if not isinstance(value, str) or value not in ORDERS:
+            raise self.fail(key, f"{value!r} is not an order; allowed: {', '.join(ORDERS)}")
+        return value
+
+    def fraction(self, key: str, value: object) -> float:
+        """A precision target: '5%', '5 %', 0.05 (a number below 1 is a fraction; 5 alone is refused as ambiguous)."""
+        given = value
+        if isinstance(value, str):
+            m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*%\s*", value)
+            value = float(m.group(1)) / 100 if m else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1:
+            return float(value)
+        raise self.fail(key, f"{given!r} is not a precision; allowed: a percentage above 0% and below 100% "
+                        "(e.g. 5%) or a fraction between 0 and 1 (e.g. 0.05)")
 
     def positive(self, key: str, value: object) -> float:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
@@ -376,7 +419,7 @@ def parse_scenario(data: object, source: str) -> Scenario:
                 smp = c.integer("appliance.smp", v, 1)
             else:
                 raise c.fail(f"appliance.{k}", f"unknown key; allowed: {', '.join(APPLIANCE_KEYS)}")
-    return Scenario(
+    return _check_sampling(c, Scenario(
         name=c.string("name", data["name"]),
         source=source,
         description=c.string("description", data["description"]) if "description" in data else "",
@@ -391,7 +434,44 @@ def parse_scenario(data: object, source: str) -> Scenario:
         placements=c.placements("placement", data["placement"]) if "placement" in data else ("host",),
         nested=c.nested("nested", data["nested"]) if "nested" in data else NestedSpec(),
         measurements=c.measurements("measurements", data["measurements"], memsize),
-    )
+        **_sampling(c, data, "", "_"),
+    ), "", "_")
+
+
+def _sampling(c: Checker, given: dict[str, Any], prefix: str, sep: str) -> dict[str, Any]:
+    """order, seed, precision and max_repetitions from a scenario file (keys with "_") or the command line
+    ("--" and "-"), checked the same way; the Scenario fields that are given."""
+    def name(key: str) -> str:
+        return prefix + key.replace("_", sep)
+
+    out: dict[str, Any] = {}
+    if given.get("order") is not None:
+        out["order"] = c.order(name("order"), given["order"])
+    if given.get("seed") is not None:
+        out["seed"] = c.integer(name("seed"), given["seed"], 0)
+    if given.get("precision") is not None:
+        out["precision"] = c.fraction(name("precision"), given["precision"])
+    if given.get("max_repetitions") is not None:
+        out["max_repetitions"] = c.integer(name("max_repetitions"), given["max_repetitions"], 1)
+    return out
+
+
+def _check_sampling(c: Checker, sc: Scenario, prefix: str, sep: str) -> Scenario:
+    """The combinations a key alone cannot refuse: a cap needs a target and may not be below repetitions;
+    a seed needs order random."""
+    def name(key: str) -> str:
+        return prefix + key.replace("_", sep)
+
+    if sc.max_repetitions is not None:
+        if sc.precision is None:
+            raise c.fail(name("max_repetitions"), "needs precision (a cap on sampling towards a target); "
+                         "without precision give repetitions")
+        if sc.max_repetitions < sc.repetitions:
+            raise c.fail(name("max_repetitions"), f"{sc.max_repetitions} is below repetitions ({sc.repetitions}); "
+                         "allowed: an integer >= repetitions")
+    if sc.seed is not None and sc.order != "random":
+        raise c.fail(name("seed"), "is only used by order random; give order: random (or --order random)")
+    return sc
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -441,6 +521,9 @@ def apply_overrides(sc: Scenario, **overrides: Any) -> Scenario:
         changes["phases"] = True
     if "placement" in given:
         changes["placements"] = c.placements("--placement", given["placement"])
+    changes.update(_sampling(c, given, "--", "-"))
+    if changes.get("order") not in (None, "random") and "seed" not in changes:
+        changes["seed"] = None  # the file's seed belongs to its random order, which the command line replaced
     measurements = sc.measurements
     if "measurement" in given:
         wanted = [w.strip() for w in str(given["measurement"]).split(",") if w.strip()]
@@ -475,7 +558,7 @@ def apply_overrides(sc: Scenario, **overrides: Any) -> Scenario:
             raise c.fail(f"--size ({m.label}.{pkey})" if "size" in given else f"{m.label}.{pkey}", problem)
     changes["measurements"] = measurements
     changes["overrides"] = {**sc.overrides, **given}
-    return dataclasses.replace(sc, **changes)
+    return _check_sampling(c, dataclasses.replace(sc, **changes), "--", "-")
 
 
 def help_text() -> str:

@@ -15,6 +15,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 CI_METHOD = "95% CI of the mean (Student t)"
+PRECISION_METHOD = "half-width of the 95% CI of the mean (Student t) / median"
 OUTLIER_METHOD = "Tukey fences, 1.5 IQR"
 
 WIDE_CV = 0.10
@@ -90,6 +91,17 @@ def _ci_half_width(stdev: float, n: int) -> float:
     """Student t rather than normal: guestbench runs few repetitions, where z would overstate confidence."""
     t = float(scipy_stats.t.ppf(0.5 + _CONFIDENCE / 2, n - 1))
     return t * stdev / math.sqrt(n)
+
+
+def relative_precision(values: Sequence[float]) -> float | None:
+    """The precision a cell's samples reach: the half-width of the report's CI relative to the median (the
+    same CI the tables print, so a reader can recompute it); None below two samples or with a zero median."""
+    if len(values) < 2:
+        return None
+    s = summarize(values)
+    if s.median <= 0:
+        return None
+    return (s.ci_high - s.ci_low) / 2 / s.median
 
 
 def _count_outliers(arr: np.ndarray) -> int:

@@ -28,6 +28,8 @@ CELL_STATUSES = ("pending", "running", "done", "skipped", "unavailable", "interr
 RUN_STATUSES = ("running", "complete", "interrupted", "failed")
 PLACEMENT_STATUSES = ("starting", "running", "complete", "interrupted", "failed")
 ITERATION_KINDS = ("cold", "warmup", "rep")
+ORDERS = ("interleaved", "random", "sequential")
+PRECISION_STOPS = ("target", "cap", "ended")
 SECONDS = "a finite number of seconds >= 0"
 
 Parser = Callable[[Any, str], Any]
@@ -81,6 +83,13 @@ def _count(value: Any, key: str) -> int:
     return value
 
 
+def _tally(value: Any, key: str) -> int:
+    """How many of something: an integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _refuse(value, key, "is not a count", "an integer >= 0")
+    return value
+
+
 def _amount(value: Any, key: str) -> int | float:
     """A byte count: a number no smaller than zero."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
@@ -96,6 +105,12 @@ def _seconds(value: Any, key: str) -> int | float:
         raise _refuse(value, key, "is not finite", SECONDS)
     if value < 0:
         raise _refuse(value, key, "is negative", SECONDS)
+    return value
+
+
+def _fraction(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise _refuse(value, key, "is not a fraction", "a number between 0 and 1")
     return value
 
 
@@ -233,12 +248,14 @@ class Sample(Record):
     metrics: dict[str, float | str] | None = None  # a workload's figures: key → number or text
     in_step: bool | None = None  # concurrent guests: whether the peers started the timed step together
     waited_s: float | None = None  # ... and how long this guest waited for them
+    seq: int | None = None  # its place among every iteration that ended in the run (placement), from 1
 
     WHAT: ClassVar[str] = "a sample: an object with rep and seconds"
     REQUIRED: ClassVar[dict[str, str]] = {"rep": "the repetition's number, an integer >= 1", "seconds": SECONDS}
     FIELDS: ClassVar[dict[str, Parser]] = {
         "rep": _count, "seconds": _seconds, "utc": _nullable(_text), "phases": _nullable(_objects),
         "metrics": _nullable(_figures), "in_step": _nullable(_flag), "waited_s": _nullable(_seconds),
+        "seq": _nullable(_count),
     }
 
 
@@ -250,12 +267,14 @@ class Failure(Record):
     rep: int
     reason: str
     utc: str | None = None
+    seq: int | None = None  # as a sample's
 
     WHAT: ClassVar[str] = "a failure: an object with rep and reason"
     REQUIRED: ClassVar[dict[str, str]] = {"rep": "the iteration's number among its kind, an integer >= 1",
                                           "reason": "why the iteration failed, a string"}
     FIELDS: ClassVar[dict[str, Parser]] = {"kind": _nullable(_one_of(ITERATION_KINDS, "kind of iteration")),
-                                           "rep": _count, "reason": _text, "utc": _nullable(_text)}
+                                           "rep": _count, "reason": _text, "utc": _nullable(_text),
+                                           "seq": _nullable(_count)}
 
 
 @dataclass
@@ -270,6 +289,26 @@ class BackendVerdict(Record):
     REQUIRED: ClassVar[dict[str, str]] = {"usable": "true or false"}
     FIELDS: ClassVar[dict[str, Parser]] = {"usable": _flag, "reason": _nullable(_text),
                                            "details": _nullable(_mapping)}
+
+
+@dataclass
+class Precision(Record):
+    """A cell that sampled towards a precision target: the target, what its samples reached, its cap, and why it
+    stopped ("target": reached; "cap": took the most samples allowed; "ended": failures, a skip or a signal)."""
+
+    target: float
+    reached: float | None = None  # the CI half-width / median of its samples (None below two samples)
+    n: int = 0
+    cap: int | None = None
+    method: str | None = None
+    stopped: str | None = None  # absent while the cell runs
+
+    WHAT: ClassVar[str] = "a precision record: an object with target"
+    REQUIRED: ClassVar[dict[str, str]] = {"target": "the target relative half-width, a number between 0 and 1"}
+    FIELDS: ClassVar[dict[str, Parser]] = {
+        "target": _fraction, "reached": _nullable(_amount), "n": _tally, "cap": _nullable(_count),
+        "method": _nullable(_text), "stopped": _nullable(_one_of(PRECISION_STOPS, "reason to stop")),
+    }
 
 
 @dataclass
@@ -302,6 +341,8 @@ class Cell(Record):
     cold_s: float | None = None  # the cell's first launch, reported apart
     status: str = "pending"
     skip_reason: str | None = None
+    order: str | None = None  # "interleaved" | "random": it took turns with its item's other cells; "sequential"
+    precision: Precision | None = None  # sampling towards a precision target: where it got and why it stopped
 
     WHAT: ClassVar[str] = "a cell: an object with backend and label"
     REQUIRED: ClassVar[dict[str, str]] = {"backend": "the backend's name, a string",
@@ -316,6 +357,7 @@ class Cell(Record):
         "samples": _list_of(Sample), "warmups": _list_of(Sample), "failures": _list_of(Failure),
         "verification": _nullable(_mapping), "cold_s": _nullable(_seconds),
         "status": _one_of(CELL_STATUSES, "cell status"), "skip_reason": _nullable(_text),
+        "order": _nullable(_one_of(ORDERS, "order")), "precision": _nullable(Precision.from_dict),
     }
 
 
@@ -336,6 +378,15 @@ class Placement(Record):
         "status": _nullable(_one_of(PLACEMENT_STATUSES, "placement status")), "started_utc": _nullable(_text),
         "finished_utc": _nullable(_text), "guestbench": _nullable(_mapping), "level1": _nullable(_mapping),
     }
+
+
+def _order(value: Any, key: str) -> dict[str, Any]:
+    _mapping(value, key)
+    _one_of(ORDERS, "order")(value.get("mode"), _at(key, "mode"))
+    if value.get("seed") is not None and (isinstance(value["seed"], bool) or not isinstance(value["seed"], int)
+                                          or value["seed"] < 0):
+        raise _refuse(value["seed"], _at(key, "seed"), "is not a seed", "an integer >= 0")
+    return value  # type: ignore[no-any-return]
 
 
 def _version(value: Any, key: str) -> int:
@@ -360,6 +411,7 @@ class Run(Record):
     backends: dict[str, BackendVerdict] = field(default_factory=dict)
     cells: list[Cell] = field(default_factory=list)
     placements: dict[str, Placement] = field(default_factory=dict)
+    order: dict[str, Any] | None = None  # {"mode": interleaved | random | sequential, "seed": for random}
 
     WHAT: ClassVar[str] = "a guestbench results document"
     REQUIRED: ClassVar[dict[str, str]] = {"schema": repr(SCHEMA), "schema_version": "1 or 2",
@@ -369,7 +421,7 @@ class Run(Record):
         "guestbench": _nullable(_mapping), "status": _nullable(_one_of(RUN_STATUSES, "run status")),
         "started_utc": _nullable(_text), "finished_utc": _nullable(_text), "command": _nullable(_texts),
         "scenario": _nullable(_mapping), "host": _nullable(_mapping), "backends": _map_of(BackendVerdict),
-        "cells": _list_of(Cell), "placements": _map_of(Placement),
+        "cells": _list_of(Cell), "placements": _map_of(Placement), "order": _nullable(_order),
     }
 
     @classmethod
@@ -381,5 +433,5 @@ class Run(Record):
 
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "READABLE_VERSIONS", "CELL_STATUSES", "RUN_STATUSES", "PLACEMENT_STATUSES",
-           "ITERATION_KINDS", "ModelError", "Record", "Run", "Cell", "Sample", "Failure", "BackendVerdict",
-           "Placement"]
+           "ITERATION_KINDS", "ORDERS", "PRECISION_STOPS", "ModelError", "Record", "Run", "Cell", "Sample", "Failure",
+           "BackendVerdict", "Placement", "Precision"]

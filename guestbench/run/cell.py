@@ -21,6 +21,8 @@ from guestbench.run.executor import Executor
 from guestbench.run.gate import Gate
 from guestbench.run.protocol import Message, Msg, Request, WorkerExit
 from guestbench.run.record import CellDoc, Recorder, numbered
+from guestbench.run.schedule import Turnstile
+from guestbench.run.turns import Turn
 from guestbench.scenario import Scenario
 from guestbench.storage.host import HostStorage
 
@@ -48,6 +50,17 @@ class RunContext:
             phases=BACKENDS[cell["backend"]].phase_markers if cell.get("phases") else None,
             instance=cell.get("instance", 1))
         return Request(**{**base, **fields})
+
+
+@dataclass(frozen=True)
+class Seat:
+    """A cell's place in a block that takes turns: what its worker is told, and whom it tells it waits."""
+
+    turn: Turn
+    turnstile: Turnstile
+
+    def request_field(self, indexes: list[int]) -> dict[str, Any]:
+        return {**self.turn.to_dict(), "indexes": indexes}
 
 
 class CellTask:
@@ -82,11 +95,13 @@ class CellTask:
 
 
 class CellRun(CellTask):
-    """Runs one cell's iterations through `executor`; `step`: the rendezvous of concurrent guests."""
+    """Runs one cell's iterations through `executor`; `step`: the rendezvous of concurrent guests; `seat`: its
+    turns in a block (guestbench.run.block)."""
 
     def __init__(self, ctx: RunContext, cell: CellDoc, iterations: list[str], executor: Executor,
-                 step: lockstep.Step | None = None) -> None:
+                 step: lockstep.Step | None = None, seat: Seat | None = None) -> None:
         super().__init__(ctx, cell, iterations, executor, step)
+        self.seat = seat
         self.launched = False  # some launch of this cell succeeded
         self._index_map: list[int] = []  # the running worker's iteration i is the cell's iteration _index_map[i]
         self._ended: set[int] = set()  # the cell's iterations that ended in the running worker
@@ -120,8 +135,11 @@ class CellRun(CellTask):
             step = {**self.step.to_dict(), "indexes": remaining} if self.step else None
             request = self.ctx.request(self.cell, [self.its[i] for i in remaining], handle_config, self.workdir,
                                        verify=self.cell["verification"] is None, drives=drives,
-                                       payload=str(payload) if payload else None, payload_sha256=digest, step=step)
+                                       payload=str(payload) if payload else None, payload_sha256=digest, step=step,
+                                       turn=self.seat.request_field(remaining) if self.seat else None)
             ex = self.executor.run_worker(request, self.backend, self._locked(self.on_message))
+            if self.seat is not None:
+                self.seat.turnstile.worker_exited(self.seat.turn.slot)
             remaining = [i for i in remaining if i not in self._ended]
             said = self.cell["failures"][-1]["reason"] if self.cell["failures"] else None  # the worker's own words
             mid_iteration = ex.kind != "done" and bool(remaining)
@@ -168,8 +186,14 @@ class CellRun(CellTask):
         return self._index_map[msg["i"]]
 
     def on_begin(self, msg: Message) -> None:
+        if self.seat is not None:  # said when its turn is granted (guestbench.run.block)
+            return
         kind, k = self.numbered[self._iteration(msg)]
         self.rec.doing(self.cell, f"{kind} {k}/{self.its.count(kind)}")
+
+    def on_waiting(self, msg: Message) -> None:
+        if self.seat is not None:
+            self.seat.turnstile.worker_waits(self.seat.turn.slot, self._iteration(msg))
 
     def on_launched(self, msg: Message) -> None:
         self.launched = True
@@ -200,6 +224,6 @@ class CellRun(CellTask):
         self.rec.unavailable(self.cell, len(left), msg["reason"])
 
     _handlers: dict[str, Callable[[CellRun, Message], None]] = {
-        Msg.BEGIN: on_begin, Msg.LAUNCHED: on_launched, Msg.SAMPLE: on_sample, Msg.FAILURE: on_failure,
+        Msg.BEGIN: on_begin, Msg.WAITING: on_waiting, Msg.LAUNCHED: on_launched, Msg.SAMPLE: on_sample, Msg.FAILURE: on_failure,
         Msg.VERIFICATION: on_verification, Msg.SETUP: on_setup, Msg.UNAVAILABLE: on_unavailable,
     }

@@ -1,5 +1,7 @@
 """A scenario's cells in the order they run: measurement-major, so that the backends of one measurement are
-measured close in time; `concurrency: N` makes a group of N cells (one per appliance) that run at once."""
+measured close in time; `concurrency: N` makes a group of N cells (one per appliance) that run at once.
+`blocks` then says which cells take turns (guestbench.run.schedule): the single-cell groups of one scenario item
+(its backends and variants), unless the order is sequential."""
 
 from __future__ import annotations
 
@@ -23,6 +25,41 @@ class Group:
     @property
     def backend(self) -> str:
         return str(self.cells[0]["backend"])
+
+    @property
+    def takes_turns(self) -> bool:
+        """One appliance that can pause between iterations: not concurrent guests, not power-cut trials."""
+        return len(self.cells) == 1 and not get_measurement(self.cells[0]["measurement"]).kills_hypervisor
+
+
+@dataclass
+class Block:
+    """What the runner runs next: groups whose cells take turns (`turns`), or one group run as it is."""
+
+    groups: list[Group]
+    turns: bool
+
+
+def blocks(groups: list[Group], interleave: bool) -> list[Block]:
+    """Consecutive single-cell groups of one scenario item form one block when interleaving; every other group
+    (and every group of a sequential run) is a block of its own."""
+    out: list[Block] = []
+    for g in groups:
+        last = out[-1] if out else None
+        if interleave and g.takes_turns and last is not None and last.turns \
+                and last.groups[0].cells[0]["group"] == g.cells[0]["group"]:
+            last.groups.append(g)
+        else:
+            out.append(Block([g], g.takes_turns))
+    return out
+
+
+def cells_per_item(groups: list[Group]) -> int:
+    """The most cells one scenario item has (its backends × variants): two or more makes interleaving the default."""
+    counts: dict[str, int] = {}
+    for g in groups:
+        counts[g.cells[0]["group"]] = counts.get(g.cells[0]["group"], 0) + 1
+    return max(counts.values(), default=0)
 
 
 def plan(sc: Scenario, usable: list[str]) -> list[Group]:

@@ -4,6 +4,8 @@ One request goes to the worker (one JSON document on its stdin); the worker answ
 object per line on its protocol fd, each with its kind under "t":
 
   begin         {"i": index}                      an iteration starts
+  waiting       {"i": index}                      cells that take turns: it waits for iteration i's turn
+                                                  (guestbench.run.turns); the previous turn is over
   deadline      {"what": "launch", "s": 300}      the next step must finish within s seconds
                 {"what": null}                    no step is under way
   launched      {"s": 12.3, "first": true}        a launch finished (first: the worker's first launch)
@@ -35,6 +37,7 @@ class Msg:
     """Message kinds (the "t" of every message)."""
 
     BEGIN: Final = "begin"
+    WAITING: Final = "waiting"
     DEADLINE: Final = "deadline"
     LAUNCHED: Final = "launched"
     SAMPLE: Final = "sample"
@@ -69,6 +72,7 @@ class Request:
     payload: str | None = None  # uploads: the file sent, and its digest
     payload_sha256: str | None = None
     step: dict[str, Any] | None = None  # concurrent guests: lockstep.Step.to_dict() plus "indexes"
+    turn: dict[str, Any] | None = None  # cells that take turns: turns.Turn.to_dict() plus "indexes"
     instance: int = 1  # which of N concurrent guests, 1-based
 
     def to_dict(self) -> dict[str, Any]:

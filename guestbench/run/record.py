@@ -29,10 +29,12 @@ def numbered(iterations: list[str]) -> list[Iteration]:
     return out
 
 
-def progress_display(console: Console) -> Progress:
-    """One progress display for host cells and the nested part: bar, count, elapsed, ETA."""
+def progress_display(console: Console, open_ended: bool = False) -> Progress:
+    """One progress display for host cells and the nested part: bar, count, elapsed, ETA. Sampling towards a
+    precision target has no fixed end: no ETA then; each cell's description says the precision so far."""
+    ending = [] if open_ended else [TextColumn("ETA"), TimeRemainingColumn()]
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False)
+                    TimeElapsedColumn(), *ending, console=console, transient=False)
 
 
 class Recorder:
@@ -45,6 +47,17 @@ class Recorder:
         self.lock = results.lock
         self._progress: Progress | None = None
         self._task: Any = None
+        self._seq = 0  # iterations ended in this run, in the order they ended (a sample's or failure's "seq")
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def note(self, **fields: Any) -> None:
+        """A fact about the whole run (its order), kept at the top level of the results document."""
+        with self.lock:
+            self.results.doc.update(fields)
+            self.results.save()
 
     def track(self, progress: Progress | None, task: Any = None) -> None:
         self._progress, self._task = progress, task
@@ -112,7 +125,7 @@ class Recorder:
                 cell["cold_s"] = seconds
             else:
                 entry = Sample(rep=k, seconds=seconds, utc=utc_now(), phases=phases, metrics=metrics,
-                               **(extra or {})).to_dict()
+                               seq=self._next_seq(), **(extra or {})).to_dict()
                 cell["samples" if kind == "rep" else "warmups"].append(entry)
             self.results.save()
         self._advance()
@@ -123,7 +136,8 @@ class Recorder:
     def failure(self, cell: CellDoc, it: Iteration, reason: str) -> None:
         kind, k = it
         with self.lock:
-            cell["failures"].append(Failure(kind=kind, rep=k, reason=reason, utc=utc_now()).to_dict())
+            cell["failures"].append(Failure(kind=kind, rep=k, reason=reason, utc=utc_now(),
+                                            seq=self._next_seq()).to_dict())
             self.results.save()
         self._advance()
         self.console.print(f"[yellow]![/] {cell['backend']} · {cell['label']} · {kind} {k} failed: ", reason,

@@ -1,9 +1,10 @@
 """Runs a scenario: the backends' verdicts, then every cell of the host placement, then the nested placement.
 
-Groups of cells run one after another, in the plan's order (guestbench.run.plan); the cells of a group
-(concurrent appliances) run at the same time, each in its own thread with its own executor. A signal stops
-the run between two instructions: every worker's process tree and any libvirt domain are killed, and the
-results file is closed as 'interrupted' with every sample already taken.
+Blocks run one after another, in the plan's order (guestbench.run.plan). The cells of a block take turns
+(guestbench.run.block: interleaved by default, one iteration at a time); the cells of a concurrency group run
+at the same time. Either way each cell has its own thread and executor. A signal stops the run between two
+instructions: every worker's process tree and any libvirt domain are killed, and the results file is closed
+as 'interrupted' with every sample already taken.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 
@@ -27,7 +28,10 @@ from guestbench.run.cell import CellRun, RunContext
 from guestbench.run.executor import Executor, local
 from guestbench.run.gate import Gate
 from guestbench.run.nested import NestedPlacement
-from guestbench.run.plan import Group, plan
+from guestbench.run.block import Block
+from guestbench.run.plan import Group, blocks, cells_per_item, plan
+from guestbench.run.schedule import SEQUENTIAL, Order
+from guestbench.run.threads import run_together
 from guestbench.run.powercut import PowerCutTrials
 from guestbench.run.record import CellDoc, Recorder, progress_display
 from guestbench.run.supervisor import TrapSignals
@@ -54,7 +58,6 @@ class Runner:
         self.console = console
         self.executor = executor or local(
             verbose=opts.verbose, echo=lambda line: console.print(line, markup=False, highlight=False))
-        self._running: list[Executor] = [self.executor]  # what a signal must stop
         self.stop = threading.Event()  # a signal arrived: threads of concurrent appliances start nothing new
 
     def run(self) -> ResultsFile:
@@ -88,24 +91,46 @@ class Runner:
 
     def _host(self, ctx: RunContext, usable: list[str]) -> None:
         groups = plan(self.sc, usable)
-        for g in groups:
-            g.cells = [ctx.recorder.add_cell(c) for c in g.cells]
-        with progress_display(self.console) as progress:
-            ctx.recorder.track(progress, progress.add_task(self.sc.name, total=sum(
+        order = Order.resolve(self.sc.order, self.sc.seed, cells_per_item(groups))
+        ctx.recorder.note(order=order.to_dict())
+        units = blocks(groups, interleave=order.mode != SEQUENTIAL)
+        for u in units:
+            for g in u.groups:
+                shared = u.turns and len(u.groups) > 1
+                g.cells = [ctx.recorder.add_cell({**c, "order": order.mode if shared else SEQUENTIAL})
+                           for c in g.cells]
+        with progress_display(self.console, open_ended=self.sc.precision is not None) as progress:
+            ctx.recorder.track(progress, progress.add_task(self.sc.name, total=None if self.sc.precision else sum(
                 len(g.iterations) * len(g.cells) for g in groups)))
             try:
-                for g in groups:
-                    if not get_measurement(g.cells[0]["measurement"]).launches:
-                        ctx.gate.probe_deferred(g.backend)  # a command's exit is no verdict: probe it first
-                    if (refusal := ctx.gate.refusal(g.backend)) is not None:
-                        for cell in g.cells:
-                            ctx.recorder.skip(cell, len(g.iterations), refusal)
-                    elif len(g.cells) == 1:
-                        self._cell(ctx, g.cells[0], g.iterations, self.executor)
+                for number, u in enumerate(units, 1):
+                    runnable = [g for g in u.groups if self._admitted(ctx, g)]
+                    if not runnable:
+                        continue
+                    if u.turns:
+                        Block(ctx, [g.cells[0] for g in runnable], runnable[0].iterations, self.executor, order,
+                              number).run()
                     else:
-                        self._together(ctx, g)
+                        self._group(ctx, runnable[0])
             finally:
                 ctx.recorder.track(None)
+
+    @staticmethod
+    def _admitted(ctx: RunContext, g: Group) -> bool:
+        """Whether the group's backend may run; its cells are skipped with the reason when it may not."""
+        if not get_measurement(g.cells[0]["measurement"]).launches:
+            ctx.gate.probe_deferred(g.backend)  # a command's exit is no verdict: probe it first
+        if (refusal := ctx.gate.refusal(g.backend)) is not None:
+            for cell in g.cells:
+                ctx.recorder.skip(cell, len(g.iterations), refusal)
+            return False
+        return True
+
+    def _group(self, ctx: RunContext, g: Group) -> None:
+        if len(g.cells) == 1:
+            self._cell(ctx, g.cells[0], g.iterations, self.executor)
+        else:
+            self._together(ctx, g)
 
     @staticmethod
     def _cell(ctx: RunContext, cell: CellDoc, iterations: list[str], executor: Executor,
@@ -117,43 +142,24 @@ class Runner:
         """N appliances with the same workload at once, each with its own images in the same host directory
         (E3's guests sharing a disk): one thread and one executor each; a signal stops them all."""
         together = [self.executor, *(self.executor.spawn() for _ in g.cells[1:])]
-        self._running = together
-        errors: list[BaseException] = []
         # every timed sample starts together (a peer may be relaunching after a failure: wait that long)
         step_dir = workdir_for(ctx.run_dir, f"step-{g.cells[0]['label']}-{g.backend}")  # one per group
         wait_s = self.sc.timeout + 2 * self.sc.sample_timeout
 
-        def one(cell: CellDoc, ex: Executor) -> None:
-            step = lockstep.Step(str(step_dir), cell["instance"], len(g.cells), wait_s)
-            try:
-                self._cell(ctx, cell, g.iterations, ex, step)
-            except BaseException as e:  # handed to the main thread
-                errors.append(e)
-            finally:
-                lockstep.leave(step_dir, cell["instance"])
+        def one(cell: CellDoc, ex: Executor) -> Callable[[], None]:
+            def job() -> None:
+                step = lockstep.Step(str(step_dir), cell["instance"], len(g.cells), wait_s)
+                try:
+                    self._cell(ctx, cell, g.iterations, ex, step)
+                finally:
+                    lockstep.leave(step_dir, cell["instance"])
+            return job
 
-        threads = [threading.Thread(target=one, args=(c, ex), name=f"guest{c['instance']}", daemon=True)
-                   for c, ex in zip(g.cells, together)]
-        try:
-            for t in threads:
-                t.start()
-            while any(t.is_alive() for t in threads):
-                for t in threads:
-                    t.join(0.2)
-        except BaseException:  # a signal: kill every appliance, then let the threads clean up their disks
-            self.stop.set()
-            self._abort_all()
-            for t in threads:
-                t.join(120)
-            raise
-        finally:
-            self._running = [self.executor]
-        if errors:
-            raise errors[0]
+        run_together([(f"guest{c['instance']}", one(c, ex)) for c, ex in zip(g.cells, together)], together,
+                     self.stop)
 
     def _abort_all(self) -> None:
-        for ex in self._running:
-            ex.abort()
+        self.executor.abort()  # the threads of a block or of concurrent guests abort their own (run.threads)
 
 
 def run_scenario(sc: Scenario, opts: RunOptions, console: Console | None = None,

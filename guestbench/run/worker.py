@@ -23,12 +23,12 @@ from guestbench.measurements import get as get_measurement
 from guestbench.errors import Unavailable
 from guestbench.measurements.base import CellContext, Measurement, verification_problem
 from guestbench.paths import INSTANCE_ENV, WORKDIR_ENV
-from guestbench.run import lockstep
+from guestbench.run import lockstep, turns
 from guestbench.run.protocol import Msg, Request
 
 SHUTDOWN_TIMEOUT_S = 120.0
 POWER_CUT_WAIT_S = 120.0
-LOCKSTEP_MARGIN_S = 60.0  # the supervisor's deadline over the rendezvous's own bound
+LOCKSTEP_MARGIN_S = 60.0  # the supervisor's deadline over the rendezvous's own bound (and a turn's)
 
 
 class Channel:
@@ -157,6 +157,8 @@ class WorkerTask:
         self.set_up = False  # after_launch has run for the current appliance (or, without one, for the cell)
         self.step = lockstep.Step.from_dict(req.step) if req.step else None
         self.step_index: list[int] = list((req.step or {}).get("indexes") or [])  # the run's iteration numbers
+        self.turn = turns.Turn.from_dict(req.turn) if req.turn else None
+        self.turn_index: list[int] = list((req.turn or {}).get("indexes") or [])  # the cell's iteration numbers
 
     def deadline(self, what: str | None, s: float | None = None) -> None:
         self.chan.send(Msg.DEADLINE, what=what, **({"s": s} if what is not None else {}))
@@ -164,6 +166,8 @@ class WorkerTask:
     def run(self) -> None:
         for i, _it in enumerate(self.req.iterations):
             self.chan.send(Msg.BEGIN, i=i)
+            if not self.take_turn(i):
+                break
             try:
                 self.iteration(i)
             except Unavailable as exc:  # the same on every try: say so once and stop
@@ -217,6 +221,21 @@ class WorkerTask:
             self.chan.send(Msg.POWERCUT, i=i)
             while True:
                 time.sleep(60)
+
+    def take_turn(self, i: int) -> bool:
+        """Cells that take turns (guestbench.run.turns): wait until the runner grants iteration i (True) or tells
+        this cell to stop (False). Everything until the next wait, or the worker's end, is inside the turn."""
+        if self.turn is None:
+            return True
+        self.deadline("waiting for its turn", self.turn.wait_s + LOCKSTEP_MARGIN_S)
+        self.chan.send(Msg.WAITING, i=i)
+        got = turns.wait(self.turn, self.turn_index[i])
+        self.deadline(None)
+        if got is None:  # the runner is gone, or kept it waiting past every bound: take nothing more
+            self.chan.send(Msg.FAILURE, i=i, reason=f"no turn was granted within {self.turn.wait_s:g} s "
+                           "(the runner stopped granting turns)")
+            return False
+        return got == turns.GO
 
     def rendezvous(self, i: int) -> dict[str, Any]:
         """Concurrent guests start the timed operation together; what the sample says about that."""

@@ -1,0 +1,108 @@
+"""A block: cells that take turns (guestbench.run.schedule), each in its own thread with its own worker, and
+their sampling towards a precision target.
+
+Every cell of a block is set up before the first grant (its host disks, its worker), and its worker stays
+alive between turns, so interleaving adds no launch. With a precision target a cell is told to stop once
+its 95% CI half-width relative to the median is at or below the target (after at least `repetitions`
+samples); a cell that reaches its cap first is recorded as such and flagged by the reports.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from guestbench import stats
+from guestbench.paths import workdir_for
+from guestbench.run.cell import MAX_WORKER_RESTARTS, CellRun, RunContext, Seat
+from guestbench.run.executor import Executor
+from guestbench.run.record import CellDoc, numbered
+from guestbench.run.schedule import Order, Turnstile
+from guestbench.run.threads import run_together
+from guestbench.run.turns import Turn
+from guestbench.run.worker import SHUTDOWN_TIMEOUT_S
+
+
+class Block:
+    """The cells of one block and the iterations each of them may run (with precision: up to the cap)."""
+
+    def __init__(self, ctx: RunContext, cells: list[CellDoc], iterations: list[str], executor: Executor,
+                 order: Order, number: int) -> None:
+        self.ctx = ctx
+        self.cells = cells
+        self.its = iterations
+        self.numbered = numbered(iterations)
+        self.executor = executor
+        self.order = order
+        self.dir = workdir_for(ctx.run_dir, f"turns-{number}")
+        self.target = ctx.sc.precision
+        self.turnstile = Turnstile(self.dir, len(cells), order, ctx.stop, decide=self._decide,
+                                   on_grant=self._granted)
+
+    def wait_s(self) -> float:
+        """The longest a worker may wait for its turn: every other cell's worst turn, each worker replaced
+        as often as a cell allows (a hung launch, a timed step and its set-up, a shutdown)."""
+        sc = self.ctx.sc
+        worst_turn = sc.timeout + 2 * sc.sample_timeout + SHUTDOWN_TIMEOUT_S
+        return max(1, len(self.cells) - 1) * worst_turn * (1 + MAX_WORKER_RESTARTS)
+
+    def run(self) -> None:
+        executors = [self.executor.spawn() for _ in self.cells]
+        jobs = [(f"{c['backend']}-{c['label']}", self._job(slot, c, ex))
+                for slot, (c, ex) in enumerate(zip(self.cells, executors))]
+        try:
+            run_together(jobs, executors, self.ctx.stop, main=self.turnstile.run)
+        finally:
+            if self.target is not None:
+                for slot, cell in enumerate(self.cells):
+                    self._precision(cell, stopped=self._why_stopped(slot, cell))
+
+    def _job(self, slot: int, cell: CellDoc, ex: Executor) -> Any:
+        seat = Seat(Turn(str(self.dir), slot, self.wait_s(), os.getpid()), self.turnstile)
+
+        def job() -> None:
+            try:
+                CellRun(self.ctx, cell, self.its, ex, seat=seat).run()
+            finally:
+                self.turnstile.cell_ended(slot)
+        return job
+
+    # ------------------------------------------------------------------ precision
+    def _decide(self, slot: int, k: int) -> bool:
+        """Stop this cell instead of running its iteration k: its target is reached (only before a repetition)."""
+        if self.target is None or self.its[k] != "rep":
+            return False
+        cell = self.cells[slot]
+        reached = self._precision(cell)
+        return len(cell["samples"]) >= self.ctx.sc.repetitions and reached is not None and reached <= self.target
+
+    def _precision(self, cell: CellDoc, stopped: str | None = None) -> float | None:
+        """The precision the cell's samples reach now, recorded in the cell (with why it stopped, at its end)."""
+        if self.target is None:
+            return None
+        with self.ctx.recorder.lock:
+            seconds = [s["seconds"] for s in cell["samples"]]
+        reached = stats.relative_precision(seconds)
+        record: dict[str, Any] = {"target": self.target, "reached": reached, "n": len(seconds),
+                                  "cap": self.ctx.sc.rep_cap, "method": stats.PRECISION_METHOD}
+        if stopped is not None:
+            record["stopped"] = stopped
+        self.ctx.recorder.update(cell, precision=record)
+        return reached
+
+    def _why_stopped(self, slot: int, cell: CellDoc) -> str:
+        if slot in self.turnstile.stopped:
+            return "target"
+        tried = len(cell["samples"]) + sum(1 for f in cell["failures"] if f.get("kind") == "rep")
+        return "cap" if tried >= self.ctx.sc.rep_cap else "ended"
+
+    def _granted(self, slot: int, k: int) -> None:
+        cell = self.cells[slot]
+        kind, n = self.numbered[k]
+        what = f"{kind} {n}/{self.its.count(kind)}"
+        if self.target is not None and kind == "rep":
+            got = cell.get("precision", {}).get("reached")
+            what += f" · ±{got:.1%} so far (target {self.target:.1%})" if got is not None else \
+                f" · target ±{self.target:.1%}"
+        self.ctx.recorder.doing(cell, what)
+
