@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +13,16 @@ import numpy as np
 from guestbench.paths import cache_dir
 
 CHUNK = 8 * 2**20
+_MAKING = threading.Lock()  # the cells of a block set up at once: one thread makes a payload, the others reuse it
 
 
 def payload(size: int) -> tuple[Path, str]:
     """Return (path, sha256) of a file of `size` random bytes; made atomically, reused when intact."""
+    with _MAKING:
+        return _payload(size)
+
+
+def _payload(size: int) -> tuple[Path, str]:
     d = cache_dir() / "payloads"
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"random-{size}.bin"
@@ -26,7 +33,7 @@ def payload(size: int) -> tuple[Path, str]:
             return path, digest
     rng = np.random.default_rng(size)  # random bytes compress to nothing; seeded so reruns match
     h = hashlib.sha256()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "wb") as f:
             left = size
@@ -42,7 +49,7 @@ def payload(size: int) -> tuple[Path, str]:
         if tmp.exists():
             tmp.unlink()
     digest = h.hexdigest()
-    tmp_sums = sums.with_name(f".{sums.name}.{os.getpid()}.tmp")
+    tmp_sums = sums.with_name(f".{sums.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp_sums.write_text(digest + "\n")
     os.replace(tmp_sums, sums)
     return path, digest

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,6 +39,9 @@ class RunContext:
     recorder: Recorder
     stop: threading.Event  # a signal arrived: start nothing new
     verbose: bool = False
+    # cells set up at the same time (a block, concurrent guests) build appliances, scripts and payloads in the
+    # same caches: one at a time, as when cells ran one after another
+    setup_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def request(self, cell: CellDoc, iterations: list[str], handle_config: dict[str, Any], workdir: Path,
                 **fields: Any) -> Request:
@@ -111,11 +114,12 @@ class CellRun(CellTask):
         self.rec.state(self.cell, "running")
         with contextlib.ExitStack() as resources:
             try:
-                handle_config = self.backend.handle_config(cache_dir(), workload=self.m.workload).to_dict()
-                drives: list[dict[str, Any]] = []
-                if self.m.workload:
-                    storage = resources.enter_context(HostStorage(self.workdir))
-                    drives = self.m.host_drives(storage, self.cell["params"], opens_nbd=self.backend.opens_nbd)
+                with self.ctx.setup_lock:
+                    handle_config = self.backend.handle_config(cache_dir(), workload=self.m.workload).to_dict()
+                    drives: list[dict[str, Any]] = []
+                    if self.m.workload:
+                        storage = resources.enter_context(HostStorage(self.workdir))
+                        drives = self.m.host_drives(storage, self.cell["params"], opens_nbd=self.backend.opens_nbd)
             except (Unavailable, ApplianceError) as e:
                 self.rec.unavailable(self.cell, len(self.its), str(e))
                 return
@@ -127,7 +131,8 @@ class CellRun(CellTask):
         payload = digest = None
         if self.m.needs_payload:
             self.rec.doing(self.cell, "generating payload")
-            payload, digest = self.m.make_payload(self.cell["params"])
+            with self.ctx.setup_lock:
+                payload, digest = self.m.make_payload(self.cell["params"])
         remaining = list(range(len(self.its)))
         restarts = 0
         while remaining and not self.ctx.stop.is_set():
@@ -138,8 +143,6 @@ class CellRun(CellTask):
                                        payload=str(payload) if payload else None, payload_sha256=digest, step=step,
                                        turn=self.seat.request_field(remaining) if self.seat else None)
             ex = self.executor.run_worker(request, self.backend, self._locked(self.on_message))
-            if self.seat is not None:
-                self.seat.turnstile.worker_exited(self.seat.turn.slot)
             remaining = [i for i in remaining if i not in self._ended]
             said = self.cell["failures"][-1]["reason"] if self.cell["failures"] else None  # the worker's own words
             mid_iteration = ex.kind != "done" and bool(remaining)
@@ -160,6 +163,8 @@ class CellRun(CellTask):
                 self.rec.skip(self.cell, len(remaining), f"not run: the worker failed {restarts} times; "
                               f"last: {ex.explain(self.backend)}")
                 return
+            if self.seat is not None:  # a new worker comes; when the cell ends instead, its turn ends with the
+                self.seat.turnstile.worker_exited(self.seat.turn.slot)  # cell (after its disks are removed)
 
     def _lost(self, ex: WorkerExit, remaining: list[int]) -> None:
         """The worker ended in the middle of an iteration: that iteration failed with how the worker ended."""

@@ -1,0 +1,249 @@
+"""Order and precision (issue 15): a measurement's cells take turns, one iteration each; a cell samples until its
+precision target or its cap. The turnstile is checked with threads standing in for workers (it only reads and
+writes files and counters); the runs launch real appliances on uml and tcg."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from guestbench import report, stats
+from guestbench.errors import UserError
+from guestbench.run import turns
+from guestbench.run.schedule import INTERLEAVED, RANDOM, SEQUENTIAL, Order, Turnstile, rounds
+from guestbench.scenario import apply_overrides, parse_scenario
+
+from conftest import guestbench, run_scenario_text, wait_no_leftovers
+
+
+# ---------------------------------------------------------------------------------------------- the turnstile
+
+
+class Worker(threading.Thread):
+    """What a cell's worker does with its turns: wait for iteration k, run it (here: note it), wait for k+1."""
+
+    def __init__(self, ts: Turnstile, slot: int, iterations: int, log: list[tuple[int, int]]) -> None:
+        super().__init__(daemon=True)
+        self.ts, self.slot, self.n, self.log = ts, slot, iterations, log
+        self.turn = turns.Turn(str(ts.dir), slot, 10.0, os.getppid())  # a thread: its "parent" is ours
+
+    def run(self) -> None:
+        try:
+            for k in range(self.n):
+                self.ts.worker_waits(self.slot, k)
+                if turns.wait(self.turn, k) != turns.GO:
+                    break
+                self.log.append((self.slot, k))
+        finally:
+            self.ts.worker_exited(self.slot)
+            self.ts.cell_ended(self.slot)
+
+
+def _run_block(tmp_path: Path, slots: int, iterations: int, order: Order, decide=None) -> tuple[list, Turnstile]:
+    log: list[tuple[int, int]] = []
+    ts = Turnstile(tmp_path, slots, order, threading.Event(), decide=decide)
+    workers = [Worker(ts, s, iterations, log) for s in range(slots)]
+    for w in workers:
+        w.start()
+    ts.run()
+    for w in workers:
+        w.join(10)
+    return log, ts
+
+
+def test_interleaved_cells_take_one_iteration_each_round_by_round(tmp_path: Path) -> None:
+    log, ts = _run_block(tmp_path, 3, 4, Order(INTERLEAVED))
+    assert log == [(s, k) for k in range(4) for s in range(3)]
+    assert ts.granted == log
+
+
+def test_random_order_shuffles_every_round_and_the_seed_replays_it(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    log, _ = _run_block(tmp_path / "a", 3, 6, Order(RANDOM, seed=7))
+    again, _ = _run_block(tmp_path / "b", 3, 6, Order(RANDOM, seed=7))
+    assert log == again  # the same seed, the same order
+    by_round = [[s for s, k in log if k == r] for r in range(6)]
+    assert all(sorted(r) == [0, 1, 2] for r in by_round)  # every cell once per round
+    assert len({tuple(r) for r in by_round}) > 1  # and not always in the same order
+    one_round = rounds(Order(RANDOM, 7), 3)
+    assert by_round == [one_round([0, 1, 2]) for _ in range(6)]  # exactly the seeded generator's rounds
+
+
+def test_a_stopped_cell_leaves_the_rounds_and_the_others_go_on(tmp_path: Path) -> None:
+    """decide() stops slot 0 before its iteration 2 (its target reached); slot 1 runs all of its iterations."""
+    log, ts = _run_block(tmp_path, 2, 4, Order(INTERLEAVED), decide=lambda slot, k: slot == 0 and k == 2)
+    assert log == [(0, 0), (1, 0), (0, 1), (1, 1), (1, 2), (1, 3)]
+    assert ts.stopped == {0}
+
+
+def test_nothing_is_granted_before_every_cell_is_ready(tmp_path: Path) -> None:
+    ts = Turnstile(tmp_path, 2, Order(INTERLEAVED), threading.Event())
+    ts.worker_waits(0, 0)  # slot 1 is still making its disks
+    runner = threading.Thread(target=ts.run, daemon=True)
+    runner.start()
+    runner.join(0.5)
+    assert not list(tmp_path.glob("go-*")) and runner.is_alive()
+    ts.cell_ended(1)  # slot 1 could not run at all
+    deadline = threading.Event()
+    while not list(tmp_path.glob("go-0-0")) and not deadline.wait(0.02):
+        pass
+    assert (tmp_path / "go-0-0").exists()
+    ts.worker_exited(0)
+    ts.cell_ended(0)
+    runner.join(5)
+    assert not runner.is_alive()
+
+
+def test_a_worker_whose_runner_died_stops_waiting(tmp_path: Path) -> None:
+    """The granter is the worker's parent: once it is gone (the worker reparented) the wait ends at once."""
+    turn = turns.Turn(str(tmp_path), 0, 60.0, granter=os.getppid() + 999_999)
+    assert turns.wait(turn, 0) is None
+
+
+def test_a_signal_stops_the_turnstile(tmp_path: Path) -> None:
+    stop = threading.Event()
+    ts = Turnstile(tmp_path, 1, Order(INTERLEAVED), stop)
+    runner = threading.Thread(target=ts.run, daemon=True)
+    runner.start()
+    stop.set()
+    runner.join(5)
+    assert not runner.is_alive()
+
+
+def test_default_order_is_interleaved_only_with_two_cells_and_random_draws_a_seed() -> None:
+    assert Order.resolve(None, None, 2).mode == INTERLEAVED
+    assert Order.resolve(None, None, 1).mode == SEQUENTIAL
+    drawn = Order.resolve(RANDOM, None, 2)
+    assert drawn.seed is not None and drawn.to_dict() == {"mode": RANDOM, "seed": drawn.seed}
+    assert Order.resolve(RANDOM, 5, 2).seed == 5
+    assert Order.resolve(SEQUENTIAL, None, 4).to_dict() == {"mode": SEQUENTIAL}
+
+
+# ---------------------------------------------------------------------------------------------- scenario keys
+
+BASE = {"name": "x", "measurements": ["startup"], "repetitions": 3}
+
+
+@pytest.mark.parametrize("keys, problem", [
+    ({"order": "zigzag"}, "order: 'zigzag' is not an order; allowed: interleaved, random, sequential"),
+    ({"precision": "5"}, "precision: '5' is not a precision"),
+    ({"precision": 0}, "precision: 0 is not a precision"),
+    ({"precision": "100%"}, "precision: '100%' is not a precision"),
+    ({"max_repetitions": 9}, "max_repetitions: needs precision"),
+    ({"precision": "5%", "max_repetitions": 2}, "max_repetitions: 2 is below repetitions (3)"),
+    ({"seed": 4}, "seed: is only used by order random"),
+    ({"order": "random", "seed": -1}, "seed: -1 is too small"),
+])
+def test_bad_order_and_precision_keys_are_refused_in_one_line(keys: dict, problem: str) -> None:
+    with pytest.raises(UserError) as e:
+        parse_scenario({**BASE, **keys}, "s.yaml")
+    assert problem in str(e.value) and "\n" not in str(e.value)
+
+
+def test_precision_makes_repetitions_the_minimum_and_the_cap_the_most() -> None:
+    sc = parse_scenario({**BASE, "precision": "5%", "max_repetitions": 7}, "s.yaml")
+    assert sc.precision == 0.05 and sc.rep_cap == 7 and sc.iterations(False).count("rep") == 7
+    assert parse_scenario({**BASE, "precision": 0.1}, "s.yaml").rep_cap == 20  # the default cap
+    assert parse_scenario(BASE, "s.yaml").rep_cap == 3
+    again = parse_scenario(sc.to_file(), "again")
+    assert (again.precision, again.max_repetitions) == (0.05, 7)
+
+
+def test_the_command_line_sets_order_and_precision_checked_the_same_way() -> None:
+    sc = parse_scenario({**BASE, "order": "random", "seed": 3}, "s.yaml")
+    assert apply_overrides(sc, order="interleaved").seed is None  # the file's seed went with its order
+    assert apply_overrides(sc, precision="2%", max_repetitions=5).rep_cap == 5
+    with pytest.raises(UserError, match="--max-repetitions: 2 is below repetitions"):
+        apply_overrides(sc, precision="2%", max_repetitions=2)
+
+
+def test_the_report_says_where_precision_got_and_flags_a_cell_at_its_cap() -> None:
+    cell = {"backend": "uml", "label": "startup", "measurement": "startup", "placement": "host", "status": "done",
+            "samples": [{"rep": i + 1, "seconds": s} for i, s in enumerate([5.0, 6.0, 5.5])], "failures": [],
+            "precision": {"target": 0.01, "reached": 0.25, "n": 3, "cap": 3, "stopped": "cap"}}
+    doc = {"cells": [cell], "order": {"mode": "random", "seed": 11}}
+    assert "order random (seed 11)" in report.run_line(doc)
+    (row,) = report.rows(doc)
+    assert "uml (host) ±25.0% at n=3 (stopped at the cap without the target)" in report.caption([row])
+    assert any("stopped at the cap (3 samples) at ±25.0%, short of the target ±1.0%" in w
+               for w in report.warnings(doc))
+    cell["precision"] = {"target": 0.3, "reached": 0.25, "n": 3, "cap": 9, "stopped": "target"}
+    assert not any("cap" in w for w in report.warnings(doc))
+
+
+# ---------------------------------------------------------------------------------------------- real runs
+
+INTERLEAVE = """name: interleave
+backends: [uml, tcg]
+repetitions: 4
+warmup: 0
+timeout: 240
+appliance: {memsize: 768}
+measurements:
+  - {measurement: upload-no-write, size: 4MiB}
+"""
+
+
+@pytest.mark.launch
+@pytest.mark.timeout(900)
+def test_uml_and_tcg_take_turns_sample_by_sample_and_the_tables_keep_their_shape(tmp_path: Path,
+                                                                                 no_leftovers) -> None:
+    proc, doc = run_scenario_text(tmp_path, INTERLEAVE)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert doc["order"] == {"mode": "interleaved"}
+    samples = sorted((s["seq"], s["utc"], c["backend"]) for c in doc["cells"] for s in c["samples"])
+    assert [b for _, _, b in samples] == ["uml", "tcg"] * 4  # alternating, in the scenario's backend order
+    assert [seq for seq, _, _ in samples] == list(range(1, 9))
+    assert [u for _, u, _ in samples] == sorted(u for _, u, _ in samples)  # the clock agrees with the order
+    for c in doc["cells"]:
+        assert c["order"] == "interleaved" and c["status"] == "done" and not c["failures"]
+        assert c["verification"]["ok"] is True  # the bytes arrived on both, appliances kept up between turns
+    # the same document without its order prints the same tables: only the run line says how it was run
+    plain = {k: v for k, v in doc.items() if k != "order"}
+    (tmp_path / "plain.json").write_text(json.dumps(plain))
+    with_order = guestbench("show", str(next((tmp_path / "r").glob("*.json"))))
+    without = guestbench("show", str(tmp_path / "plain.json"))
+    assert with_order.returncode == without.returncode == 0
+    assert "order interleaved" in with_order.stdout and "order" not in without.stdout.split("\n", 3)[1]
+    tables = [ln for ln in with_order.stdout.splitlines() if ln.startswith(("┃", "│"))]
+    assert tables and tables == [ln for ln in without.stdout.splitlines() if ln.startswith(("┃", "│"))]
+
+
+PRECISION = """name: precision
+backends: [uml]
+repetitions: 3
+warmup: 0
+timeout: 240
+measurements:
+  - startup
+"""
+
+
+@pytest.mark.launch
+@pytest.mark.timeout(900)
+def test_a_tight_cell_stops_at_its_target_and_a_noisy_one_at_its_cap_flagged(tmp_path: Path, no_leftovers) -> None:
+    """UML start-up varies by a few percent: a 15% target is met long before 10 samples. Tiny uploads vary by far
+    more than 0.1%: that target is never met, the cell takes its 3 samples and the report flags it."""
+    (tmp_path / "tight").mkdir()
+    (tmp_path / "noisy").mkdir()
+    proc, doc = run_scenario_text(tmp_path / "tight", PRECISION, "--precision", "15%", "--max-repetitions", "10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (cell,) = doc["cells"]
+    p, seconds = cell["precision"], [s["seconds"] for s in cell["samples"]]
+    assert p["stopped"] == "target" and 3 <= len(seconds) < 10 and p["n"] == len(seconds)
+    assert p["reached"] == pytest.approx(stats.relative_precision(seconds)) and p["reached"] <= 0.15
+    assert stats.relative_precision(seconds[:-1]) is None or stats.relative_precision(seconds[:-1]) > 0.15 \
+        or len(seconds) == 3  # it stopped at the first sample that met the target, not later
+    noisy = PRECISION.replace("  - startup", "  - {measurement: upload-no-write, size: 1MiB}")
+    proc, doc = run_scenario_text(tmp_path / "noisy", noisy, "--precision", "0.1%", "--max-repetitions", "3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (cell,) = doc["cells"]
+    assert cell["precision"]["stopped"] == "cap" and len(cell["samples"]) == 3
+    assert cell["precision"]["reached"] > 0.001
+    assert "stopped at the cap (3 samples)" in proc.stderr + proc.stdout
+    wait_no_leftovers()
