@@ -24,7 +24,7 @@ from scipy import stats as scipy_stats
 
 from guestbench import host
 from guestbench.errors import UserError
-from guestbench.report import NONE, _cells, _md, _seconds, fmt_seconds  # same sample reading as `show`
+from guestbench.report import NONE, _cells, _md, _seconds, fmt_seconds, load_figures  # same reading as `show`
 from guestbench.stats import RATIO_CI_METHOD, ratio_ci
 
 ALPHA = 0.05
@@ -90,6 +90,7 @@ class Comparison:
     only_in_other: list[str] = field(default_factory=list)
     host_differences: list[str] = field(default_factory=list)
     software_changes: list[str] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)  # cells timed while the host was busy, on either side
 
 
 # ---------------------------------------------------------------------------------------------- input
@@ -263,7 +264,20 @@ def build_comparison(base: dict[str, Any], other: dict[str, Any], base_path: str
     only_base, only_other = unmatched(base, other)
     return Comparison(base_path=base_path, other_path=other_path, rows=compare_docs(base, other),
                       only_in_base=only_base, only_in_other=only_other, host_differences=check_hosts(base, other),
-                      software_changes=software_changes(base, other))
+                      software_changes=software_changes(base, other),
+                      busy=busy_cells(base, "baseline") + busy_cells(other, "other"))
+
+
+def busy_cells(doc: dict[str, Any], side: str) -> list[str]:
+    """The cells of one side with samples timed while the host was busy (guestbench.noise): their ratio may
+    measure the machine, not the change."""
+    out = []
+    for key, cell in cells_by_key(doc).items():
+        load = load_figures(cell)
+        if load["busy"]:
+            out.append(f"{side}: {cell_name(key)}: the host was busy during {load['busy']} of {load['judged']} "
+                       f"samples (other processes up to {load['busiest']:.2g} cores)")
+    return out
 
 
 def regressions(comparisons: Iterable[Comparison], fail_above_pct: float | None) -> list[str]:
@@ -310,6 +324,7 @@ def _notes(c: Comparison) -> list[str]:
     """Everything that is not a row but changes how to read the rows."""
     out = [f"host differs from the baseline (--force): {d}" for d in c.host_differences]
     out += [f"software changed since the baseline: {d}" for d in c.software_changes]
+    out += c.busy
     out += [f"only in baseline: {x}" for x in c.only_in_base]
     out += [f"only in other: {x}" for x in c.only_in_other]
     out += [f"{r.cell}: the two cells differ, the ratio may compare different work: {'; '.join(r.differences)}"

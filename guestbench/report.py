@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from guestbench import metrics_report, phases, units
+from guestbench.noise import BUSY_RULE
 from guestbench.stats import (CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary, ratio_ci, spread_warnings,
                               summarize)
 
@@ -54,6 +55,9 @@ class Row:
     first_failure: str | None
     workload: bool = False  # a tool's figures: shown in guestbench.metrics_report's tables instead
     precision: dict[str, Any] | None = None  # sampled towards a precision target (results.Precision)
+    judged: int = 0  # samples whose host load was judged (guestbench.noise)
+    busy: int = 0  # ... of which the host was busy
+    busiest: float | None = None  # the most cores other processes used during one of its samples
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -82,6 +86,15 @@ def _seconds(cell: dict[str, Any]) -> list[float]:
         if value is not None:
             out.append(value)
     return out
+
+
+def _load_figures(cell: dict[str, Any]) -> dict[str, Any]:
+    """How many samples were judged for host load, how many were busy, and the busiest one's other cores."""
+    loads = [_dict(_dict(s).get("load")) for s in _list(cell.get("samples"))]
+    judged = [ld for ld in loads if isinstance(ld.get("busy"), bool)]
+    others = [v for v in (_number(ld.get("other_cores")) for ld in judged) if v is not None]
+    return {"judged": len(judged), "busy": sum(1 for ld in judged if ld["busy"]),
+            "busiest": max(others) if others else None}
 
 
 def _first_failure(cell: dict[str, Any]) -> str | None:
@@ -124,6 +137,7 @@ def _row(cell: dict[str, Any]) -> Row:
         first_failure=_first_failure(cell),
         workload=bool(cell.get("metrics")),
         precision=cell.get("precision") if isinstance(cell.get("precision"), dict) else None,
+        **_load_figures(cell),
     )
 
 
@@ -210,7 +224,8 @@ def warnings(doc: dict[str, Any]) -> list[str]:
         prefix = f"{names[id(r)]}: {r.backend}"
         if r.failures:
             out.append(f"{prefix}: {r.failures} of {r.n + r.failures} samples failed: {r.first_failure}")
-        for problem in (_status_warning(r, doc.get("status")), _verification_failed(cell), _precision_warning(r)):
+        for problem in (_status_warning(r, doc.get("status")), _verification_failed(cell), _precision_warning(r),
+                        _load_warning(r)):
             if problem:
                 out.append(f"{prefix}: {problem}")
     return out
@@ -348,6 +363,26 @@ def _precision_text(group: list[Row]) -> str:
     return f" Precision ({goal}half-width of the 95% CI / median): {'; '.join(parts)}."
 
 
+def _load_text(group: list[Row]) -> str:
+    """Whether the host was busy while the table's samples were timed (nothing when no sample was judged)."""
+    judged = sum(r.judged for r in group)
+    if not judged:
+        return ""
+    busy = [r for r in group if r.busy]
+    if not busy:
+        return f" Host quiet during all {judged} judged timed steps ({BUSY_RULE})."
+    which = "; ".join(f"{r.backend} ({r.placement or NONE}) {r.busy} of {r.judged}, other processes up to "
+                      f"{r.busiest:.2g} cores" for r in busy)
+    return f" Host BUSY during {sum(r.busy for r in busy)} of {judged} judged timed steps: {which} ({BUSY_RULE})."
+
+
+def _load_warning(r: Row) -> str | None:
+    if not r.busy:
+        return None
+    return (f"the host was busy during {r.busy} of {r.judged} samples (other processes up to {r.busiest:.2g} "
+            "cores): its figures may be slowed by the rest of the machine")
+
+
 def _precision_warning(r: Row) -> str | None:
     p = r.precision or {}
     reached, target = _number(p.get("reached")), _number(p.get("target"))
@@ -447,7 +482,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
         lines += ["No measurements recorded.", ""]
     for label, group in groups.items():
         lines += [f"## {_md(label)}", "", *_md_table(group), "",
-                  f"{_md(_timed_text(group))} {_method_text()}{_md(_cold_text(group))}{_md(_precision_text(group))}", ""]
+                  f"{_md(_timed_text(group))} {_method_text()}{_md(_cold_text(group))}{_md(_precision_text(group))}{_md(_load_text(group))}", ""]
     for mt in tables:
         head = metrics_report.header_cells(mt)
         lines += [f"## {_md(mt.group)}" + (f" ({mt.placement})" if mt.placement != "host" else ""), "",
@@ -501,6 +536,7 @@ def _row_dict(r: Row) -> dict[str, Any]:
         "cold_s": _json_float(r.cold_s), "cache_mode": r.cache_mode, "timed": r.timed,
         "status": r.status, "skip_reason": r.skip_reason, "first_failure": r.first_failure,
         **({"precision": r.precision} if r.precision else {}),
+        **({"host_load": {"judged": r.judged, "busy": r.busy, "busiest_other_cores": r.busiest}} if r.judged else {}),
     }
 
 
@@ -975,7 +1011,7 @@ def table_cells(r: Row) -> list[str]:
 
 def caption(group: list[Row]) -> str:
     """What the clock covered, the methods, and the cold launches of one measurement's table."""
-    return f"{_timed_text(group)} {_method_text()}{_cold_text(group)}{_precision_text(group)}"
+    return f"{_timed_text(group)} {_method_text()}{_cold_text(group)}{_precision_text(group)}{_load_text(group)}"
 
 
 def scenario_name(doc: dict[str, Any]) -> str:
@@ -988,6 +1024,11 @@ def run_line(doc: dict[str, Any]) -> str:
 
 def host_line(doc: dict[str, Any]) -> str:
     return _host_line(doc)
+
+
+def load_figures(cell: dict[str, Any]) -> dict[str, Any]:
+    """A cell's host load: samples judged, samples busy, the busiest one's other cores (guestbench.noise)."""
+    return _load_figures(cell)
 
 
 def md_text(text: str) -> str:

@@ -114,6 +114,17 @@ def _fraction(value: Any, key: str) -> float:
     return value
 
 
+def _load(value: Any, key: str) -> dict[str, Any]:
+    """A sample's host load: other processes' cores and the steal share are numbers >= 0, busy a boolean."""
+    _mapping(value, key)
+    for name in ("other_cores", "steal", "load1"):
+        if name in value and value[name] is not None:
+            _amount(value[name], _at(key, name))
+    if value.get("busy") is not None:
+        _flag(value["busy"], _at(key, "busy"))
+    return value  # type: ignore[no-any-return]
+
+
 def _mapping(value: Any, key: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _refuse(value, key, "is not an object", "a JSON object")
@@ -249,13 +260,14 @@ class Sample(Record):
     in_step: bool | None = None  # concurrent guests: whether the peers started the timed step together
     waited_s: float | None = None  # ... and how long this guest waited for them
     seq: int | None = None  # its place among every iteration that ended in the run (placement), from 1
+    load: dict[str, Any] | None = None  # the rest of the machine during the timed step (guestbench.noise)
 
     WHAT: ClassVar[str] = "a sample: an object with rep and seconds"
     REQUIRED: ClassVar[dict[str, str]] = {"rep": "the repetition's number, an integer >= 1", "seconds": SECONDS}
     FIELDS: ClassVar[dict[str, Parser]] = {
         "rep": _count, "seconds": _seconds, "utc": _nullable(_text), "phases": _nullable(_objects),
         "metrics": _nullable(_figures), "in_step": _nullable(_flag), "waited_s": _nullable(_seconds),
-        "seq": _nullable(_count),
+        "seq": _nullable(_count), "load": _nullable(_load),
     }
 
 

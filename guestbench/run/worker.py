@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from guestbench import phases
+from guestbench import noise, phases
 from guestbench.measurements import get as get_measurement
 from guestbench.errors import Unavailable
 from guestbench.measurements.base import CellContext, Measurement, verification_problem
@@ -157,6 +157,7 @@ class WorkerTask:
         self.set_up = False  # after_launch has run for the current appliance (or, without one, for the cell)
         self.step = lockstep.Step.from_dict(req.step) if req.step else None
         self.step_index: list[int] = list((req.step or {}).get("indexes") or [])  # the run's iteration numbers
+        self.meter = noise.LoadMeter()  # what the rest of the machine did during each timed step
         self.turn = turns.Turn.from_dict(req.turn) if req.turn else None
         self.turn_index: list[int] = list((req.turn or {}).get("indexes") or [])  # the cell's iteration numbers
 
@@ -191,9 +192,12 @@ class WorkerTask:
 
     def iteration(self, i: int) -> None:
         if self.m.times_launch:
+            self.meter.start()
             self.app, elapsed, cut = self.launch()
+            load = self.meter.stop()
             self.shutdown(self.app)
-            self.chan.send(Msg.SAMPLE, i=i, s=elapsed, **({"phases": cut} if cut is not None else {}))
+            self.chan.send(Msg.SAMPLE, i=i, s=elapsed, **({"phases": cut} if cut is not None else {}),
+                           **({"load": load} if load else {}))
             return
         if not self.set_up:
             if self.m.launches:
@@ -206,16 +210,19 @@ class WorkerTask:
         self.deadline("sample", self.req.sample_timeout)
         self.m.prepare(g, self.ctx)
         in_step = self.rendezvous(i)
+        self.meter.start()
         t0 = time.perf_counter()
         figures = self.m.timed_op(g, self.ctx)
         elapsed = time.perf_counter() - t0
+        load = self.meter.stop()
         if self.verify_pending and (record := self.m.verify(g, self.ctx)) is not None:
             self.chan.send(Msg.VERIFICATION, record=record)
             self.verify_pending = False
             if (problem := verification_problem(record)) is not None:
                 raise RuntimeError(problem)
         self.deadline(None)
-        self.chan.send(Msg.SAMPLE, i=i, s=elapsed, **({"metrics": figures} if figures is not None else {}), **in_step)
+        self.chan.send(Msg.SAMPLE, i=i, s=elapsed, **({"metrics": figures} if figures is not None else {}), **in_step,
+                       **({"load": load} if load else {}))
         if self.m.kills_hypervisor:  # the runner cuts the power now: wait for it, mid-flight
             self.deadline("power cut", POWER_CUT_WAIT_S)
             self.chan.send(Msg.POWERCUT, i=i)

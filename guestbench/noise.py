@@ -1,0 +1,187 @@
+"""What else moves a figure: the machine's settings that make timings drift (in the fingerprint), and what the
+rest of the machine was doing during each sample (kept with the sample).
+
+Per sample, `LoadMeter` reads /proc/stat (the whole machine's CPU time, and steal time where a VM reports it)
+and the CPU time of the measuring worker's own process tree (its hypervisor and everything it started,
+children it reaped included) at the start and the end of the timed step. What the machine spent beyond our
+tree is other processes' work: more than BUSY_OTHER_CORES cores on average, or more than BUSY_STEAL of the
+machine's time stolen by the hypervisor below, and the sample is marked busy (kept, flagged in the reports).
+/proc/stat counts in clock ticks (USER_HZ, 100 per second), so a sample shorter than MIN_JUDGED_S is not judged.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BUSY_OTHER_CORES = 0.5
+BUSY_STEAL = 0.10
+MIN_JUDGED_S = 0.5
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+BUSY_RULE = (f"busy: other processes used more than {BUSY_OTHER_CORES:g} of a core on average during the timed "
+             f"step, or more than {BUSY_STEAL:.0%} of the machine's CPU time was stolen by the hypervisor below "
+             f"(steps shorter than {MIN_JUDGED_S:g} s are not judged)")
+
+
+# ---------------------------------------------------------------------------------------------- per sample
+
+
+@dataclass(frozen=True)
+class _Reading:
+    at: float  # time.monotonic()
+    busy_ticks: int  # every CPU's non-idle, non-steal ticks
+    steal_ticks: int
+    ours_ticks: int  # our process tree's user+system ticks, reaped children included
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, steal) clock ticks of all CPUs so far; busy = user nice system irq softirq (guest time is in user)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:]
+    values = [int(v) for v in fields] + [0] * 8
+    user, nice, system, _idle, _iowait, irq, softirq, steal = values[:8]
+    return user + nice + system + irq + softirq, steal
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, user+system ticks of the process and of its reaped children), or None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    rest = text.rsplit(")", 1)[1].split()  # the command name may hold spaces and parentheses
+    # rest[0] is the state; ppid, then utime stime cutime cstime are fields 4 and 14-17 of proc(5)
+    return int(rest[1]), sum(int(v) for v in rest[11:15])
+
+
+def tree_ticks(root: int) -> int:
+    """CPU ticks of `root` and every descendant alive now (each with what it reaped)."""
+    children: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            st = _stat(int(entry.name))
+            if st is not None:
+                children.setdefault(st[0], []).append(int(entry.name))
+                ticks[int(entry.name)] = st[1]
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += ticks.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return total
+
+
+class LoadMeter:
+    """Brackets one timed step: `start()` before it, `stop()` after; the record says what the rest of the
+    machine did meanwhile."""
+
+    def __init__(self, root: int | None = None) -> None:
+        self.root = root or os.getpid()
+        self._start: _Reading | None = None
+
+    def _read(self) -> _Reading:
+        busy, steal = _machine_ticks()
+        return _Reading(time.monotonic(), busy, steal, tree_ticks(self.root))
+
+    def start(self) -> None:
+        try:
+            self._start = self._read()
+        except OSError:  # no /proc: nothing to say about the host
+            self._start = None
+
+    def stop(self) -> dict[str, Any] | None:
+        """{"other_cores", "steal", "load1", "busy"} over the step, or None when it could not be read."""
+        if self._start is None:
+            return None
+        try:
+            end = self._read()
+            load1 = os.getloadavg()[0]
+        except OSError:
+            return None
+        return judge(self._start, end, load1, os.cpu_count() or 1)
+
+
+def judge(a: _Reading, b: _Reading, load1: float, cpus: int) -> dict[str, Any]:
+    wall = max(b.at - a.at, 1e-9)
+    other = max(0, (b.busy_ticks - a.busy_ticks) - (b.ours_ticks - a.ours_ticks)) * TICK_S / wall
+    steal = (b.steal_ticks - a.steal_ticks) * TICK_S / (wall * cpus)
+    record: dict[str, Any] = {"other_cores": round(other, 3), "steal": round(max(0.0, steal), 4),
+                              "load1": round(load1, 2)}
+    if wall >= MIN_JUDGED_S:
+        record["busy"] = other > BUSY_OTHER_CORES or steal > BUSY_STEAL
+    return record
+
+
+# ---------------------------------------------------------------------------------------------- the machine
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _bracketed(text: str | None) -> str | None:
+    """sysfs lists choices with the active one in brackets: 'always [madvise] never' → 'madvise'."""
+    if text and "[" in text:
+        return text.split("[", 1)[1].split("]", 1)[0]
+    return text
+
+
+def _boost() -> bool | None:
+    boost = _read("/sys/devices/system/cpu/cpufreq/boost")
+    if boost is not None:
+        return boost == "1"
+    no_turbo = _read("/sys/devices/system/cpu/intel_pstate/no_turbo")
+    return None if no_turbo is None else no_turbo == "0"
+
+
+def _mitigations() -> dict[str, int] | None:
+    """How many of the kernel's CPU vulnerability entries are mitigated, vulnerable or not affected."""
+    d = Path("/sys/devices/system/cpu/vulnerabilities")
+    if not d.is_dir():
+        return None
+    counts = {"mitigated": 0, "vulnerable": 0, "not affected": 0}
+    for f in d.iterdir():
+        text = (_read(str(f)) or "").lower()
+        key = "not affected" if text.startswith("not affected") else \
+            "vulnerable" if text.startswith("vulnerable") else "mitigated"
+        counts[key] += 1
+    return counts
+
+
+def other_runs() -> int:
+    """Other `guestbench scenario` runs on this machine now (not this process, its parents or its children)."""
+    mine = {os.getpid(), os.getppid()}
+    count = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in mine:
+            continue
+        try:
+            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv if a]
+        if any(w.endswith("guestbench") or w == "guestbench" for w in words[:3]) and "scenario" in words[1:4]:
+            count += 1
+    return count
+
+
+def settings() -> dict[str, Any]:
+    """What on this machine makes timings move (absent: the machine does not say)."""
+    governor = _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+    smt = _read("/sys/devices/system/cpu/smt/active")
+    out: dict[str, Any] = {
+        "governor": governor,
+        "boost": _boost(),
+        "transparent_hugepages": _bracketed(_read("/sys/kernel/mm/transparent_hugepage/enabled")),
+        "smt": None if smt is None else smt == "1",
+        "mitigations": _mitigations(),
+        "other_guestbench_runs": other_runs(),
+    }
+    return {k: v for k, v in out.items() if v is not None}

@@ -1,0 +1,100 @@
+"""The busy-host check and the noise fingerprint (issue 15): what else the machine did during each sample."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from guestbench import noise, report
+
+from conftest import run_scenario_text
+
+HOG = [sys.executable, "-c", "while True: pass"]
+
+
+def reading(at: float, busy: int, steal: int, ours: int) -> noise._Reading:
+    return noise._Reading(at, busy, steal, ours)
+
+
+def test_other_processes_above_half_a_core_make_a_sample_busy() -> None:
+    ticks = round(1 / noise.TICK_S)  # ticks in one second of one CPU
+    quiet = noise.judge(reading(0, 0, 0, 0), reading(2, 2 * ticks, 0, 2 * ticks), 0.5, 2)  # all the work was ours
+    assert quiet["busy"] is False and quiet["other_cores"] == 0
+    hogged = noise.judge(reading(0, 0, 0, 0), reading(2, 4 * ticks, 0, ticks), 2.0, 2)  # 1.5 cores not ours
+    assert hogged["busy"] is True and hogged["other_cores"] == pytest.approx(1.5)
+    stolen = noise.judge(reading(0, 0, 0, 0), reading(1, 0, ticks // 2, 0), 0.1, 2)  # a quarter of 2 CPUs stolen
+    assert stolen["busy"] is True and stolen["steal"] == pytest.approx(0.25)
+    short = noise.judge(reading(0, 0, 0, 0), reading(0.2, ticks, 0, 0), 0.1, 2)
+    assert "busy" not in short  # too few clock ticks to judge
+
+
+def test_our_tree_counts_the_cpu_of_children_alive_and_reaped() -> None:
+    before = noise.tree_ticks(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt=time.process_time()\n"
+                              "while time.process_time() - t < 0.6: pass"])
+    child.wait(30)  # reaped by us: its time moves to our cutime
+    after = noise.tree_ticks(os.getpid())
+    assert (after - before) * noise.TICK_S >= 0.4
+
+
+def test_the_fingerprint_says_what_makes_figures_move() -> None:
+    s = noise.settings()
+    assert isinstance(s.get("other_guestbench_runs"), int)
+    if Path("/sys/kernel/mm/transparent_hugepage/enabled").exists():
+        assert s["transparent_hugepages"] in ("always", "madvise", "never")
+    if Path("/sys/devices/system/cpu/vulnerabilities").is_dir():
+        assert sum(s["mitigations"].values()) == len(list(Path("/sys/devices/system/cpu/vulnerabilities").iterdir()))
+
+
+def test_the_report_marks_busy_cells_and_says_quiet_ones_were_judged() -> None:
+    def cell(backend: str, busy: list[bool]) -> dict:
+        return {"backend": backend, "label": "startup", "measurement": "startup", "placement": "host",
+                "status": "done", "failures": [],
+                "samples": [{"rep": i + 1, "seconds": 5.0 + i / 10, "load": {"other_cores": 1.2 if b else 0.01,
+                                                                            "steal": 0.0, "busy": b}}
+                            for i, b in enumerate(busy)]}
+    doc = {"cells": [cell("uml", [False, True, True]), cell("tcg", [False, False, False])]}
+    rows = report.rows(doc)
+    assert "Host BUSY during 2 of 6 judged timed steps: uml (host) 2 of 3, other processes up to 1.2 cores" \
+        in report.caption(rows)
+    assert any("uml: the host was busy during 2 of 3 samples" in w for w in report.warnings(doc))
+    quiet = {"cells": [cell("tcg", [False, False])]}
+    assert "Host quiet during all 2 judged timed steps" in report.caption(report.rows(quiet))
+    assert not any("busy" in w for w in report.warnings(quiet))
+
+
+BUSY = """name: busy
+backends: [uml]
+repetitions: 2
+warmup: 0
+timeout: 240
+measurements: [startup]
+"""
+
+
+@pytest.mark.launch
+@pytest.mark.timeout(600)
+def test_a_run_next_to_cpu_hogs_is_flagged_busy_and_the_same_run_alone_is_not(tmp_path: Path, no_leftovers) -> None:
+    (tmp_path / "quiet").mkdir()
+    (tmp_path / "hogged").mkdir()
+    proc, quiet = run_scenario_text(tmp_path / "quiet", BUSY)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    hogs = [subprocess.Popen(HOG) for _ in range(2)]
+    try:
+        proc_b, hogged = run_scenario_text(tmp_path / "hogged", BUSY)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait(10)
+    assert proc_b.returncode == 0, proc_b.stderr[-3000:]
+    loads = [s["load"] for s in hogged["cells"][0]["samples"]]
+    assert all(ld["busy"] is True and ld["other_cores"] > 1.0 for ld in loads), loads
+    assert "the host was busy during 2 of 2 samples" in proc_b.stdout + proc_b.stderr
+    assert "Host BUSY" in proc_b.stdout
+    loads = [s["load"] for s in quiet["cells"][0]["samples"]]
+    assert all(ld["busy"] is False for ld in loads), loads
+    assert "busy" not in proc.stderr and "Host quiet during all 2 judged timed steps" in proc.stdout
