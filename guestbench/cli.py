@@ -100,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--fail-above", metavar="PCT",
                    help="a cell is a regression, and the exit status 1, when its median is more than PCT percent "
                    "above the baseline's (10 and 10%% both mean 10 percent)")
+    c.add_argument("--noise", metavar="PCT", help="a change smaller than PCT percent is 'no change' whatever p says "
+                   "(the machine's run-to-run noise, e.g. 5%%)")
     c.add_argument("--force", action="store_true", help="compare even when the host fingerprints differ")
     _add_output(c, compare.CSV_HEADER)
 
@@ -330,7 +332,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     others = [(path, load_results(path)) for path in args.others]
     for warning in compare.gate_hosts(args.baseline, base, others, force=args.force):
         sys.stderr.write(f"guestbench: warning: {_one_line(warning)}\n")
-    comparisons = [compare.build_comparison(base, doc, args.baseline, path) for path, doc in others]
+    noise = None if args.noise is None else compare.parse_fail_above(args.noise, "--noise")
+    comparisons = [compare.build_comparison(base, doc, args.baseline, path, noise) for path, doc in others]
     if args.format == "json":
         sys.stdout.write(json.dumps(compare.to_summary_json(comparisons, fail_above), indent=2, allow_nan=False)
                          + "\n")

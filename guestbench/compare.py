@@ -24,8 +24,9 @@ from scipy import stats as scipy_stats
 
 from guestbench import host
 from guestbench.errors import UserError
-from guestbench.report import NONE, _cells, _md, _seconds, fmt_seconds, load_figures  # same reading as `show`
-from guestbench.stats import RATIO_CI_METHOD, ratio_ci
+from guestbench.report import (NONE, _cells, _dict, _list, _md, _number, _seconds, fmt_seconds,  # as `show` reads
+                               load_figures)
+from guestbench.stats import PERMUTATION_METHOD, RATIO_CI_METHOD, permutation_p, ratio_ci
 
 ALPHA = 0.05
 MIN_N_NOTE = 4
@@ -38,9 +39,12 @@ CSV_HEADER = ("backend,placement,measurement,n_base,n_other,median_base_s,median
               "ratio_ci_high,p_value,verdict,regression")
 """Stable contract for scripts: never reorder or rename these columns."""
 
-COLUMNS = ("backend", "placement", "measurement", "n base", "n other", "median base s", "median other s",
-           "ratio", "95% CI of ratio", "p (test)", "verdict")
+COLUMNS = ("backend", "placement", "measurement", "n base", "n other", "median base", "median other",
+           "ratio", "95% CI of ratio", "p (test)", "p (perm.)", "verdict")
 SLOWER, FASTER, NO_CHANGE = "slower", "faster", "no significant change"
+HIGHER, LOWER = "higher", "lower"  # the verdicts of a figure that is not seconds (MB/s, IOPS, ms)
+WITHIN_NOISE = "no change (within the noise threshold)"
+IMPROVEMENT, REGRESSION = "improvement", "regression"
 
 Key = tuple[str, str, str]
 
@@ -64,19 +68,40 @@ class ComparisonRow:
     verdict: str
     note: str | None = None
     differences: tuple[str, ...] = ()  # params that differ between the two cells: ratio may mislead
+    figure: str = "seconds"  # what is compared: a sample's seconds, or a workload figure's label
+    unit: str = "s"
+    higher_better: bool = False  # seconds and latencies: lower is better; MB/s, IOPS: higher
+    p_perm: float = math.nan  # the permutation test of the difference of medians (stats.permutation_p)
 
     @property
     def cell(self) -> str:
         return cell_name((self.backend, self.placement, self.measurement))
 
+    @property
+    def worse_factor(self) -> float:
+        """How many times worse the other side is (below 1: better), whichever direction is better."""
+        if math.isnan(self.ratio) or self.ratio <= 0:
+            return math.nan
+        return 1 / self.ratio if self.higher_better else self.ratio
+
+    @property
+    def change(self) -> str | None:
+        """improvement or regression for a verdict that found a difference; None otherwise."""
+        if self.verdict in (SLOWER, LOWER if self.higher_better else HIGHER):
+            return REGRESSION
+        if self.verdict in (FASTER, HIGHER if self.higher_better else LOWER):
+            return IMPROVEMENT
+        return None
+
     def is_regression(self, fail_above_pct: float | None) -> bool:
-        """Ratio above the threshold, whatever p says: few samples must not hide a slowdown."""
-        if fail_above_pct is None or math.isnan(self.ratio):
+        """Worse by more than the threshold, whatever p says: few samples must not hide a slowdown."""
+        if fail_above_pct is None or math.isnan(self.worse_factor):
             return False
-        return self.ratio > 1 + fail_above_pct / 100
+        return self.worse_factor > 1 + fail_above_pct / 100
 
     def verdict_text(self) -> str:
-        return f"{self.verdict} ({self.note})" if self.note else self.verdict
+        text = f"{self.verdict}, {self.change}" if self.change and self.figure != "seconds" else self.verdict
+        return f"{text} ({self.note})" if self.note else text
 
 
 @dataclass
@@ -91,12 +116,13 @@ class Comparison:
     host_differences: list[str] = field(default_factory=list)
     software_changes: list[str] = field(default_factory=list)
     busy: list[str] = field(default_factory=list)  # cells timed while the host was busy, on either side
+    noise_pct: float | None = None  # ratios within this many percent of 1 are no change
 
 
 # ---------------------------------------------------------------------------------------------- input
 
 
-def parse_fail_above(text: str) -> float:
+def parse_fail_above(text: str, flag: str = "--fail-above") -> float:
     """`10%` and `10` both mean 10 percent: one reading only, so `0.1` is 0.1 percent, never 10."""
     raw = text.strip()
     number = raw[:-1].strip() if raw.endswith("%") else raw
@@ -106,7 +132,7 @@ def parse_fail_above(text: str) -> float:
         pct = math.nan
     if not math.isfinite(pct) or pct <= 0:
         raise UserError(f"{text!r} is not a positive percentage; allowed: a number > 0 of percent, e.g. 10 or 10%",
-                        source="command line", key="--fail-above")
+                        source="command line", key=flag)
     return pct
 
 
@@ -173,30 +199,55 @@ def _param_differences(base_cell: dict[str, Any], other_cell: dict[str, Any]) ->
 
 
 def compare_samples(key: Key, base: Sequence[float], other: Sequence[float],
-                    differences: tuple[str, ...] = ()) -> ComparisonRow:
-    """All figures of one row from the raw samples of both sides (each side needs at least one)."""
+                    differences: tuple[str, ...] = (), *, noise_pct: float | None = None,
+                    figure: str = "seconds", unit: str = "s", higher_better: bool = False) -> ComparisonRow:
+    """All figures of one row from the raw samples of both sides (each side needs at least one). A ratio within
+    the noise threshold is no change whatever p says; otherwise the verdict is the test's, in the figure's
+    own words (seconds: slower/faster; other figures: higher/lower)."""
     med_b, med_o = float(np.median(base)), float(np.median(other))
     ratio = med_o / med_b if med_b > 0 else math.nan
     low, high = ratio_ci(base, other)
     p, test, other_larger = mann_whitney(base, other)
-    verdict = NO_CHANGE if not p < ALPHA else SLOWER if other_larger else FASTER
+    up, down = (HIGHER, LOWER) if figure != "seconds" else (SLOWER, FASTER)
+    verdict = NO_CHANGE if not p < ALPHA else up if other_larger else down
+    if noise_pct is not None and not math.isnan(ratio) and abs(ratio - 1) < noise_pct / 100:
+        verdict = WITHIN_NOISE
     return ComparisonRow(backend=key[0], placement=key[1], measurement=key[2], n_base=len(base),
                          n_other=len(other), median_base=med_b, median_other=med_o, ratio=ratio, ci_low=low,
                          ci_high=high, p_value=p, test=test, verdict=verdict,
-                         note=_few_samples_note(len(base), len(other)), differences=differences)
+                         note=_few_samples_note(len(base), len(other)), differences=differences, figure=figure,
+                         unit=unit, higher_better=higher_better, p_perm=permutation_p(base, other))
 
 
-def compare_docs(base: dict[str, Any], other: dict[str, Any]) -> list[ComparisonRow]:
-    """One row per cell key with samples in both documents, in the baseline's order."""
+def figures(cell: dict[str, Any]) -> list[tuple[str, str, str, bool, list[float]]]:
+    """What a cell is compared on: (key, label, unit, higher is better, values). A workload's own figures (its
+    wall time is a fixed run, no figure), else the samples' seconds."""
+    out = []
+    for desc in _list(cell.get("metrics")):
+        if not isinstance(desc, dict) or not isinstance(desc.get("key"), str):
+            continue
+        values = [v for v in (_number(_dict(_dict(s).get("metrics")).get(desc["key"])) for s in
+                              _list(cell.get("samples"))) if v is not None]
+        out.append((desc["key"], str(desc.get("label") or desc["key"]), str(desc.get("unit") or ""),
+                    bool(desc.get("higher_better", True)), values))
+    return out or [("seconds", "seconds", "s", False, _seconds(cell))]
+
+
+def compare_docs(base: dict[str, Any], other: dict[str, Any], noise_pct: float | None = None) -> list[ComparisonRow]:
+    """One row per cell key and figure with samples in both documents, in the baseline's order."""
     base_cells, other_cells = cells_by_key(base), cells_by_key(other)
     out: list[ComparisonRow] = []
     for key, base_cell in base_cells.items():
         other_cell = other_cells.get(key)
         if other_cell is None:
             continue
-        b, o = _seconds(base_cell), _seconds(other_cell)
-        if b and o:
-            out.append(compare_samples(key, b, o, _param_differences(base_cell, other_cell)))
+        theirs = {f[0]: f for f in figures(other_cell)}
+        for fkey, label, unit, higher, b in figures(base_cell):
+            o = theirs.get(fkey, (None,) * 4 + ([],))[4]
+            if b and o:
+                row_key = key if fkey == "seconds" else (key[0], key[1], f"{key[2]} {fkey}")
+                out.append(compare_samples(row_key, b, o, _param_differences(base_cell, other_cell),
+                                           noise_pct=noise_pct, figure=label, unit=unit, higher_better=higher))
     return out
 
 
@@ -258,14 +309,14 @@ def gate_hosts(base_path: str, base: dict[str, Any], others: Sequence[tuple[str,
 
 
 def build_comparison(base: dict[str, Any], other: dict[str, Any], base_path: str,
-                     other_path: str) -> Comparison:
+                     other_path: str, noise_pct: float | None = None) -> Comparison:
     cells_by_key(base, base_path)  # name the file in the error if a key is duplicated
     cells_by_key(other, other_path)
     only_base, only_other = unmatched(base, other)
-    return Comparison(base_path=base_path, other_path=other_path, rows=compare_docs(base, other),
+    return Comparison(base_path=base_path, other_path=other_path, rows=compare_docs(base, other, noise_pct),
                       only_in_base=only_base, only_in_other=only_other, host_differences=check_hosts(base, other),
                       software_changes=software_changes(base, other),
-                      busy=busy_cells(base, "baseline") + busy_cells(other, "other"))
+                      busy=busy_cells(base, "baseline") + busy_cells(other, "other"), noise_pct=noise_pct)
 
 
 def busy_cells(doc: dict[str, Any], side: str) -> list[str]:
@@ -282,8 +333,9 @@ def busy_cells(doc: dict[str, Any], side: str) -> list[str]:
 
 def regressions(comparisons: Iterable[Comparison], fail_above_pct: float | None) -> list[str]:
     """One line per regressed row, for the closing list and for the CI log."""
-    return [f"{r.cell}: median {r.ratio:.2f}× baseline ({fmt_seconds(r.median_base)} s → "
-            f"{fmt_seconds(r.median_other)} s) in {c.other_path}"
+    return [f"{r.cell}: median {r.ratio:.2f}× baseline ({_fmt_value(r, r.median_base)}"
+            f"{' s' if r.figure == 'seconds' else ''} → {_fmt_value(r, r.median_other)}"
+            f"{' s' if r.figure == 'seconds' else ''}) in {c.other_path}"
             for c in comparisons for r in c.rows if r.is_regression(fail_above_pct)]
 
 
@@ -293,7 +345,9 @@ def regressions(comparisons: Iterable[Comparison], fail_above_pct: float | None)
 def fmt_threshold(fail_above_pct: float | None) -> str:
     if fail_above_pct is None:
         return "no --fail-above threshold: nothing is flagged as a regression"
-    return f"regression: ratio > {1 + fail_above_pct / 100:.4g} (--fail-above {fail_above_pct:g}%), whatever p says"
+    return (f"regression: ratio > {1 + fail_above_pct / 100:.4g} for seconds and lower-is-better figures, "
+            f"ratio < 1/{1 + fail_above_pct / 100:.4g} for higher-is-better ones (--fail-above {fail_above_pct:g}%), "
+            "whatever p says")
 
 
 def _fmt_ratio(x: float) -> str:
@@ -308,15 +362,24 @@ def _fmt_p(r: ComparisonRow) -> str:
     return NONE if math.isnan(r.p_value) else f"{r.p_value:.2g} ({r.test})"
 
 
+def _fmt_value(r: ComparisonRow, x: float) -> str:
+    """Seconds as every table prints them; another figure with its unit."""
+    return fmt_seconds(x) if r.figure == "seconds" else f"{x:.4g} {r.unit}".strip()
+
+
 def _cells_of(r: ComparisonRow) -> list[str]:
     return [r.backend, r.placement or NONE, r.measurement, str(r.n_base), str(r.n_other),
-            fmt_seconds(r.median_base), fmt_seconds(r.median_other), _fmt_ratio(r.ratio), _fmt_ci(r),
-            _fmt_p(r), r.verdict_text()]
+            _fmt_value(r, r.median_base), _fmt_value(r, r.median_other), _fmt_ratio(r.ratio), _fmt_ci(r),
+            _fmt_p(r), NONE if math.isnan(r.p_perm) else f"{r.p_perm:.2g}", r.verdict_text()]
 
 
 def _method_text(c: Comparison, fail_above_pct: float | None) -> str:
+    noise = (f"Changes within ±{c.noise_pct:g}% (--noise) are no change whatever p says. " if c.noise_pct
+             else "No noise threshold (--noise): any significant change is reported. ")
     return (f"Baseline {c.base_path}; other {c.other_path}. Ratio = median other / median baseline (> 1 is "
-            f"slower). p: {TEST_METHOD}; verdict slower/faster when p < {ALPHA:g}. 95% CI of ratio: {CI_METHOD}. "
+            f"slower for seconds; workload figures say which way is better, e.g. MB/s and IOPS higher, latency "
+            f"lower). p: {TEST_METHOD}; verdict slower/faster (higher/lower) when p < {ALPHA:g}. p (perm.): "
+            f"{PERMUTATION_METHOD}. {noise}95% CI of ratio: {CI_METHOD}. "
             f"{fmt_threshold(fail_above_pct)}. n counts measured samples (warm-ups excluded).")
 
 
@@ -370,6 +433,8 @@ def _row_dict(r: ComparisonRow, fail_above_pct: float | None) -> dict[str, Any]:
         "median_base_s": _json_float(r.median_base), "median_other_s": _json_float(r.median_other),
         "ratio": _json_float(r.ratio), "ratio_ci_low": _json_float(r.ci_low),
         "ratio_ci_high": _json_float(r.ci_high), "p_value": _json_float(r.p_value), "test": r.test,
+        "p_permutation": _json_float(r.p_perm), "figure": r.figure, "unit": r.unit,
+        "higher_better": r.higher_better, "change": r.change,
         "verdict": r.verdict, "note": r.note, "differences": list(r.differences),
         "regression": None if fail_above_pct is None else r.is_regression(fail_above_pct),
     }
@@ -379,8 +444,9 @@ def to_summary_json(comparisons: Sequence[Comparison], fail_above_pct: float | N
     """Everything the table shows, for machines; strict JSON (no NaN)."""
     return {
         "baseline": comparisons[0].base_path if comparisons else None,
-        "methods": {"test": TEST_METHOD, "ci": CI_METHOD, "alpha": ALPHA,
-                    "ratio": "median other / median baseline"},
+        "methods": {"test": TEST_METHOD, "permutation": PERMUTATION_METHOD, "ci": CI_METHOD, "alpha": ALPHA,
+                    "ratio": "median other / median baseline",
+                    "noise_percent": comparisons[0].noise_pct if comparisons else None},
         "fail_above_percent": fail_above_pct,
         "regression_rule": fmt_threshold(fail_above_pct),
         "comparisons": [{
@@ -441,9 +507,9 @@ def _rich_table(c: Comparison, fail_above_pct: float | None) -> Table:
             cells[-1] = Text(f"REGRESSION; {r.verdict_text()}")
             for t in cells:
                 t.stylize("bold red")
-        elif r.verdict == SLOWER:
+        elif r.change == REGRESSION:
             cells[-1].stylize("yellow")
-        elif r.verdict == FASTER:
+        elif r.change == IMPROVEMENT:
             cells[-1].stylize("green")
         table.add_row(*cells)
     return table

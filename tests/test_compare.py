@@ -309,3 +309,78 @@ def test_subprocess_compare(pair: tuple[Path, Path]) -> None:
     assert proc.returncode == 1, proc.stderr
     assert "REGRESSION: tcg/host/startup" in flat(proc.stdout)
     assert proc.stderr == ""
+
+
+# ---------------------------------------------------------------------------------------------- A/B style (issue 15)
+
+
+def test_permutation_p_is_small_for_separated_samples_and_one_for_identical_ones() -> None:
+    assert stats.permutation_p(BASE8, SLOWER8) < 0.01
+    assert stats.permutation_p(BASE8, BASE8) == 1.0
+    assert stats.permutation_p(BASE8, OVERLAP8) > 0.05
+    assert stats.permutation_p(BASE8, SLOWER8) == stats.permutation_p(BASE8, SLOWER8)  # seeded
+    assert math.isnan(stats.permutation_p([], SLOWER8))
+
+
+def test_a_change_within_the_noise_threshold_is_no_change_whatever_p_says() -> None:
+    slightly = [x * 1.03 for x in BASE8]  # 3% slower, fully separated: significant, but under 5% noise
+    key = ("tcg", "host", "startup")
+    assert compare.compare_samples(key, BASE8, slightly).verdict == compare.SLOWER
+    r = compare.compare_samples(key, BASE8, slightly, noise_pct=5)
+    assert r.verdict == compare.WITHIN_NOISE and r.change is None
+    assert compare.compare_samples(key, BASE8, SLOWER8, noise_pct=5).verdict == compare.SLOWER  # 20% is not noise
+
+
+@pytest.mark.parametrize("unit, higher_better, factor, verdict, change", [
+    ("s", False, 1.2, "slower", compare.REGRESSION),  # seconds: more is worse
+    ("s", False, 1 / 1.2, "faster", compare.IMPROVEMENT),
+    ("MB/s", True, 1.2, "higher", compare.IMPROVEMENT),  # throughput: more is better
+    ("MB/s", True, 1 / 1.2, "lower", compare.REGRESSION),
+    ("IOPS", True, 1.2, "higher", compare.IMPROVEMENT),
+    ("IOPS", True, 1 / 1.2, "lower", compare.REGRESSION),
+    ("ms", False, 1.2, "higher", compare.REGRESSION),  # latency: more is worse
+    ("ms", False, 1 / 1.2, "lower", compare.IMPROVEMENT),
+    ("%CPU", False, 1.2, "higher", compare.REGRESSION),
+])
+def test_every_figure_kind_knows_which_way_is_better(unit: str, higher_better: bool, factor: float, verdict: str,
+                                                     change: str) -> None:
+    figure = "seconds" if unit == "s" else f"a figure in {unit}"
+    r = compare.compare_samples(("uml", "host", "fio"), BASE8, [x * factor for x in BASE8], figure=figure, unit=unit,
+                                higher_better=higher_better)
+    assert (r.verdict, r.change) == (verdict, change)
+    assert r.is_regression(10) == (change == compare.REGRESSION)  # an improvement is never a regression
+
+
+def test_a_workload_cell_is_compared_on_its_own_figures_with_their_direction(tmp_path: Path, fingerprint) -> None:
+    def doc(bw: list[float], lat: list[float]) -> dict[str, Any]:
+        rf = ResultsFile.create(tmp_path / f"{bw[0]}.json", scenario={"name": "w"}, host=fingerprint, command=[],
+                                guestbench={"version": "0.1.0", "git_commit": None})
+        rf.add_cell({"backend": "uml", "placement": "host", "measurement": "fio", "label": "fio", "status": "done",
+                     "metrics": [{"key": "read_bw", "label": "fio read bandwidth", "unit": "MB/s",
+                                  "higher_better": True},
+                                 {"key": "read_lat_p99", "label": "fio read p99", "unit": "ms", "higher_better": False}],
+                     "samples": [{"rep": i + 1, "seconds": 10.0, "metrics": {"read_bw": b, "read_lat_p99": la}}
+                                 for i, (b, la) in enumerate(zip(bw, lat))]})
+        return rf.doc
+    base = doc(BASE8, BASE8)
+    better = doc([x * 1.5 for x in BASE8], [x / 1.5 for x in BASE8])  # more bandwidth, less latency
+    rows = {r.measurement: r for r in compare.compare_docs(base, better)}
+    assert set(rows) == {"fio read_bw", "fio read_lat_p99"}  # the fixed wall time is not compared
+    assert rows["fio read_bw"].change == rows["fio read_lat_p99"].change == compare.IMPROVEMENT
+    assert not any(r.is_regression(10) for r in rows.values())
+    assert "higher, improvement" in rows["fio read_bw"].verdict_text()
+
+
+def test_compare_prints_the_permutation_p_and_the_noise_rule(tmp_path: Path, capsys, fingerprint) -> None:
+    base = write_results(tmp_path / "b.json", {("tcg", "startup"): BASE8}, fingerprint)
+    other = write_results(tmp_path / "o.json", {("tcg", "startup"): [x * 1.03 for x in BASE8]}, fingerprint)
+    status, out, err = run(capsys, base, other, "--noise", "5%", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    (row,) = data["comparisons"][0]["rows"]
+    assert row["verdict"] == compare.WITHIN_NOISE and row["p_permutation"] < 0.01 and row["change"] is None
+    assert data["methods"]["noise_percent"] == 5 and "permutation" in data["methods"]["permutation"]
+    status, out, _ = run(capsys, base, other, "--noise", "5")
+    assert "p (perm.)" in out and "within ±5% (--noise)" in flat(out)
+    status, _, err = run(capsys, base, other, "--noise", "-1")
+    assert status == 2 and "--noise" in err and len(err.splitlines()) == 1
