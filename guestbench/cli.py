@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from guestbench import __version__, appliance, compare, host, report
+from guestbench import __version__, ab, appliance, compare, host, report
 from guestbench.backends import BACKENDS
 from guestbench.errors import Interrupted, UserError, one_line as _one_line
 from guestbench.paths import make_run_dir, remove_tree, workdir_for
@@ -52,34 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run every measurement of a scenario on every selected, usable backend, save "
                        "every sample in results/, and print the comparison.", epilog=help_text())
     s.add_argument("file", help="scenario YAML file, e.g. scenarios/startup.yaml")
-    s.add_argument("--backend", help=f"comma-separated backends to measure ({', '.join(BACKENDS)})")
-    s.add_argument("--measurement", help="comma-separated labels of the scenario's measurements to run")
-    s.add_argument("--repetitions", type=int, help="measured samples per backend and measurement")
-    s.add_argument("--warmup", type=int, help="discarded samples taken first")
-    s.add_argument("--timeout", help="limit for one launch, seconds (e.g. 300, 5min)")
-    s.add_argument("--sample-timeout", help="limit for one timed operation, seconds")
-    s.add_argument("--size", help="bytes moved per sample for every measurement with a size (e.g. 500MB, 64MiB)")
-    s.add_argument("--memsize", help="appliance memory (MiB, or e.g. 2GiB)")
-    s.add_argument("--placement", help="comma-separated placements: host, nested (inside a level-1 VM); "
-                   "overrides the scenario's 'placement'")
-    s.add_argument("--phases", action="store_true", default=None,
-                   help="break start-up samples into boot phases (verbose appliance console)")
-    s.add_argument("--order", help="interleaved, random or sequential: in which order a measurement's cells take "
-                   "their samples (default interleaved when it has two or more cells)")
-    s.add_argument("--seed", type=int, help="seed of --order random (default: drawn and recorded)")
-    s.add_argument("--precision", help="sample each cell until its 95%% CI half-width is this fraction of the "
-                   "median (e.g. 5%%); --repetitions is then the minimum")
-    s.add_argument("--max-repetitions", type=int, help="with --precision: the most samples a cell takes")
-    _add_output(s)
-    s.add_argument("--results", default="results", help="directory for the results file (default: results)")
-    s.add_argument("--reprobe", action="store_true", help="ignore cached backend verdicts and probe again")
-    s.add_argument("--probe-timeout", type=float, help="limit for a backend's probe launch, seconds")
-    s.add_argument("--defer-probe", action="store_true",
-                   help="no separate probe launch: a backend's first launch in the run is its probe, and if it "
-                        "fails the backend's other cells are skipped (one launch fewer where launches are slow, "
-                        "as in a nested guest; nested runs use it inside the level-1 guest)")
-    s.add_argument("-v", "--verbose", action="store_true",
-                   help="show the appliance console and the exact hypervisor command line")
+    _add_run_options(s)
 
     d = sub.add_parser("doctor", help="which backends work here, why not, versions, host fingerprint")
     d.add_argument("--json", action="store_true", help="print JSON")
@@ -131,7 +104,60 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("file", help="pytest-benchmark JSON file (--benchmark-json, or .benchmarks/*/NNNN_*.json)")
     i.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     _add_libguestfs_programs(sub)
+    _add_ab(sub)
     return p
+
+
+def _add_run_options(s: argparse.ArgumentParser) -> None:
+    """What `scenario` and `ab` share: the scenario's overrides, the output, where results go, the probes."""
+    s.add_argument("--backend", help=f"comma-separated backends to measure ({', '.join(BACKENDS)})")
+    s.add_argument("--measurement", help="comma-separated labels of the scenario's measurements to run")
+    s.add_argument("--repetitions", type=int, help="measured samples per backend and measurement")
+    s.add_argument("--warmup", type=int, help="discarded samples taken first")
+    s.add_argument("--timeout", help="limit for one launch, seconds (e.g. 300, 5min)")
+    s.add_argument("--sample-timeout", help="limit for one timed operation, seconds")
+    s.add_argument("--size", help="bytes moved per sample for every measurement with a size (e.g. 500MB, 64MiB)")
+    s.add_argument("--memsize", help="appliance memory (MiB, or e.g. 2GiB)")
+    s.add_argument("--placement", help="comma-separated placements: host, nested (inside a level-1 VM); "
+                   "overrides the scenario's 'placement'")
+    s.add_argument("--phases", action="store_true", default=None,
+                   help="break start-up samples into boot phases (verbose appliance console)")
+    s.add_argument("--order", help="interleaved, random or sequential: in which order a measurement's cells take "
+                   "their samples (default interleaved when it has two or more cells)")
+    s.add_argument("--seed", type=int, help="seed of --order random (default: drawn and recorded)")
+    s.add_argument("--precision", help="sample each cell until its 95%% CI half-width is this fraction of the "
+                   "median (e.g. 5%%); --repetitions is then the minimum")
+    s.add_argument("--max-repetitions", type=int, help="with --precision: the most samples a cell takes")
+    _add_output(s)
+    s.add_argument("--results", default="results", help="directory for the results file (default: results)")
+    s.add_argument("--reprobe", action="store_true", help="ignore cached backend verdicts and probe again")
+    s.add_argument("--probe-timeout", type=float, help="limit for a backend's probe launch, seconds")
+    s.add_argument("--defer-probe", action="store_true",
+                   help="no separate probe launch: a backend's first launch in the run is its probe, and if it "
+                        "fails the backend's other cells are skipped (one launch fewer where launches are slow, "
+                        "as in a nested guest; nested runs use it inside the level-1 guest)")
+    s.add_argument("-v", "--verbose", action="store_true",
+                   help="show the appliance console and the exact hypervisor command line")
+
+
+def _add_ab(sub: Any) -> None:
+    a = sub.add_parser("ab", help="measure two configurations of a scenario in one interleaved run and compare them",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Run every item of the scenario twice per backend, as A and as B, taking turns "
+                       "sample by sample, then print per backend and figure the ratio B/A with its bootstrap 95% CI, "
+                       "a permutation test and a verdict: within the noise threshold there is no change; otherwise "
+                       "a significant change is an improvement or a regression, whichever way the figure is better.",
+                       epilog="A side is KEY=VALUE words: a measurement parameter (cache=unsafe, size=64MiB), "
+                       "memsize=MiB, or an environment variable in capitals for the cells' workers and the libguestfs "
+                       "programs they run (LIBGUESTFS_HV=/path/to/qemu, LIBGUESTFS_PATH=/path/to/appliance).\n"
+                       "e.g. guestbench ab scenarios/startup.yaml --backend uml --a cache=writeback --b cache=unsafe")
+    a.add_argument("file", help="scenario YAML file, e.g. scenarios/startup.yaml")
+    a.add_argument("--a", nargs="+", default=[], metavar="KEY=VALUE", help="configuration A (default: as written)")
+    a.add_argument("--b", nargs="+", required=True, metavar="KEY=VALUE", help="configuration B")
+    a.add_argument("--noise", metavar="PCT", default=f"{ab.DEFAULT_NOISE_PCT:g}%",
+                   help="a change smaller than PCT percent is no change whatever p says (default %(default)s)")
+    a.add_argument("--fail-above", metavar="PCT", help="exit status 1 when B is worse than A by more than PCT percent")
+    _add_run_options(a)
 
 
 def _add_libguestfs_programs(sub: Any) -> None:
@@ -178,16 +204,20 @@ def _print_report(doc: dict[str, Any], fmt: str) -> None:
         report.render(doc, Console(width=max(Console().width, 160)))
 
 
-def cmd_scenario(args: argparse.Namespace) -> int:
-    from guestbench.run.runner import RunOptions, exit_status, run_scenario
-
+def _scenario_from_args(args: argparse.Namespace) -> Any:
     sc = load_scenario(args.file)
     _check_probe_timeout(args)
-    sc = apply_overrides(sc, backend=args.backend, measurement=args.measurement, repetitions=args.repetitions,
-                         warmup=args.warmup, timeout=args.timeout, sample_timeout=args.sample_timeout,
-                         size=args.size, memsize=args.memsize, phases=args.phases,
-                         placement=args.placement, order=args.order, seed=args.seed, precision=args.precision,
-                         max_repetitions=args.max_repetitions)
+    return apply_overrides(sc, backend=args.backend, measurement=args.measurement, repetitions=args.repetitions,
+                           warmup=args.warmup, timeout=args.timeout, sample_timeout=args.sample_timeout,
+                           size=args.size, memsize=args.memsize, phases=args.phases,
+                           placement=args.placement, order=args.order, seed=args.seed, precision=args.precision,
+                           max_repetitions=args.max_repetitions)
+
+
+def _run(args: argparse.Namespace, sc: Any, console: Console) -> Any:
+    """Run a scenario as the command line asked; the results file (kept however the run ends)."""
+    from guestbench.run.runner import RunOptions, run_scenario
+
     results_dir = Path(args.results)
     if results_dir.exists() and not results_dir.is_dir():
         raise UserError("is not a directory; allowed: a directory for results files", source="command line",
@@ -195,18 +225,55 @@ def cmd_scenario(args: argparse.Namespace) -> int:
     opts = RunOptions(results_dir=results_dir, verbose=args.verbose, reprobe=args.reprobe,
                       probe_timeout=args.probe_timeout, defer_probe=args.defer_probe,
                       command=("guestbench", *sys.argv[1:]))
-    err = Console(stderr=True)
     try:
-        rf = run_scenario(sc, opts, err)
+        return run_scenario(sc, opts, console)
     except Interrupted as e:
-        err.print("[yellow]interrupted[/]: samples taken so far are kept in the results file "
-                  "(status 'interrupted')")
+        console.print("[yellow]interrupted[/]: samples taken so far are kept in the results file "
+                      "(status 'interrupted')")
         raise e
+
+
+def cmd_scenario(args: argparse.Namespace) -> int:
+    from guestbench.run.runner import exit_status
+
+    sc = _scenario_from_args(args)
+    err = Console(stderr=True)
+    rf = _run(args, sc, err)
     doc = dict(rf.doc)
     doc["_path"] = str(rf.path)
     _print_report(doc, args.format)
     err.print(f"results: {rf.path}", highlight=False)
     return exit_status(rf.doc)
+
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    from guestbench.run.runner import exit_status
+
+    a, b = ab.parse_side(args.a, "--a"), ab.parse_side(args.b, "--b")
+    noise = compare.parse_fail_above(args.noise, "--noise")
+    fail_above = None if args.fail_above is None else compare.parse_fail_above(args.fail_above)
+    sc = ab.ab_scenario(_scenario_from_args(args), a, b)
+    err = Console(stderr=True)
+    rf = _run(args, sc, err)
+    with rf.lock:
+        rf.doc["ab"] = {"a": a, "b": b, "noise_percent": noise}
+        rf.save()
+    doc = dict(rf.doc)
+    doc["_path"] = str(rf.path)
+    if args.format not in ("json", "csv"):  # those print the comparison alone: one document on stdout
+        _print_report(doc, args.format)
+    c = ab.comparison(doc, a, b, noise, str(rf.path))
+    if args.format == "json":
+        sys.stdout.write(json.dumps(compare.to_summary_json([c], fail_above), indent=2, allow_nan=False) + "\n")
+    elif args.format == "markdown":
+        sys.stdout.write(compare.to_markdown([c], fail_above))
+    elif args.format == "csv":
+        sys.stdout.write(compare.to_csv([c], fail_above))
+    else:
+        compare.render([c], fail_above, Console(width=max(Console().width, 160)))
+    err.print(f"results: {rf.path}", highlight=False)
+    status = exit_status(rf.doc)
+    return status or (1 if compare.regressions([c], fail_above) else 0)
 
 
 def _check_probe_timeout(args: argparse.Namespace) -> None:
@@ -433,7 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return {"scenario": cmd_scenario, "doctor": cmd_doctor, "show": cmd_show,
                 "compare": cmd_compare, "report": cmd_report, "nested": cmd_nested, "export": cmd_export,
-                "import": cmd_import, "env": cmd_env, "exec": cmd_exec}[args.command](args)
+                "import": cmd_import, "env": cmd_env, "exec": cmd_exec, "ab": cmd_ab}[args.command](args)
     except UserError as e:
         sys.stderr.write(f"guestbench: {_one_line(str(e))}\n")
         return e.exit_status

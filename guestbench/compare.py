@@ -117,6 +117,7 @@ class Comparison:
     software_changes: list[str] = field(default_factory=list)
     busy: list[str] = field(default_factory=list)  # cells timed while the host was busy, on either side
     noise_pct: float | None = None  # ratios within this many percent of 1 are no change
+    by: str = "mann-whitney"  # the verdict's test: "mann-whitney" (compare) or "permutation" (ab)
 
 
 # ---------------------------------------------------------------------------------------------- input
@@ -200,7 +201,8 @@ def _param_differences(base_cell: dict[str, Any], other_cell: dict[str, Any]) ->
 
 def compare_samples(key: Key, base: Sequence[float], other: Sequence[float],
                     differences: tuple[str, ...] = (), *, noise_pct: float | None = None,
-                    figure: str = "seconds", unit: str = "s", higher_better: bool = False) -> ComparisonRow:
+                    figure: str = "seconds", unit: str = "s", higher_better: bool = False,
+                    by: str = "mann-whitney") -> ComparisonRow:
     """All figures of one row from the raw samples of both sides (each side needs at least one). A ratio within
     the noise threshold is no change whatever p says; otherwise the verdict is the test's, in the figure's
     own words (seconds: slower/faster; other figures: higher/lower)."""
@@ -208,6 +210,9 @@ def compare_samples(key: Key, base: Sequence[float], other: Sequence[float],
     ratio = med_o / med_b if med_b > 0 else math.nan
     low, high = ratio_ci(base, other)
     p, test, other_larger = mann_whitney(base, other)
+    p_perm = permutation_p(base, other)
+    if by == "permutation":  # the verdict's test (guestbench ab): the permutation test of the medians
+        p, test, other_larger = p_perm, "permutation", med_o > med_b
     up, down = (HIGHER, LOWER) if figure != "seconds" else (SLOWER, FASTER)
     verdict = NO_CHANGE if not p < ALPHA else up if other_larger else down
     if noise_pct is not None and not math.isnan(ratio) and abs(ratio - 1) < noise_pct / 100:
@@ -216,7 +221,7 @@ def compare_samples(key: Key, base: Sequence[float], other: Sequence[float],
                          n_other=len(other), median_base=med_b, median_other=med_o, ratio=ratio, ci_low=low,
                          ci_high=high, p_value=p, test=test, verdict=verdict,
                          note=_few_samples_note(len(base), len(other)), differences=differences, figure=figure,
-                         unit=unit, higher_better=higher_better, p_perm=permutation_p(base, other))
+                         unit=unit, higher_better=higher_better, p_perm=p_perm)
 
 
 def figures(cell: dict[str, Any]) -> list[tuple[str, str, str, bool, list[float]]]:
@@ -233,7 +238,8 @@ def figures(cell: dict[str, Any]) -> list[tuple[str, str, str, bool, list[float]
     return out or [("seconds", "seconds", "s", False, _seconds(cell))]
 
 
-def compare_docs(base: dict[str, Any], other: dict[str, Any], noise_pct: float | None = None) -> list[ComparisonRow]:
+def compare_docs(base: dict[str, Any], other: dict[str, Any], noise_pct: float | None = None,
+                 by: str = "mann-whitney") -> list[ComparisonRow]:
     """One row per cell key and figure with samples in both documents, in the baseline's order."""
     base_cells, other_cells = cells_by_key(base), cells_by_key(other)
     out: list[ComparisonRow] = []
@@ -247,7 +253,8 @@ def compare_docs(base: dict[str, Any], other: dict[str, Any], noise_pct: float |
             if b and o:
                 row_key = key if fkey == "seconds" else (key[0], key[1], f"{key[2]} {fkey}")
                 out.append(compare_samples(row_key, b, o, _param_differences(base_cell, other_cell),
-                                           noise_pct=noise_pct, figure=label, unit=unit, higher_better=higher))
+                                           noise_pct=noise_pct, figure=label, unit=unit, higher_better=higher,
+                                           by=by))
     return out
 
 
@@ -309,14 +316,15 @@ def gate_hosts(base_path: str, base: dict[str, Any], others: Sequence[tuple[str,
 
 
 def build_comparison(base: dict[str, Any], other: dict[str, Any], base_path: str,
-                     other_path: str, noise_pct: float | None = None) -> Comparison:
+                     other_path: str, noise_pct: float | None = None, by: str = "mann-whitney") -> Comparison:
     cells_by_key(base, base_path)  # name the file in the error if a key is duplicated
     cells_by_key(other, other_path)
     only_base, only_other = unmatched(base, other)
-    return Comparison(base_path=base_path, other_path=other_path, rows=compare_docs(base, other, noise_pct),
+    return Comparison(base_path=base_path, other_path=other_path, rows=compare_docs(base, other, noise_pct, by),
                       only_in_base=only_base, only_in_other=only_other, host_differences=check_hosts(base, other),
                       software_changes=software_changes(base, other),
-                      busy=busy_cells(base, "baseline") + busy_cells(other, "other"), noise_pct=noise_pct)
+                      busy=busy_cells(base, "baseline") + busy_cells(other, "other"), noise_pct=noise_pct,
+                      by=by)
 
 
 def busy_cells(doc: dict[str, Any], side: str) -> list[str]:
@@ -378,8 +386,9 @@ def _method_text(c: Comparison, fail_above_pct: float | None) -> str:
              else "No noise threshold (--noise): any significant change is reported. ")
     return (f"Baseline {c.base_path}; other {c.other_path}. Ratio = median other / median baseline (> 1 is "
             f"slower for seconds; workload figures say which way is better, e.g. MB/s and IOPS higher, latency "
-            f"lower). p: {TEST_METHOD}; verdict slower/faster (higher/lower) when p < {ALPHA:g}. p (perm.): "
-            f"{PERMUTATION_METHOD}. {noise}95% CI of ratio: {CI_METHOD}. "
+            f"lower). p (test): {TEST_METHOD}. p (perm.): {PERMUTATION_METHOD}. Verdict slower/faster "
+            f"(higher/lower) when {'p (perm.)' if c.by == 'permutation' else 'p (test)'} < {ALPHA:g}. "
+            f"{noise}95% CI of ratio: {CI_METHOD}. "
             f"{fmt_threshold(fail_above_pct)}. n counts measured samples (warm-ups excluded).")
 
 

@@ -61,15 +61,19 @@ TOP_KEYS: dict[str, str] = {
     "max_repetitions": f"integer >= repetitions: with precision, the most samples a cell takes (default "
                        f"{DEFAULT_MAX_REPETITIONS}, or repetitions if larger)",
     "measurements": f"non-empty list; each item a measurement name or a mapping with key 'measurement' "
-                    f"({', '.join(MEASUREMENTS)}), an optional 'label', that measurement's parameters, and an "
+                    f"({', '.join(MEASUREMENTS)}), an optional 'label', that measurement's parameters, an "
                     "optional 'matrix' (parameter: [values...]; one cell per combination, labelled "
-                    "label.value1.value2...)",
+                    "label.value1.value2...), an optional 'env' (NAME: value for its workers and the programs "
+                    "they run; LIBGUESTFS_HV, LIBGUESTFS_BACKEND_SETTINGS replace the backend's) and an optional "
+                    "'appliance' ({memsize: ...} over the scenario's)",
 }
 NESTED_KEYS = {"memory": "the level-1 VM's RAM: an integer in MiB or a size (e.g. 4GiB), at least 1024 MiB",
                "vcpus": "integer >= 1: the level-1 VM's vCPUs",
                "timeout_scale": "number > 0: factor for every time-out inside the level-1 VM",
                "timeout": "seconds > 0: limit for the whole level-1 run (boot, probes, every sample)"}
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ITEM_KEYS = ("measurement", "label", "matrix", "env", "appliance")  # an item's keys that are not parameters
 APPLIANCE_KEYS = {"memsize": "appliance RAM: an integer in MiB or a size (e.g. 2GiB)",
                   "smp": "integer >= 1: appliance vCPUs"}
 
@@ -84,6 +88,8 @@ class MeasurementSpec:
     params: dict[str, Any]
     group: str = ""
     variant: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # the item's environment for its workers and programs
+    memsize: int | None = None  # the item's appliance memory (MiB), over the scenario's
 
     def __post_init__(self) -> None:
         if not self.group:
@@ -91,7 +97,14 @@ class MeasurementSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {"measurement": self.measurement, "label": self.label, "params": dict(self.params),
-                "group": self.group, "variant": dict(self.variant)}
+                "group": self.group, "variant": dict(self.variant),
+                **({"env": dict(self.env)} if self.env else {}),
+                **({"memsize": self.memsize} if self.memsize is not None else {})}
+
+    def file_keys(self) -> dict[str, Any]:
+        """The item keys that are not parameters: env and appliance."""
+        return {**({"env": dict(self.env)} if self.env else {}),
+                **({"appliance": {"memsize": self.memsize}} if self.memsize is not None else {})}
 
     def to_item(self) -> dict[str, Any]:
         """This spec as a scenario-file item; a matrix combination becomes a one-value matrix, so it reads
@@ -99,9 +112,9 @@ class MeasurementSpec:
         its default, as a command's argv when it has a guestfish script) is left out, as a file would."""
         given = {k: v for k, v in self.params.items() if v is not None}
         if not self.variant:
-            return {"measurement": self.measurement, "label": self.label, **given}
+            return {"measurement": self.measurement, "label": self.label, **given, **self.file_keys()}
         fixed = {k: v for k, v in given.items() if k not in self.variant}
-        return {"measurement": self.measurement, "label": self.group, **fixed,
+        return {"measurement": self.measurement, "label": self.group, **fixed, **self.file_keys(),
                 "matrix": {k: [v] for k, v in self.variant.items()}}
 
 
@@ -249,6 +262,20 @@ class Checker:
         given = self.names(key, value, "placement", PLACEMENTS)
         return tuple(p for p in PLACEMENTS if p in given)  # host first: its figures are the reference
 
+    def env(self, key: str, value: object) -> dict[str, str]:
+        """An item's environment: NAME: value, names as the shell spells them; values are strings (or numbers)."""
+        if not isinstance(value, dict) or not value:
+            raise self.fail(key, f"{value!r} is not a mapping; allowed: NAME: value, e.g. LIBGUESTFS_HV: /usr/bin/qemu")
+        out = {}
+        for name, v in value.items():
+            if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+                raise self.fail(f"{key}.{name}", "is not an environment variable name; allowed: letters, digits and "
+                                "_ (not first a digit), e.g. LIBGUESTFS_HV")
+            if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+                raise self.fail(f"{key}.{name}", f"{v!r} is not a value; allowed: a string or a number")
+            out[name] = str(v)
+        return out
+
     def order(self, key: str, value: object) -> str:
         if not isinstance(value, str) or value not in ORDERS:
             raise self.fail(key, f"{value!r} is not an order; allowed: {', '.join(ORDERS)}")
@@ -322,11 +349,19 @@ class Checker:
         m = MEASUREMENTS[name]
         params = m.defaults()
         known = {p.name for p in m.params}
+        env = self.env(f"{key}.env", item["env"]) if "env" in item else {}
+        if "appliance" in item:
+            own = item["appliance"]
+            if not isinstance(own, dict) or set(own) - {"memsize"} or not own:
+                raise self.fail(f"{key}.appliance", f"{own!r} is not allowed; allowed: a mapping with memsize (this "
+                                "item's appliance memory, over the scenario's)")
+            memsize = self.memsize(f"{key}.appliance.memsize", own["memsize"])
+        item_memsize = memsize if "appliance" in item else None
         for k, v in item.items():
-            if k in ("measurement", "label", "matrix"):
+            if k in ITEM_KEYS:
                 continue
             if k not in known:
-                ok = ", ".join(["label", "matrix", *sorted(known)])
+                ok = ", ".join(["label", "matrix", *sorted(known), "env", "appliance"])
                 raise self.fail(f"{key}.{k}", f"unknown parameter for {name}; allowed: {ok}")
             try:
                 params[k] = m.param(k).parse(v)
@@ -336,7 +371,7 @@ class Checker:
         if not isinstance(label, str) or not LABEL.fullmatch(label):
             raise self.fail(f"{key}.label", f"{label!r} is not allowed; allowed: letters, digits, . _ - "
                             "(starting with a letter or digit)")
-        axes = self.matrix(f"{key}.matrix", item["matrix"], m, set(item) - {"measurement", "label", "matrix"}) \
+        axes = self.matrix(f"{key}.matrix", item["matrix"], m, set(item) - set(ITEM_KEYS)) \
             if "matrix" in item else []
         specs = []
         for combo in itertools.product(*[values for _, values in axes]):
@@ -348,7 +383,8 @@ class Checker:
             for pkey, problem in m.check(cell_params, memsize):
                 raise self.fail(f"{where}.{pkey}" if not variant else f"{where}: {pkey}", problem)
             cell_label = label + "".join(f".{m.param(k).show(v)}" for k, v in variant.items())
-            specs.append(MeasurementSpec(name, cell_label, cell_params, group=label, variant=variant))
+            specs.append(MeasurementSpec(name, cell_label, cell_params, group=label, variant=variant, env=env,
+                                         memsize=item_memsize))
         return specs
 
     def matrix(self, key: str, value: object, m: Any, fixed: set[str]) -> list[tuple[str, list[Any]]]:
@@ -554,7 +590,7 @@ def apply_overrides(sc: Scenario, **overrides: Any) -> Scenario:
             new.append(dataclasses.replace(m, params=params))
         measurements = tuple(new)
     for m in measurements:
-        for pkey, problem in MEASUREMENTS[m.measurement].check(m.params, memsize):
+        for pkey, problem in MEASUREMENTS[m.measurement].check(m.params, m.memsize or memsize):
             raise c.fail(f"--size ({m.label}.{pkey})" if "size" in given else f"{m.label}.{pkey}", problem)
     changes["measurements"] = measurements
     changes["overrides"] = {**sc.overrides, **given}

@@ -47,6 +47,15 @@ class HandleConfig:
     def from_dict(cls, d: dict[str, Any]) -> HandleConfig:
         return cls(str(d["libguestfs_backend"]), list(d.get("settings") or []), d.get("hv"), dict(d.get("env") or {}))
 
+    def with_environment(self, env: dict[str, str]) -> HandleConfig:
+        """This configuration with a user's environment on top (a scenario item's `env`, an A/B side): the
+        libguestfs settings it names replace the backend's (LIBGUESTFS_HV: another qemu), the rest is added."""
+        given = dict(env)
+        return HandleConfig(given.pop("LIBGUESTFS_BACKEND", self.libguestfs_backend),
+                            given.pop("LIBGUESTFS_BACKEND_SETTINGS").split(":")
+                            if "LIBGUESTFS_BACKEND_SETTINGS" in given else list(self.settings),
+                            given.pop("LIBGUESTFS_HV", self.hv), {**self.env, **given})
+
     def environment(self) -> dict[str, str]:
         """The same configuration as environment variables, for libguestfs's own programs (virt-*, guestfish):
         what `guestbench env` prints and `guestbench exec` and the `command` measurement run with."""

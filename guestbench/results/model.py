@@ -353,6 +353,8 @@ class Cell(Record):
     cold_s: float | None = None  # the cell's first launch, reported apart
     status: str = "pending"
     skip_reason: str | None = None
+    env: dict[str, Any] | None = None  # the scenario item's environment for this cell's workers
+    memsize: int | None = None  # the item's appliance memory (MiB), over the scenario's
     order: str | None = None  # "interleaved" | "random": it took turns with its item's other cells; "sequential"
     precision: Precision | None = None  # sampling towards a precision target: where it got and why it stopped
 
@@ -369,6 +371,7 @@ class Cell(Record):
         "samples": _list_of(Sample), "warmups": _list_of(Sample), "failures": _list_of(Failure),
         "verification": _nullable(_mapping), "cold_s": _nullable(_seconds),
         "status": _one_of(CELL_STATUSES, "cell status"), "skip_reason": _nullable(_text),
+        "env": _nullable(_mapping), "memsize": _nullable(_count),
         "order": _nullable(_one_of(ORDERS, "order")), "precision": _nullable(Precision.from_dict),
     }
 

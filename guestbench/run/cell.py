@@ -49,7 +49,7 @@ class RunContext:
         base: dict[str, Any] = dict(
             measurement=cell["measurement"], params=cell["params"], iterations=iterations, backend=handle_config,
             workdir=str(workdir), timeout=self.sc.timeout, sample_timeout=self.sc.sample_timeout,
-            appliance={"memsize": self.sc.memsize, "smp": self.sc.smp}, verbose=self.verbose,
+            appliance={"memsize": cell.get("memsize") or self.sc.memsize, "smp": self.sc.smp}, verbose=self.verbose,
             phases=BACKENDS[cell["backend"]].phase_markers if cell.get("phases") else None,
             instance=cell.get("instance", 1))
         return Request(**{**base, **fields})
@@ -86,6 +86,11 @@ class CellTask:
     def run(self) -> None:
         raise NotImplementedError
 
+    def handle_config(self, workload: bool = False) -> dict[str, Any]:
+        """The backend's handle configuration with the cell's own environment on top (a scenario item's env)."""
+        config = self.backend.handle_config(cache_dir(), workload=workload)
+        return config.with_environment(self.cell.get("env") or {}).to_dict()
+
     def probe_failed(self, reason: str) -> bool:
         """A launch failed before any launch of this backend succeeded in the run: with a deferred probe that
         launch was the probe, and the backend is refused (True). False when the backend is not on trial, or a
@@ -115,7 +120,7 @@ class CellRun(CellTask):
         with contextlib.ExitStack() as resources:
             try:
                 with self.ctx.setup_lock:
-                    handle_config = self.backend.handle_config(cache_dir(), workload=self.m.workload).to_dict()
+                    handle_config = self.handle_config(workload=self.m.workload)
                     drives: list[dict[str, Any]] = []
                     if self.m.workload:
                         storage = resources.enter_context(HostStorage(self.workdir))

@@ -86,4 +86,6 @@ def new_cell(sc: Scenario, spec: MeasurementSpec, m: Measurement, backend: str, 
         **({"metrics": [dataclasses.asdict(mt) for mt in metrics]} if metrics else {}),
         **({"phases": True, "phase_markers": BACKENDS[backend].phase_markers} if sc.phases and m.times_launch
            else {}),
+        **({"env": dict(spec.env)} if spec.env else {}),
+        **({"memsize": spec.memsize} if spec.memsize is not None else {}),
     }

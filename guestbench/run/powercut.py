@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from guestbench.measurements import durability
-from guestbench.paths import cache_dir
 from guestbench.run.cell import CellTask
 from guestbench.run.protocol import Message, Msg
 from guestbench.errors import Unavailable
@@ -20,7 +19,7 @@ class PowerCutTrials(CellTask):
 
     def run(self) -> None:
         self.rec.state(self.cell, "running")
-        handle_config = self.backend.handle_config(cache_dir()).to_dict()
+        handle_config = self.handle_config()
         for idx, it in enumerate(self.numbered):
             if self.ctx.stop.is_set():
                 return
