@@ -247,3 +247,18 @@ def test_a_tight_cell_stops_at_its_target_and_a_noisy_one_at_its_cap_flagged(tmp
     assert cell["precision"]["reached"] > 0.001
     assert "stopped at the cap (3 samples)" in proc.stderr + proc.stdout
     wait_no_leftovers()
+
+
+def test_blocks_span_an_items_backends_and_variants_but_a_workloads_variants_one_at_a_time() -> None:
+    from guestbench.run.plan import blocks, plan
+
+    sc = parse_scenario({"name": "b", "repetitions": 1, "measurements": [
+        {"measurement": "startup", "matrix": {"cache": ["writeback", "unsafe"]}},
+        {"measurement": "fio", "matrix": {"filesystem": ["ext4", "xfs"]}},
+        {"measurement": "durability", "cache": "unsafe"}]}, "s.yaml")
+    got = [[(g.cells[0]["label"], g.backend) for g in b.groups] for b in blocks(plan(sc, ["uml", "tcg"]), True)]
+    assert got[0] == [("startup.writeback", "uml"), ("startup.writeback", "tcg"), ("startup.unsafe", "uml"),
+                      ("startup.unsafe", "tcg")]
+    assert got[1] == [("fio.ext4", "uml"), ("fio.ext4", "tcg")] and got[2] == [("fio.xfs", "uml"), ("fio.xfs", "tcg")]
+    assert got[3:] == [[("durability", "uml")], [("durability", "tcg")]]  # power cuts: one cell at a time
+    assert all(len(b.groups) == 1 for b in blocks(plan(sc, ["uml", "tcg"]), False))  # sequential

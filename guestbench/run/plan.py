@@ -40,14 +40,22 @@ class Block:
     turns: bool
 
 
+def _block_key(g: Group) -> str:
+    """Which cells take turns together: a scenario item's (its backends and variants); for a workload, whose
+    cells hold host disks for as long as they live, one variant's backends only (a matrix of filesystems would
+    otherwise keep every variant's images and appliances at once)."""
+    cell = g.cells[0]
+    return str(cell["label"] if get_measurement(cell["measurement"]).workload else cell["group"])
+
+
 def blocks(groups: list[Group], interleave: bool) -> list[Block]:
-    """Consecutive single-cell groups of one scenario item form one block when interleaving; every other group
+    """Consecutive single-cell groups with one block key form one block when interleaving; every other group
     (and every group of a sequential run) is a block of its own."""
     out: list[Block] = []
     for g in groups:
         last = out[-1] if out else None
         if interleave and g.takes_turns and last is not None and last.turns \
-                and last.groups[0].cells[0]["group"] == g.cells[0]["group"]:
+                and _block_key(last.groups[0]) == _block_key(g):
             last.groups.append(g)
         else:
             out.append(Block([g], g.takes_turns))
