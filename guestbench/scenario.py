@@ -19,6 +19,7 @@ from guestbench.backends import BACKENDS
 from guestbench.errors import UserError
 from guestbench.measurements import MEASUREMENTS
 from guestbench.measurements.base import min_disk_size
+from guestbench.results.model import ORDERS
 from guestbench.units import parse_size
 
 DEFAULT_REPETITIONS = 5
@@ -26,7 +27,6 @@ DEFAULT_WARMUP = 1
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_SAMPLE_TIMEOUT_S = 1800.0
 PLACEMENTS = ("host", "nested")
-ORDERS = ("interleaved", "random", "sequential")
 DEFAULT_MAX_REPETITIONS = 20
 DEFAULT_NESTED_MEMORY_MIB = 4096
 DEFAULT_NESTED_VCPUS = 2
