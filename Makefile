@@ -21,7 +21,7 @@ check: setup
 	$(BIN)/python -m pytest -m "not launch" $(PYTEST_ARGS)
 
 # Long runs kept out of `make test`: libguestfs's own tools and E1's fifth row, on the host and inside a
-# level-1 VM (hours where that VM runs on TCG: one nested api-suite sample is ~30 min on UML). Every sample
+# level-1 VM (hours where that VM runs on TCG: one nested api-suite sample is ~10 min on UML, 1–2 h on TCG). Every sample
 # goes to results/ as it is taken, so an interrupted soak keeps what it measured.
 soak: setup
 	$(BIN)/guestbench scenario scenarios/virt-tools.yaml

@@ -92,9 +92,11 @@ def test_a_run_next_to_cpu_hogs_is_flagged_busy_and_the_same_run_alone_is_not(tm
             h.wait(10)
     assert proc_b.returncode == 0, proc_b.stderr[-3000:]
     loads = [s["load"] for s in hogged["cells"][0]["samples"]]
-    assert all(ld["busy"] is True and ld["other_cores"] > 1.0 for ld in loads), loads
-    assert "the host was busy during 2 of 2 samples" in proc_b.stdout + proc_b.stderr
-    assert "Host BUSY" in proc_b.stdout
+    # two hogs on two cores share them with the launch: other processes get well over the half-core rule
+    assert all(ld["busy"] is True and ld["other_cores"] > noise.BUSY_OTHER_CORES for ld in loads), loads
+    printed = " ".join((proc_b.stdout + proc_b.stderr).split())  # rich wraps long lines
+    assert "the host was busy during 2 of 2 samples" in printed and "Host BUSY during 2 of 2" in printed
     loads = [s["load"] for s in quiet["cells"][0]["samples"]]
     assert all(ld["busy"] is False for ld in loads), loads
-    assert "busy" not in proc.stderr and "Host quiet during all 2 judged timed steps" in proc.stdout
+    printed = " ".join((proc.stdout + proc.stderr).split())
+    assert "was busy" not in printed and "Host quiet during all 2 judged timed steps" in printed

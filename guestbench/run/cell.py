@@ -129,7 +129,8 @@ class CellRun(CellTask):
                 self.rec.unavailable(self.cell, len(self.its), str(e))
                 return
             self._workers(handle_config, drives)
-        self.rec.finish(self.cell)
+        if not self.ctx.stop.is_set():  # stopped by a signal: the run closes the cell as interrupted
+            self.rec.finish(self.cell)
 
     # ------------------------------------------------------------------ workers
     def _workers(self, handle_config: dict[str, Any], drives: list[dict[str, Any]]) -> None:
@@ -148,6 +149,8 @@ class CellRun(CellTask):
                                        payload=str(payload) if payload else None, payload_sha256=digest, step=step,
                                        turn=self.seat.request_field(remaining) if self.seat else None)
             ex = self.executor.run_worker(request, self.backend, self._locked(self.on_message))
+            if self.ctx.stop.is_set():  # a signal stopped the run and killed the worker: no failure of its own
+                return
             remaining = [i for i in remaining if i not in self._ended]
             said = self.cell["failures"][-1]["reason"] if self.cell["failures"] else None  # the worker's own words
             mid_iteration = ex.kind != "done" and bool(remaining)
