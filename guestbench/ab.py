@@ -19,7 +19,7 @@ import yaml
 from guestbench import compare
 from guestbench.errors import UserError
 from guestbench.measurements import MEASUREMENTS
-from guestbench.scenario import ENV_NAME, Checker, MeasurementSpec, Scenario
+from guestbench.scenario import ENV_NAME, SIDE, Checker, MeasurementSpec, Scenario
 
 SIDES = ("A", "B")
 DEFAULT_NOISE_PCT = 5.0
@@ -66,7 +66,7 @@ def _side(c: Checker, spec: MeasurementSpec, side: dict[str, str], name: str,
     for pkey, problem in m.check(params, memsize or scenario_memsize):
         raise c.fail(f"{flag} ({spec.label}.{pkey})", problem)
     return dataclasses.replace(spec, label=f"{spec.label}.{name}", params=params, env=env, memsize=memsize,
-                               variant={**spec.variant, "ab": name})
+                               variant={**spec.variant, SIDE: name})
 
 
 def ab_scenario(sc: Scenario, a: dict[str, str], b: dict[str, str]) -> Scenario:
@@ -91,7 +91,7 @@ def _side_doc(doc: dict[str, Any], side: str) -> dict[str, Any]:
     """The run's cells of one side, labelled as the scenario's item (so that A and B cells match by key)."""
     cells = []
     for cell in doc.get("cells", []):
-        if (cell.get("variant") or {}).get("ab") == side:
+        if (cell.get("variant") or {}).get(SIDE) == side:
             cells.append({**cell, "label": str(cell["label"])[: -len(f".{side}")]})
     return {**doc, "cells": cells}
 

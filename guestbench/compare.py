@@ -24,8 +24,9 @@ from scipy import stats as scipy_stats
 
 from guestbench import host
 from guestbench.errors import UserError
-from guestbench.report import (NONE, _cells, _dict, _list, _md, _number, _seconds, fmt_seconds,  # as `show` reads
-                               load_figures)
+from guestbench.report import NONE, _cells, _md, _seconds, fmt_seconds, load_figures  # as `show` reads them
+from guestbench.results import figures as cell_figures
+from guestbench.results.figures import SECONDS, figures
 from guestbench.stats import PERMUTATION_METHOD, RATIO_CI_METHOD, permutation_p, ratio_ci
 
 ALPHA = 0.05
@@ -224,20 +225,6 @@ def compare_samples(key: Key, base: Sequence[float], other: Sequence[float],
                          unit=unit, higher_better=higher_better, p_perm=p_perm)
 
 
-def figures(cell: dict[str, Any]) -> list[tuple[str, str, str, bool, list[float]]]:
-    """What a cell is compared on: (key, label, unit, higher is better, values). A workload's own figures (its
-    wall time is a fixed run, no figure), else the samples' seconds."""
-    out = []
-    for desc in _list(cell.get("metrics")):
-        if not isinstance(desc, dict) or not isinstance(desc.get("key"), str):
-            continue
-        values = [v for v in (_number(_dict(_dict(s).get("metrics")).get(desc["key"])) for s in
-                              _list(cell.get("samples"))) if v is not None]
-        out.append((desc["key"], str(desc.get("label") or desc["key"]), str(desc.get("unit") or ""),
-                    bool(desc.get("higher_better", True)), values))
-    return out or [("seconds", "seconds", "s", False, _seconds(cell))]
-
-
 def compare_docs(base: dict[str, Any], other: dict[str, Any], noise_pct: float | None = None,
                  by: str = "mann-whitney") -> list[ComparisonRow]:
     """One row per cell key and figure with samples in both documents, in the baseline's order."""
@@ -247,14 +234,16 @@ def compare_docs(base: dict[str, Any], other: dict[str, Any], noise_pct: float |
         other_cell = other_cells.get(key)
         if other_cell is None:
             continue
-        theirs = {f[0]: f for f in figures(other_cell)}
-        for fkey, label, unit, higher, b in figures(base_cell):
-            o = theirs.get(fkey, (None,) * 4 + ([],))[4]
-            if b and o:
-                row_key = key if fkey == "seconds" else (key[0], key[1], f"{key[2]} {fkey}")
-                out.append(compare_samples(row_key, b, o, _param_differences(base_cell, other_cell),
-                                           noise_pct=noise_pct, figure=label, unit=unit, higher_better=higher,
-                                           by=by))
+        ours, theirs = figures(base_cell), {f.key: f for f in figures(other_cell)}
+        if not any(f.key in theirs for f in ours):  # one side has no workload figures (an older file): seconds
+            ours, theirs = [cell_figures.seconds(base_cell)], {SECONDS: cell_figures.seconds(other_cell)}
+        for f in ours:
+            o = theirs[f.key].values if f.key in theirs else []
+            if f.values and o:
+                row_key = key if f.key == SECONDS else (key[0], key[1], f"{key[2]} {f.key}")
+                out.append(compare_samples(row_key, f.values, o, _param_differences(base_cell, other_cell),
+                                           noise_pct=noise_pct, figure=f.label, unit=f.unit,
+                                           higher_better=f.higher_better, by=by))
     return out
 
 

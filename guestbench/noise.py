@@ -3,7 +3,9 @@ rest of the machine was doing during each sample (kept with the sample).
 
 Per sample, `LoadMeter` reads /proc/stat (the whole machine's CPU time, and steal time where a VM reports it)
 and the CPU time of the measuring worker's own process tree (its hypervisor and everything it started,
-children it reaped included) at the start and the end of the timed step. What the machine spent beyond our
+children it reaped included), plus every process that names the cell's work dir (a libvirt domain's qemu,
+the NBD server of a workload disk), at the start and the end of the timed step. Kernel threads (a loop
+device's) belong to nobody and count as other work. What the machine spent beyond our
 tree is other processes' work: more than BUSY_OTHER_CORES cores on average, or more than BUSY_STEAL of the
 machine's time stolen by the hypervisor below, and the sample is marked busy (kept, flagged in the reports).
 /proc/stat counts in clock ticks (USER_HZ, 100 per second), so a sample shorter than MIN_JUDGED_S is not judged.
@@ -57,19 +59,35 @@ def _stat(pid: int) -> tuple[int, int] | None:
     return int(rest[1]), sum(int(v) for v in rest[11:15])
 
 
-def tree_ticks(root: int) -> int:
-    """CPU ticks of `root` and every descendant alive now (each with what it reaped)."""
+def _mentions(pid: int, marker: bytes) -> bool:
+    try:
+        return marker in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def tree_ticks(root: int, marker: str | None = None) -> int:
+    """CPU ticks of `root` and every descendant alive now (each with what it reaped), and of every process whose
+    command line names `marker` (the cell's work dir) with its descendants: what works for the cell without
+    being the worker's child (a libvirt domain's qemu, the NBD server of a workload's disk)."""
     children: dict[int, list[int]] = {}
     ticks: dict[int, int] = {}
+    roots = {root}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
-            st = _stat(int(entry.name))
+            pid = int(entry.name)
+            st = _stat(pid)
             if st is not None:
-                children.setdefault(st[0], []).append(int(entry.name))
-                ticks[int(entry.name)] = st[1]
-    total, todo = 0, [root]
+                children.setdefault(st[0], []).append(pid)
+                ticks[pid] = st[1]
+                if marker and _mentions(pid, marker.encode()):
+                    roots.add(pid)
+    total, seen, todo = 0, set(), list(roots)
     while todo:
         pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
         total += ticks.get(pid, 0)
         todo.extend(children.get(pid, []))
     return total
@@ -79,13 +97,14 @@ class LoadMeter:
     """Brackets one timed step: `start()` before it, `stop()` after; the record says what the rest of the
     machine did meanwhile."""
 
-    def __init__(self, root: int | None = None) -> None:
+    def __init__(self, root: int | None = None, marker: str | None = None) -> None:
         self.root = root or os.getpid()
+        self.marker = marker  # the cell's work dir: processes naming it work for the cell (tree_ticks)
         self._start: _Reading | None = None
 
     def _read(self) -> _Reading:
         busy, steal = _machine_ticks()
-        return _Reading(time.monotonic(), busy, steal, tree_ticks(self.root))
+        return _Reading(time.monotonic(), busy, steal, tree_ticks(self.root, self.marker))
 
     def start(self) -> None:
         try:
@@ -156,7 +175,7 @@ def _mitigations() -> dict[str, int] | None:
 
 
 def other_runs() -> int:
-    """Other `guestbench scenario` runs on this machine now (not this process, its parents or its children)."""
+    """Other `guestbench scenario` and `guestbench ab` runs on this machine now (not this process or its parent)."""
     mine = {os.getpid(), os.getppid()}
     count = 0
     for entry in os.scandir("/proc"):
@@ -167,7 +186,8 @@ def other_runs() -> int:
         except OSError:
             continue
         words = [a.decode(errors="replace") for a in argv if a]
-        if any(w.endswith("guestbench") or w == "guestbench" for w in words[:3]) and "scenario" in words[1:4]:
+        if any(w.endswith("guestbench") or w == "guestbench" for w in words[:3]) \
+                and {"scenario", "ab"} & set(words[1:4]):
             count += 1
     return count
 

@@ -74,6 +74,7 @@ NESTED_KEYS = {"memory": "the level-1 VM's RAM: an integer in MiB or a size (e.g
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ITEM_KEYS = ("measurement", "label", "matrix", "env", "appliance")  # an item's keys that are not parameters
+SIDE = "ab"  # the variant key of `guestbench ab`'s two configurations (A and B of one item)
 APPLIANCE_KEYS = {"memsize": "appliance RAM: an integer in MiB or a size (e.g. 2GiB)",
                   "smp": "integer >= 1: appliance vCPUs"}
 

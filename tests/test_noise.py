@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -100,3 +101,16 @@ def test_a_run_next_to_cpu_hogs_is_flagged_busy_and_the_same_run_alone_is_not(tm
     assert all(ld["busy"] is False for ld in loads), loads
     printed = " ".join((proc.stdout + proc.stderr).split())
     assert "was busy" not in printed and "Host quiet during all 2 judged timed steps" in printed
+
+
+def test_a_process_naming_the_cells_work_dir_counts_as_ours_though_not_our_child(tmp_path: Path) -> None:
+    """A libvirt domain's qemu or a disk's NBD server is not the worker's child; it names the cell's work dir."""
+    marker = str(tmp_path / "cell-workdir")
+    code = "import sys, time\nt = time.process_time()\nwhile time.process_time() - t < 0.8: pass"
+    # started through a shell that exits at once: the busy process is reparented, no longer in our tree
+    subprocess.run(["sh", "-c", f'{sys.executable} -c "{code}" {marker} >/dev/null 2>&1 &'], check=True)
+    mine_before, ours_before = noise.tree_ticks(os.getpid()), noise.tree_ticks(os.getpid(), marker)
+    deadline = time.monotonic() + 10
+    while noise.tree_ticks(os.getpid(), marker) - ours_before < 0.4 / noise.TICK_S:
+        assert time.monotonic() < deadline, "the marked process never ran"
+    assert noise.tree_ticks(os.getpid()) - mine_before < 0.3 / noise.TICK_S  # not in our tree

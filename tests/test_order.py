@@ -262,3 +262,27 @@ def test_blocks_span_an_items_backends_and_variants_but_a_workloads_variants_one
     assert got[1] == [("fio.ext4", "uml"), ("fio.ext4", "tcg")] and got[2] == [("fio.xfs", "uml"), ("fio.xfs", "tcg")]
     assert got[3:] == [[("durability", "uml")], [("durability", "tcg")]]  # power cuts: one cell at a time
     assert all(len(b.groups) == 1 for b in blocks(plan(sc, ["uml", "tcg"]), False))  # sequential
+
+
+def test_ab_sides_of_a_workload_variant_take_turns_in_one_block() -> None:
+    from guestbench import ab
+    from guestbench.run.plan import blocks, plan
+
+    sc = ab.ab_scenario(parse_scenario({"name": "w", "repetitions": 1, "measurements": [
+        {"measurement": "fio", "matrix": {"filesystem": ["ext4", "xfs"]}}]}, "s.yaml"), {}, {"cache": "unsafe"})
+    got = [[g.cells[0]["label"] for g in b.groups] for b in blocks(plan(sc, ["uml"]), True)]
+    assert got == [["fio.ext4.A", "fio.ext4.B"], ["fio.xfs.A", "fio.xfs.B"]]
+
+
+def test_a_workloads_precision_is_its_least_precise_figure() -> None:
+    from guestbench.results.figures import figures
+    from guestbench.run.block import _worst
+
+    cell = {"metrics": [{"key": "bw", "label": "bandwidth", "unit": "MB/s", "higher_better": True},
+                        {"key": "lat", "label": "latency", "unit": "ms", "higher_better": False}],
+            "samples": [{"rep": i + 1, "seconds": 10.0, "metrics": {"bw": bw, "lat": lat}}
+                        for i, (bw, lat) in enumerate([(100, 1.0), (101, 2.0), (99, 3.0)])]}
+    precisions = [stats.relative_precision(f.values) for f in figures(cell)]
+    assert [f.key for f in figures(cell)] == ["bw", "lat"]  # the fixed wall time is no figure
+    assert _worst(precisions) == max(precisions) > 0.5  # the latency is far from precise; seconds would be 0
+    assert _worst([0.01, None]) is None  # a figure without a CI yet holds the cell

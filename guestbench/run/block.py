@@ -4,7 +4,8 @@ their sampling towards a precision target.
 Every cell of a block is set up before the first grant (its host disks, its worker), and its worker stays
 alive between turns, so interleaving adds no launch. With a precision target a cell is told to stop once
 its 95% CI half-width relative to the median is at or below the target (after at least `repetitions`
-samples); a cell that reaches its cap first is recorded as such and flagged by the reports.
+samples) for every figure it reports (seconds, or a workload's own figures); a cell that reaches its cap
+first is recorded as such and flagged by the reports.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from guestbench import stats
 from guestbench.paths import workdir_for
+from guestbench.results.figures import figures
 from guestbench.run.cell import MAX_WORKER_RESTARTS, CellRun, RunContext, Seat
 from guestbench.run.executor import Executor
 from guestbench.run.record import CellDoc, numbered
@@ -55,7 +57,7 @@ class Block:
         finally:
             if self.target is not None:
                 for slot, cell in enumerate(self.cells):
-                    self._precision(cell, stopped=self._why_stopped(slot, cell))
+                    self._precision(cell, ended_slot=slot)
 
     def _job(self, slot: int, cell: CellDoc, ex: Executor) -> Any:
         seat = Seat(Turn(str(self.dir), slot, self.wait_s(), os.getpid()), self.turnstile)
@@ -76,22 +78,23 @@ class Block:
         reached = self._precision(cell)
         return len(cell["samples"]) >= self.ctx.sc.repetitions and reached is not None and reached <= self.target
 
-    def _precision(self, cell: CellDoc, stopped: str | None = None) -> float | None:
+    def _precision(self, cell: CellDoc, ended_slot: int | None = None) -> float | None:
         """The precision the cell's samples reach now, recorded in the cell (with why it stopped, at its end)."""
         if self.target is None:
             return None
         with self.ctx.recorder.lock:
-            seconds = [s["seconds"] for s in cell["samples"]]
-        reached = stats.relative_precision(seconds)
-        record: dict[str, Any] = {"target": self.target, "reached": reached, "n": len(seconds),
+            figs = figures(cell)
+        reached = _worst([stats.relative_precision(f.values) for f in figs])
+        record: dict[str, Any] = {"target": self.target, "reached": reached, "n": len(cell["samples"]),
                                   "cap": self.ctx.sc.rep_cap, "method": stats.PRECISION_METHOD}
-        if stopped is not None:
-            record["stopped"] = stopped
+        if ended_slot is not None:
+            record["stopped"] = self._why_stopped(ended_slot, cell, reached)
         self.ctx.recorder.update(cell, precision=record)
         return reached
 
-    def _why_stopped(self, slot: int, cell: CellDoc) -> str:
-        if slot in self.turnstile.stopped:
+    def _why_stopped(self, slot: int, cell: CellDoc, reached: float | None) -> str:
+        """target: told to stop, or its last sample met the target; cap: every repetition allowed was tried."""
+        if slot in self.turnstile.stopped or (reached is not None and reached <= (self.target or 0)):
             return "target"
         tried = len(cell["samples"]) + sum(1 for f in cell["failures"] if f.get("kind") == "rep")
         return "cap" if tried >= self.ctx.sc.rep_cap else "ended"
@@ -106,3 +109,9 @@ class Block:
                 f" · target ±{self.target:.1%}"
         self.ctx.recorder.doing(cell, what)
 
+
+def _worst(precisions: list[float | None]) -> float | None:
+    """A cell's precision is its least precise figure's (a workload has several; None until each has a CI)."""
+    if not precisions or any(p is None for p in precisions):
+        return None
+    return max(p for p in precisions if p is not None)

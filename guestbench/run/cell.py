@@ -65,6 +65,11 @@ class Seat:
     def request_field(self, indexes: list[int]) -> dict[str, Any]:
         return {**self.turn.to_dict(), "indexes": indexes}
 
+    @property
+    def stopped(self) -> bool:
+        """The runner told this cell to stop (its precision target was met)."""
+        return self.turn.slot in self.turnstile.stopped
+
 
 class CellTask:
     """What every way of running a cell holds: its record, its iterations, its backend and measurement, its own
@@ -120,6 +125,8 @@ class CellRun(CellTask):
         with contextlib.ExitStack() as resources:
             try:
                 with self.ctx.setup_lock:
+                    if self.ctx.stop.is_set():  # a signal came while another cell was set up: make nothing
+                        return
                     handle_config = self.handle_config(workload=self.m.workload)
                     drives: list[dict[str, Any]] = []
                     if self.m.workload:
@@ -138,6 +145,8 @@ class CellRun(CellTask):
         if self.m.needs_payload:
             self.rec.doing(self.cell, "generating payload")
             with self.ctx.setup_lock:
+                if self.ctx.stop.is_set():
+                    return
                 payload, digest = self.m.make_payload(self.cell["params"])
         remaining = list(range(len(self.its)))
         restarts = 0
@@ -162,6 +171,8 @@ class CellRun(CellTask):
                     self.rec.skip(self.cell, len(remaining), self.ctx.gate.refusal(self.cell["backend"]) or "")
                 return
             if not mid_iteration:
+                if remaining and self.seat is not None and not self.seat.stopped:  # its wait for a turn ran out
+                    self.rec.skip(self.cell, len(remaining), "not run: no turn was granted in time")
                 return
             restarts += 1
             if ex.kind == "timeout" and ex.what == "launch" and not self.launched:

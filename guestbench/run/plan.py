@@ -12,7 +12,7 @@ from typing import Any
 from guestbench.backends import BACKENDS
 from guestbench.measurements import Measurement
 from guestbench.measurements import get as get_measurement
-from guestbench.scenario import MeasurementSpec, Scenario
+from guestbench.scenario import SIDE, MeasurementSpec, Scenario
 
 
 @dataclass
@@ -40,12 +40,15 @@ class Block:
     turns: bool
 
 
-def _block_key(g: Group) -> str:
+def _block_key(g: Group) -> tuple[str, tuple[tuple[str, str], ...]]:
     """Which cells take turns together: a scenario item's (its backends and variants); for a workload, whose
     cells hold host disks for as long as they live, one variant's backends only (a matrix of filesystems would
-    otherwise keep every variant's images and appliances at once)."""
+    otherwise keep every variant's images and appliances at once), with both sides of `guestbench ab`."""
     cell = g.cells[0]
-    return str(cell["label"] if get_measurement(cell["measurement"]).workload else cell["group"])
+    if not get_measurement(cell["measurement"]).workload:
+        return str(cell["group"]), ()
+    variant = {k: v for k, v in (cell.get("variant") or {}).items() if k != SIDE}
+    return str(cell["group"]), tuple(sorted((k, repr(v)) for k, v in variant.items()))
 
 
 def blocks(groups: list[Group], interleave: bool) -> list[Block]:

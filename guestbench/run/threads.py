@@ -6,6 +6,7 @@ stop flag is set, every executor kills its worker's process tree, and the thread
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable
 
 from guestbench.run.executor import Executor
@@ -40,8 +41,9 @@ def run_together(jobs: list[tuple[str, Callable[[], None]]], executors: list[Exe
         stop.set()
         for ex in executors:
             ex.abort()
+        until = time.monotonic() + JOIN_AFTER_ABORT_S  # one bound for all of them, not one each
         for t in threads:
-            t.join(JOIN_AFTER_ABORT_S)
+            t.join(max(0.0, until - time.monotonic()))
         raise
     if errors:
         raise errors[0]

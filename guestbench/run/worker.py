@@ -157,7 +157,7 @@ class WorkerTask:
         self.set_up = False  # after_launch has run for the current appliance (or, without one, for the cell)
         self.step = lockstep.Step.from_dict(req.step) if req.step else None
         self.step_index: list[int] = list((req.step or {}).get("indexes") or [])  # the run's iteration numbers
-        self.meter = noise.LoadMeter()  # what the rest of the machine did during each timed step
+        self.meter = noise.LoadMeter(marker=req.workdir)  # what the rest of the machine did in each timed step
         self.turn = turns.Turn.from_dict(req.turn) if req.turn else None
         self.turn_index: list[int] = list((req.turn or {}).get("indexes") or [])  # the cell's iteration numbers
 

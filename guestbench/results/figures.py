@@ -1,0 +1,50 @@
+"""What a cell's samples measure, figure by figure: the numbers a comparison or a precision target is about.
+
+A workload's tool reports its own figures (MB/s, IOPS, latency), each with its direction of better; its wall
+time is a fixed run and no figure. Every other cell's figure is its samples' seconds, lower being better.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+SECONDS = "seconds"
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str
+    label: str
+    unit: str
+    higher_better: bool
+    values: list[float]
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _samples(cell: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in (cell.get("samples") or []) if isinstance(s, dict)]
+
+
+def seconds(cell: dict[str, Any]) -> Figure:
+    values = [v for v in (_number(s.get("seconds")) for s in _samples(cell)) if v is not None]
+    return Figure(SECONDS, SECONDS, "s", False, values)
+
+
+def figures(cell: dict[str, Any]) -> list[Figure]:
+    """The cell's figures: a workload's own (one per metric descriptor), else its seconds."""
+    out = []
+    for desc in cell.get("metrics") or []:
+        if not isinstance(desc, dict) or not isinstance(desc.get("key"), str):
+            continue
+        values = [v for v in (_number((s.get("metrics") or {}).get(desc["key"])) for s in _samples(cell))
+                  if v is not None]
+        out.append(Figure(desc["key"], str(desc.get("label") or desc["key"]), str(desc.get("unit") or ""),
+                          bool(desc.get("higher_better", True)), values))
+    return out or [seconds(cell)]
