@@ -1,7 +1,8 @@
 """`guestbench ab`: two configurations of one scenario measured in one run, interleaved, and compared.
 
 Every item of the scenario becomes two cells per backend, `<label>.A` and `<label>.B`, variants of one item, so
-they take turns sample by sample (guestbench.run.schedule) and see the same stretch of the machine's time. A
+they take turns sample by sample (guestbench.run.schedule) and see the same stretch of the machine's time; with
+placement nested the level-1 guest gets the items with their `ab` key and interleaves them the same way. A
 side is a list of KEY=VALUE: a measurement parameter (cache=unsafe, size=64MiB), `memsize` (the appliance's
 MiB), or an environment variable in capitals (LIBGUESTFS_HV=/opt/qemu/bin/qemu-system-x86_64, LIBGUESTFS_PATH=
 another appliance), which the cells' workers and the libguestfs programs they run get. The verdict per
@@ -19,9 +20,8 @@ import yaml
 from guestbench import compare
 from guestbench.errors import UserError
 from guestbench.measurements import MEASUREMENTS
-from guestbench.scenario import ENV_NAME, SIDE, Checker, MeasurementSpec, Scenario
+from guestbench.scenario import ENV_NAME, SIDE, SIDES, Checker, MeasurementSpec, Scenario
 
-SIDES = ("A", "B")
 DEFAULT_NOISE_PCT = 5.0
 
 
@@ -54,6 +54,9 @@ def _side(c: Checker, spec: MeasurementSpec, side: dict[str, str], name: str,
     m = MEASUREMENTS[spec.measurement]
     params, env, memsize = dict(spec.params), dict(spec.env), spec.memsize
     for key, text in side.items():
+        if key in spec.variant:
+            raise c.fail(f"{flag} {key}", f"is a matrix axis of item {spec.group!r}, whose cells already differ in "
+                         "it; give a side a key the matrix does not vary")
         if key == "memsize":
             memsize = c.memsize(f"{flag} memsize", text)
         elif key in {p.name for p in m.params}:
@@ -72,8 +75,6 @@ def _side(c: Checker, spec: MeasurementSpec, side: dict[str, str], name: str,
 def ab_scenario(sc: Scenario, a: dict[str, str], b: dict[str, str]) -> Scenario:
     """The scenario with every item split into its A and B cells (interleaved unless the order says random)."""
     c = Checker("command line")
-    if "nested" in sc.placements:
-        raise c.fail("--placement", "guestbench ab measures on this host only; give --placement host")
     if a == b:
         raise c.fail("--a/--b", "both sides are the same configuration; give B at least one different KEY=VALUE")
     known = {"memsize"} | {p.name for s in sc.measurements for p in MEASUREMENTS[s.measurement].params}

@@ -408,10 +408,11 @@ def _order_text(doc: dict[str, Any]) -> str | None:
     mode = order.get("mode")
     if not isinstance(mode, str):
         return None
+    parts = f", at most {order['block_cells']} cells at once" if isinstance(order.get("block_cells"), int) else ""
     if mode == "random":
-        return f"order random (seed {order.get('seed')})"
+        return f"order random (seed {order.get('seed')}{parts})"
     if mode == "interleaved":
-        return "order interleaved (cells of a measurement take turns)"
+        return f"order interleaved (cells of a measurement take turns{parts})"
     return f"order {mode}"
 
 

@@ -64,8 +64,9 @@ TOP_KEYS: dict[str, str] = {
                     f"({', '.join(MEASUREMENTS)}), an optional 'label', that measurement's parameters, an "
                     "optional 'matrix' (parameter: [values...]; one cell per combination, labelled "
                     "label.value1.value2...), an optional 'env' (NAME: value for its workers and the programs "
-                    "they run; LIBGUESTFS_HV, LIBGUESTFS_BACKEND_SETTINGS replace the backend's) and an optional "
-                    "'appliance' ({memsize: ...} over the scenario's)",
+                    "they run; LIBGUESTFS_HV, LIBGUESTFS_BACKEND_SETTINGS replace the backend's), an optional "
+                    "'appliance' ({memsize: ...} over the scenario's) and an optional 'ab' (A or B: the item is that "
+                    "side of guestbench ab, labelled label...A or ...B; guestbench ab writes it for a nested run)",
 }
 NESTED_KEYS = {"memory": "the level-1 VM's RAM: an integer in MiB or a size (e.g. 4GiB), at least 1024 MiB",
                "vcpus": "integer >= 1: the level-1 VM's vCPUs",
@@ -73,8 +74,9 @@ NESTED_KEYS = {"memory": "the level-1 VM's RAM: an integer in MiB or a size (e.g
                "timeout": "seconds > 0: limit for the whole level-1 run (boot, probes, every sample)"}
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-ITEM_KEYS = ("measurement", "label", "matrix", "env", "appliance")  # an item's keys that are not parameters
-SIDE = "ab"  # the variant key of `guestbench ab`'s two configurations (A and B of one item)
+SIDE = "ab"  # the variant key and item key of `guestbench ab`'s two configurations (A and B of one item)
+SIDES = ("A", "B")
+ITEM_KEYS = ("measurement", "label", "matrix", "env", "appliance", SIDE)  # an item's keys that are not parameters
 APPLIANCE_KEYS = {"memsize": "appliance RAM: an integer in MiB or a size (e.g. 2GiB)",
                   "smp": "integer >= 1: appliance vCPUs"}
 
@@ -114,9 +116,11 @@ class MeasurementSpec:
         given = {k: v for k, v in self.params.items() if v is not None}
         if not self.variant:
             return {"measurement": self.measurement, "label": self.label, **given, **self.file_keys()}
-        fixed = {k: v for k, v in given.items() if k not in self.variant}
-        return {"measurement": self.measurement, "label": self.group, **fixed, **self.file_keys(),
-                "matrix": {k: [v] for k, v in self.variant.items()}}
+        axes = {k: v for k, v in self.variant.items() if k != SIDE}
+        fixed = {k: v for k, v in given.items() if k not in axes}
+        side = {SIDE: self.variant[SIDE]} if SIDE in self.variant else {}
+        return {"measurement": self.measurement, "label": self.group, **fixed, **self.file_keys(), **side,
+                **({"matrix": {k: [v] for k, v in axes.items()}} if axes else {})}
 
 
 @dataclass(frozen=True)
@@ -368,6 +372,10 @@ class Checker:
                 params[k] = m.param(k).parse(v)
             except ValueError as e:
                 raise self.fail(f"{key}.{k}", str(e)) from None
+        side = item.get(SIDE)
+        if SIDE in item and side not in SIDES:
+            raise self.fail(f"{key}.{SIDE}", f"{side!r} is not allowed; allowed: {' or '.join(SIDES)} (which side "
+                            "of guestbench ab the item is)")
         label = item.get("label", name)
         if not isinstance(label, str) or not LABEL.fullmatch(label):
             raise self.fail(f"{key}.label", f"{label!r} is not allowed; allowed: letters, digits, . _ - "
@@ -384,6 +392,8 @@ class Checker:
             for pkey, problem in m.check(cell_params, memsize):
                 raise self.fail(f"{where}.{pkey}" if not variant else f"{where}: {pkey}", problem)
             cell_label = label + "".join(f".{m.param(k).show(v)}" for k, v in variant.items())
+            if side is not None:
+                variant, cell_label = {**variant, SIDE: side}, f"{cell_label}.{side}"
             specs.append(MeasurementSpec(name, cell_label, cell_params, group=label, variant=variant, env=env,
                                          memsize=item_memsize))
         return specs

@@ -36,13 +36,28 @@ def test_every_item_becomes_an_a_and_a_b_cell_of_one_item_that_take_turns() -> N
     ({}, {"cache": "fast"}, "--b cache: 'fast' is not allowed"),
     ({"fs": "ext4"}, {}, "--a fs: is neither a parameter"),
     ({}, {"memsize": "12"}, "--b memsize: 12 MiB is too small"),
-    ({}, {"cache": "unsafe", "placement": "nested"}, "--placement: guestbench ab measures on this host only"),
+    ({}, {"size": "2MiB"}, "--b size: is a matrix axis of item 'upload-no-write'"),
 ])
 def test_bad_sides_are_refused_in_one_line(a: dict, b: dict, problem: str) -> None:
-    placement = ["host", b.pop("placement")] if "placement" in b else ["host"]
+    sc = {**SC, "measurements": ["startup", {"measurement": "upload-no-write", "matrix": {"size": ["1MiB", "4MiB"]}}]}
     with pytest.raises(UserError) as e:
-        ab.ab_scenario(parse_scenario({**SC, "placement": placement}, "s.yaml"), a, b)
+        ab.ab_scenario(parse_scenario(sc, "s.yaml"), a, b)
     assert problem in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_sides_survive_the_file_handed_to_the_level1_guest() -> None:
+    """A nested run hands the scenario to guestbench inside as a file: A and B come back as the same cells
+    (labels, variants, parameters, environment, memory), matrix axes included."""
+    sc = ab.ab_scenario(parse_scenario({**SC, "placement": ["host", "nested"], "measurements": [
+        "startup", {"measurement": "upload-no-write", "matrix": {"size": ["1MiB", "4MiB"]}}]}, "s.yaml"),
+        {}, {"cache": "unsafe", "LIBGUESTFS_HV": "/opt/qemu", "memsize": "768"})
+    back = parse_scenario(sc.to_file(placement=["host"]), "inside.yaml")
+    assert [s.to_dict() for s in back.measurements] == [s.to_dict() for s in sc.measurements]
+    assert [s.label for s in back.measurements][2:] == ["upload-no-write.1MiB.A", "upload-no-write.1MiB.B",
+                                                        "upload-no-write.4MiB.A", "upload-no-write.4MiB.B"]
+    assert back.order == "interleaved"
+    with pytest.raises(UserError, match=r"measurements\[0\]\.ab: 'C' is not allowed; allowed: A or B"):
+        parse_scenario({**SC, "measurements": [{"measurement": "startup", "ab": "C"}]}, "s.yaml")
 
 
 def test_a_side_is_key_value_words() -> None:

@@ -286,3 +286,30 @@ def test_a_workloads_precision_is_its_least_precise_figure() -> None:
     assert [f.key for f in figures(cell)] == ["bw", "lat"]  # the fixed wall time is no figure
     assert _worst(precisions) == max(precisions) > 0.5  # the latency is far from precise; seconds would be 0
     assert _worst([0.01, None]) is None  # a figure without a CI yet holds the cell
+
+
+def test_a_large_item_takes_turns_in_parts_that_keep_a_variants_backends_together() -> None:
+    """Every cell of a block keeps an idle appliance: an upload matrix of 5 sizes on 2 backends takes turns in
+    parts of whole rows (at most the cap), and the cap also follows the RAM and the appliance memory."""
+    from guestbench.run.plan import MAX_BLOCK_CELLS, block_cap, blocks, plan
+
+    sc = parse_scenario({"name": "big", "repetitions": 1, "measurements": [
+        {"measurement": "upload", "matrix": {"size": ["1MiB", "2MiB", "3MiB", "4MiB", "5MiB"]}}]}, "s.yaml")
+    gib = 2**30
+    assert block_cap(None, 2, total_bytes=24 * gib) == MAX_BLOCK_CELLS == 8
+    assert block_cap(None, 3, total_bytes=24 * gib) == 6  # whole rows of three backends
+    assert block_cap(4096, 2, total_bytes=24 * gib) == 2  # 12 GiB holds three 4 GiB appliances: one row of two
+    assert block_cap(4096, 5, total_bytes=8 * gib) == 2  # never fewer than two cells taking turns
+    got = [[(g.cells[0]["label"], g.backend) for g in b.groups]
+           for b in blocks(plan(sc, ["uml", "tcg"]), True, cap=block_cap(None, 2, total_bytes=24 * gib))]
+    assert [len(b) for b in got] == [8, 2]
+    assert got[1] == [("upload.5MiB", "uml"), ("upload.5MiB", "tcg")]
+    assert [len(b.groups) for b in blocks(plan(sc, ["uml", "tcg"]), True, cap=4)] == [4, 4, 2]
+
+
+def test_the_run_line_says_when_an_item_took_turns_in_parts() -> None:
+    from guestbench.report import _run_line
+
+    doc = {"status": "complete", "order": {"mode": "interleaved", "block_cells": 8}}
+    assert "order interleaved (cells of a measurement take turns, at most 8 cells at once)" in _run_line(doc)
+    assert "at most" not in _run_line({"status": "complete", "order": {"mode": "interleaved"}})

@@ -99,6 +99,9 @@ class CountingExecutor:
     def abort(self) -> None:
         self.inner.abort()
 
+    def kill(self) -> None:
+        self.inner.kill()
+
     def spawn(self) -> Executor:
         return CountingExecutor(self.inner.spawn(), self.seen)
 
@@ -119,4 +122,26 @@ def test_the_runner_reaches_every_worker_through_the_executor_it_is_given(
     assert [r.iterations for r in seen] == [["cold", "rep"]]  # deferred: the cell's worker is also the probe
     assert seen[0].measurement == "startup" and seen[0].backend["hv"] == str(HV / "crash.sh")
     assert doc["backends"]["crash"]["usable"] is False
-    assert len(doc["cells"][0]["failures"]) == 2 and exit_status(doc) == 0
+    # the first launch failed: the backend is refused at once, and the cell's next iteration makes no launch
+    assert len(doc["cells"][0]["failures"]) == 1 and exit_status(doc) == 0
+    assert "not usable" in doc["cells"][0]["skip_reason"]
+
+
+@pytest.mark.launch
+def test_a_backend_refused_in_a_block_makes_no_second_launch(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_leftovers) -> None:
+    """With a deferred probe, two cells of a crashing backend take turns: the first launch fails, the backend is
+    refused at once, and neither cell launches again; both say why the rest was not run."""
+    backend = ScriptBackend(HV / "crash.sh")
+    monkeypatch.setitem(BACKENDS, backend.name, backend)
+    sc = parse_scenario({"name": "refused", "backends": ["crash"], "repetitions": 2, "warmup": 0, "timeout": 60,
+                         "measurements": [{"measurement": "startup", "matrix": {"cache": ["writeback", "unsafe"]}}]},
+                        "test")
+    seen: list[Request] = []
+    rf = run_scenario(sc, RunOptions(results_dir=tmp_path, reprobe=True, defer_probe=True), Console(stderr=True),
+                      executor=CountingExecutor(local(), seen))
+    doc = json.loads(rf.path.read_text())
+    assert doc["order"]["mode"] == "interleaved" and len(seen) == 2  # both cells' workers started, in one block
+    assert [len(c["failures"]) for c in doc["cells"]] == [1, 0]
+    assert doc["backends"]["crash"]["usable"] is False
+    assert all(c["status"] == "skipped" and "not usable" in c["skip_reason"] for c in doc["cells"])

@@ -107,3 +107,37 @@ def test_socket_dirs_are_found_by_the_processes_own_sockets(tmp_path: Path) -> N
         assert socket_dirs_of([os.getpid()]) == []
     finally:
         lone.close()
+
+
+def test_after_an_abort_no_worker_starts(no_leftovers) -> None:
+    """A signal's abort kills the running worker, and a cell thread that reaches run_worker after it (it passed
+    its stop check in the same instant) gets an exit at once instead of a worker nobody would kill."""
+    import threading
+
+    run_dir = make_run_dir()
+    try:
+        sup = Supervisor()
+        request = Request(measurement="startup", params=get_measurement("startup").defaults(), iterations=["rep"],
+                          backend=ScriptBackend(HV / "hang.sh").handle_config(run_dir).to_dict(),
+                          timeout=300, sample_timeout=300, workdir=str(workdir_for(run_dir, "cell")))
+        launching = threading.Event()
+        exits: list[Any] = []
+
+        def on_message(msg: dict[str, Any]) -> None:
+            if msg["t"] == "deadline" and msg.get("what") == "launch":
+                launching.set()
+
+        t = threading.Thread(target=lambda: exits.append(sup.run_worker(request, ScriptBackend(HV / "hang.sh"),
+                                                                         on_message)))
+        t.start()
+        assert launching.wait(120), "the worker never announced its launch"
+        t0 = time.monotonic()
+        sup.abort()
+        t.join(30)
+        assert not t.is_alive() and exits[0].kind != "done"
+        assert time.monotonic() - t0 < 30
+        later = sup.run_worker(request, ScriptBackend(HV / "hang.sh"), on_message)
+        assert later.kind == "crash" and "not started" in (later.reason or "")
+        assert sup.current is None and hypervisor_processes() == []
+    finally:
+        remove_tree(run_dir)

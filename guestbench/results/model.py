@@ -401,6 +401,9 @@ def _order(value: Any, key: str) -> dict[str, Any]:
     if value.get("seed") is not None and (isinstance(value["seed"], bool) or not isinstance(value["seed"], int)
                                           or value["seed"] < 0):
         raise _refuse(value["seed"], _at(key, "seed"), "is not a seed", "an integer >= 0")
+    cells = value.get("block_cells")
+    if cells is not None and (type(cells) is not int or cells < 1):
+        raise _refuse(cells, _at(key, "block_cells"), "is not a number of cells", "an integer >= 1")
     return value  # type: ignore[no-any-return]
 
 

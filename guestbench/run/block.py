@@ -71,10 +71,13 @@ class Block:
 
     # ------------------------------------------------------------------ precision
     def _decide(self, slot: int, k: int) -> bool:
-        """Stop this cell instead of running its iteration k: its target is reached (only before a repetition)."""
+        """Stop this cell instead of running its iteration k: its backend was refused during the block (its
+        deferred probe, another cell's first launch, failed), or its target is reached (only before a repetition)."""
+        cell = self.cells[slot]
+        if self.ctx.gate.refusal(cell["backend"]) is not None:
+            return True
         if self.target is None or self.its[k] != "rep":
             return False
-        cell = self.cells[slot]
         reached = self._precision(cell)
         return len(cell["samples"]) >= self.ctx.sc.repetitions and reached is not None and reached <= self.target
 
@@ -94,6 +97,8 @@ class Block:
 
     def _why_stopped(self, slot: int, cell: CellDoc, reached: float | None) -> str:
         """target: told to stop, or its last sample met the target; cap: every repetition allowed was tried."""
+        if self.ctx.gate.refusal(cell["backend"]) is not None:
+            return "ended"
         if slot in self.turnstile.stopped or (reached is not None and reached <= (self.target or 0)):
             return "target"
         tried = len(cell["samples"]) + sum(1 for f in cell["failures"] if f.get("kind") == "rep")

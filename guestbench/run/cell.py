@@ -67,7 +67,7 @@ class Seat:
 
     @property
     def stopped(self) -> bool:
-        """The runner told this cell to stop (its precision target was met)."""
+        """The runner told this cell to stop (its precision target was met, or its backend was refused)."""
         return self.turn.slot in self.turnstile.stopped
 
 
@@ -171,7 +171,9 @@ class CellRun(CellTask):
                     self.rec.skip(self.cell, len(remaining), self.ctx.gate.refusal(self.cell["backend"]) or "")
                 return
             if not mid_iteration:
-                if remaining and self.seat is not None and not self.seat.stopped:  # its wait for a turn ran out
+                if remaining and (refusal := self.ctx.gate.refusal(self.cell["backend"])) is not None:
+                    self.rec.skip(self.cell, len(remaining), refusal)  # its backend was refused during the block
+                elif remaining and self.seat is not None and not self.seat.stopped:  # its turn wait ran out
                     self.rec.skip(self.cell, len(remaining), "not run: no turn was granted in time")
                 return
             restarts += 1
@@ -234,7 +236,10 @@ class CellRun(CellTask):
     def on_failure(self, msg: Message) -> None:
         i = self._iteration(msg)
         self._ended.add(i)
-        self.rec.failure(self.cell, self.numbered[i], self.backend.explain(msg["reason"], False))
+        reason = self.backend.explain(msg["reason"], False)
+        self.rec.failure(self.cell, self.numbered[i], reason)
+        if not self.launched and self.m.launches:  # a deferred probe's verdict at once: in a block, no other
+            self.probe_failed(reason)  # cell of this backend launches after it (guestbench.run.block)
 
     def on_verification(self, msg: Message) -> None:
         self.rec.update(self.cell, verification=msg["record"])

@@ -3,7 +3,7 @@ and hands back the worker's messages as they come, then how the worker ended.
 
 The runner knows nothing else about where a worker runs. The local executor is the supervisor (a worker
 process on this machine, its deadlines enforced, its process tree killed on overrun or signal); a scheduler
-that interleaves cells, or one that sends them to other hosts, is another class with these three methods and
+that interleaves cells, or one that sends them to other hosts, is another class with these four methods and
 the `verbose` flag (probes ask for the console with it).
 """
 
@@ -23,7 +23,11 @@ class Executor(Protocol):
         """Run the request to its end; every message goes to `on_message` as it arrives (from the calling thread)."""
 
     def abort(self) -> None:
-        """Kill what is running and remove its leftovers; safe at any time and twice (a signal handler calls it)."""
+        """A signal: kill what is running, remove its leftovers, and start no worker after this; safe at any
+        time and twice (a signal handler calls it)."""
+
+    def kill(self) -> None:
+        """Kill the running worker and remove its leftovers; the executor stays usable (a power-cut trial)."""
 
     def spawn(self) -> Executor:
         """Another executor of the same kind, for an appliance that runs at the same time (concurrent guests)."""

@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from guestbench import host
 from guestbench.backends import BACKENDS
 from guestbench.measurements import Measurement
 from guestbench.measurements import get as get_measurement
@@ -51,13 +52,29 @@ def _block_key(g: Group) -> tuple[str, tuple[tuple[str, str], ...]]:
     return str(cell["group"]), tuple(sorted((k, repr(v)) for k, v in variant.items()))
 
 
-def blocks(groups: list[Group], interleave: bool) -> list[Block]:
-    """Consecutive single-cell groups with one block key form one block when interleaving; every other group
-    (and every group of a sequential run) is a block of its own."""
+# Every cell of a block keeps its appliance up, idle, while the others take their turns: idle guests hold
+# memory and (under emulation) some CPU. A block holds at most this many cells, and fewer when half the host's
+# RAM would not hold their appliances' memory.
+MAX_BLOCK_CELLS = 8
+ASSUMED_MEMSIZE_MIB = 1280  # libguestfs's default appliance memory on x86_64, when the scenario sets none
+
+
+def block_cap(memsize_mib: int | None, row: int, total_bytes: int | None = None) -> int:
+    """The most cells that take turns at once: bounded by MAX_BLOCK_CELLS and by half the RAM, and a whole
+    number of rows (one variant's backends, `row` cells) where a row fits, so a variant's backends stay together."""
+    total = host.memory_bytes() if total_bytes is None else total_bytes
+    per = (memsize_mib or ASSUMED_MEMSIZE_MIB) * 2**20
+    cap = max(2, min(MAX_BLOCK_CELLS, (total or 0) // 2 // per))
+    return cap // row * row if 0 < row <= cap else cap
+
+
+def blocks(groups: list[Group], interleave: bool, cap: int = MAX_BLOCK_CELLS) -> list[Block]:
+    """Consecutive single-cell groups with one block key form one block when interleaving, `cap` cells at
+    most; every other group (and every group of a sequential run) is a block of its own."""
     out: list[Block] = []
     for g in groups:
         last = out[-1] if out else None
-        if interleave and g.takes_turns and last is not None and last.turns \
+        if interleave and g.takes_turns and last is not None and last.turns and len(last.groups) < cap \
                 and _block_key(last.groups[0]) == _block_key(g):
             last.groups.append(g)
         else:

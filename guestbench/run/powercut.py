@@ -59,7 +59,7 @@ class PowerCutTrials(CellTask):
                 # The disk first: a hypervisor that dies first closes the image file, and that close flushes
                 # it (FUSE sends a flush on close), which no real power cut does.
                 storage.power_cut()
-                self.executor.abort()  # then the hypervisor, its worker and any libvirt domain
+                self.executor.kill()  # then the hypervisor, its worker and any libvirt domain
                 with open(storage.image_path(drive), "rb") as f:
                     f.seek(durability.OFFSET)
                     image = f.read(params["size"])

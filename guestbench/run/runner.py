@@ -29,7 +29,7 @@ from guestbench.run.executor import Executor, local
 from guestbench.run.gate import Gate
 from guestbench.run.nested import NestedPlacement
 from guestbench.run.block import Block
-from guestbench.run.plan import Group, blocks, cells_per_item, plan
+from guestbench.run.plan import Group, block_cap, blocks, cells_per_item, plan
 from guestbench.run.schedule import SEQUENTIAL, Order
 from guestbench.run.threads import run_together
 from guestbench.run.powercut import PowerCutTrials
@@ -92,8 +92,11 @@ class Runner:
     def _host(self, ctx: RunContext, usable: list[str]) -> None:
         groups = plan(self.sc, usable)
         order = Order.resolve(self.sc.order, self.sc.seed, cells_per_item(groups))
-        ctx.recorder.note(order=order.to_dict())
-        units = blocks(groups, interleave=order.mode != SEQUENTIAL)
+        memsize = max([s.memsize for s in self.sc.measurements if s.memsize] + [self.sc.memsize or 0]) or None
+        cap = block_cap(memsize, len(usable))
+        units = blocks(groups, interleave=order.mode != SEQUENTIAL, cap=cap)
+        split = order.mode != SEQUENTIAL and cells_per_item(groups) > cap  # some item's cells take turns in parts
+        ctx.recorder.note(order={**order.to_dict(), **({"block_cells": cap} if split else {})})
         for u in units:
             for g in u.groups:
                 shared = u.turns and len(u.groups) > 1

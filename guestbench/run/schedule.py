@@ -81,7 +81,7 @@ class Turnstile:
         self.waiting: dict[int, int] = {}  # slot → the iteration its worker waits to run
         self.ended: set[int] = set()
         self.holder: int | None = None
-        self.stopped: set[int] = set()  # slots told to stop (their target reached)
+        self.stopped: set[int] = set()  # slots told to stop (their target reached, or their backend refused)
         self.granted: list[tuple[int, int]] = []  # (slot, iteration) in grant order
 
     # ------------------------------------------------------------------ from the cells' threads

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import FrameType
@@ -176,6 +177,10 @@ class Supervisor:
         self.echo = echo or (lambda line: print(line, file=sys.stderr))
         self.current: subprocess.Popen[bytes] | None = None
         self._cleanup: tuple[Backend, Path] | None = None  # backend and work dir while a worker runs
+        # After abort() no worker starts: a thread between its stop check and its Popen would otherwise start
+        # one that nobody kills. The lock makes "started" and "aborted" one or the other, never both unseen.
+        self.aborted = False
+        self._lock = threading.Lock()
 
     def spawn(self) -> Supervisor:
         """Another local executor, for an appliance that runs at the same time as this one's."""
@@ -187,27 +192,44 @@ class Supervisor:
         for name in LIBGUESTFS_OVERRIDES:
             env.pop(name, None)
         env["PYTHONUNBUFFERED"] = "1"
-        proc = subprocess.Popen([sys.executable, "-m", "guestbench.run.worker"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                env=env, cwd=request.workdir)
-        self.current = proc
-        self._cleanup = (backend, Path(request.workdir))
+        with self._lock:
+            if self.aborted:
+                return WorkerExit("crash", reason="not started: the run was stopped")
+            proc = subprocess.Popen([sys.executable, "-m", "guestbench.run.worker"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                    env=env, cwd=request.workdir)
+            self.current = proc
+            self._cleanup = (backend, Path(request.workdir))
         try:
             assert proc.stdin is not None
-            proc.stdin.write(json.dumps(request.to_dict()).encode())
-            proc.stdin.close()
+            try:
+                proc.stdin.write(json.dumps(request.to_dict()).encode())
+                proc.stdin.close()
+            except BrokenPipeError:  # killed by an abort before it read its request
+                pass
             return self._pump(proc, on_message)
         finally:
-            self.abort()
+            self.kill()
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
 
+    def kill(self) -> None:
+        """Kill whatever worker is still running and remove its leftovers; later workers may start (the end of
+        every worker, a power-cut trial). Safe to call at any time, also twice."""
+        with self._lock:
+            proc, cleanup = self.current, self._cleanup
+        end_tree(proc, cleanup)
+        with self._lock:
+            if self.current is proc:  # only now: a signal during the kill makes its handler kill again
+                self.current = self._cleanup = None
+
     def abort(self) -> None:
-        """Kill whatever worker is still running and remove its leftovers: the end of every worker, and
-        what a signal handler calls when it may have cut that short. Safe to call at any time, also twice."""
-        end_tree(self.current, self._cleanup)
-        self.current = self._cleanup = None  # only now: a signal during the kill makes its handler abort again
+        """What a signal handler calls: kill what is running, remove its leftovers, and start no worker after
+        this (run_worker then returns at once). Safe to call at any time, also twice."""
+        with self._lock:
+            self.aborted = True
+        self.kill()
 
     def _pump(self, proc: subprocess.Popen[bytes], on_message: Callable[[Message], None]) -> WorkerExit:
         assert proc.stdout is not None and proc.stderr is not None
