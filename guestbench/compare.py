@@ -237,6 +237,8 @@ def compare_docs(base: dict[str, Any], other: dict[str, Any], noise_pct: float |
         ours, theirs = figures(base_cell), {f.key: f for f in figures(other_cell)}
         if not any(f.key in theirs for f in ours):  # one side has no workload figures (an older file): seconds
             ours, theirs = [cell_figures.seconds(base_cell)], {SECONDS: cell_figures.seconds(other_cell)}
+        ours = [*ours, *cell_figures.resources(base_cell)]
+        theirs.update({f.key: f for f in cell_figures.resources(other_cell)})
         for f in ours:
             o = theirs[f.key].values if f.key in theirs else []
             if f.values and o:

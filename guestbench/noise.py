@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guestbench import usage
+
 BUSY_OTHER_CORES = 0.5
 BUSY_STEAL = 0.10
 MIN_JUDGED_S = 0.5
-TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+TICK_S = usage.TICK_S
 BUSY_RULE = (f"busy: other processes used more than {BUSY_OTHER_CORES:g} of a core on average during the timed "
              f"step, or more than {BUSY_STEAL:.0%} of the machine's CPU time was stolen by the hypervisor below "
              f"(steps shorter than {MIN_JUDGED_S:g} s are not judged)")
@@ -48,63 +50,18 @@ def _machine_ticks() -> tuple[int, int]:
     return user + nice + system + irq + softirq, steal
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, user+system ticks of the process and of its reaped children), or None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    rest = text.rsplit(")", 1)[1].split()  # the command name may hold spaces and parentheses
-    # rest[0] is the state; ppid, then utime stime cutime cstime are fields 4 and 14-17 of proc(5)
-    return int(rest[1]), sum(int(v) for v in rest[11:15])
-
-
-def _mentions(pid: int, marker: bytes) -> bool:
-    try:
-        return marker in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
-def tree_ticks(root: int, marker: str | None = None) -> int:
-    """CPU ticks of `root` and every descendant alive now (each with what it reaped), and of every process whose
-    command line names `marker` (the cell's work dir) with its descendants: what works for the cell without
-    being the worker's child (a libvirt domain's qemu, the NBD server of a workload's disk)."""
-    children: dict[int, list[int]] = {}
-    ticks: dict[int, int] = {}
-    roots = {root}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            pid = int(entry.name)
-            st = _stat(pid)
-            if st is not None:
-                children.setdefault(st[0], []).append(pid)
-                ticks[pid] = st[1]
-                if marker and _mentions(pid, marker.encode()):
-                    roots.add(pid)
-    total, seen, todo = 0, set(), list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        total += ticks.get(pid, 0)
-        todo.extend(children.get(pid, []))
-    return total
-
-
 class LoadMeter:
     """Brackets one timed step: `start()` before it, `stop()` after; the record says what the rest of the
     machine did meanwhile."""
 
     def __init__(self, root: int | None = None, marker: str | None = None) -> None:
         self.root = root or os.getpid()
-        self.marker = marker  # the cell's work dir: processes naming it work for the cell (tree_ticks)
+        self.marker = marker  # the cell's work dir: processes naming it work for the cell (usage.processes)
         self._start: _Reading | None = None
 
     def _read(self) -> _Reading:
         busy, steal = _machine_ticks()
-        return _Reading(time.monotonic(), busy, steal, tree_ticks(self.root, self.marker))
+        return _Reading(time.monotonic(), busy, steal, usage.ticks(self.root, self.marker))
 
     def start(self) -> None:
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -23,11 +24,12 @@ from guestbench.noise import BUSY_RULE
 from guestbench.stats import (CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary, ratio_ci, spread_warnings,
                               summarize)
 
-CSV_HEADER = "backend,placement,measurement,n,failures,median_s,mean_s,stdev_s,ci_low_s,ci_high_s,mb_per_s"
-"""Stable contract for scripts: never reorder or rename these columns."""
+CSV_HEADER = ("backend,placement,measurement,n,failures,median_s,mean_s,stdev_s,ci_low_s,ci_high_s,mb_per_s,"
+              "median_cpu_s,median_peak_mib")
+"""Stable contract for scripts: never reorder or rename these columns (new ones are only added at the end)."""
 
 COLUMNS = ("backend", "placement", "cache", "n", "failures", "median s", "mean ± stdev s", "95% CI s",
-           "min–max s", "MB/s", "× fastest")
+           "min–max s", "MB/s", "CPU s", "peak MiB", "× fastest")
 NONE = "–"
 SAMPLES_NOTE = "n counts measured samples (warm-ups excluded)"
 NO_PAIRS = "No backend has samples at both placements."
@@ -58,6 +60,8 @@ class Row:
     judged: int = 0  # samples whose host load was judged (guestbench.noise)
     busy: int = 0  # ... of which the host was busy
     busiest: float | None = None  # the most cores other processes used during one of its samples
+    cpu_s: float | None = None  # median CPU seconds of the cell's processes per timed step (guestbench.usage)
+    peak_mib: float | None = None  # median of each step's peak PSS (RSS where no PSS was readable)
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -95,6 +99,15 @@ def _load_figures(cell: dict[str, Any]) -> dict[str, Any]:
     others = [v for v in (_number(ld.get("other_cores")) for ld in judged) if v is not None]
     return {"judged": len(judged), "busy": sum(1 for ld in judged if ld["busy"]),
             "busiest": max(others) if others else None}
+
+
+def _resource_figures(cell: dict[str, Any]) -> dict[str, Any]:
+    """The median CPU seconds and the median peak memory (PSS, else RSS) of the cell's samples that have them."""
+    used = [_dict(_dict(s).get("resources")) for s in _list(cell.get("samples"))]
+    cpu = [v for v in (_number(u.get("cpu_s")) for u in used) if v is not None]
+    peak = [v for v in (_number(u.get("peak_pss_mib")) if u.get("peak_pss_mib") is not None
+                        else _number(u.get("peak_rss_mib")) for u in used) if v is not None]
+    return {"cpu_s": statistics.median(cpu) if cpu else None, "peak_mib": statistics.median(peak) if peak else None}
 
 
 def _first_failure(cell: dict[str, Any]) -> str | None:
@@ -138,6 +151,7 @@ def _row(cell: dict[str, Any]) -> Row:
         workload=bool(cell.get("metrics")),
         precision=cell.get("precision") if isinstance(cell.get("precision"), dict) else None,
         **_load_figures(cell),
+        **_resource_figures(cell),
     )
 
 
@@ -320,13 +334,15 @@ def _figures(r: Row) -> list[str]:
     """The numeric columns, median s through × fastest."""
     s = r.summary
     if s is None:
-        return [_no_data(r)] + [NONE] * 5
+        return [_no_data(r)] + [NONE] * 7
     return [
         fmt_seconds(s.median),
         f"{fmt_seconds(s.mean)} ± {fmt_seconds(s.stdev)}",
         NONE if not s.has_ci else f"{fmt_seconds(s.ci_low)}–{fmt_seconds(s.ci_high)}",
         f"{fmt_seconds(s.min)}–{fmt_seconds(s.max)}",
         fmt_mb_per_s(r.mb_per_s),
+        NONE if r.cpu_s is None else f"{r.cpu_s:.3g}",
+        NONE if r.peak_mib is None else f"{r.peak_mib:.0f}",
         fmt_ratio(r),
     ]
 
@@ -361,6 +377,15 @@ def _precision_text(group: list[Row]) -> str:
     target = _number(group[0].precision.get("target")) if group[0].precision else None
     goal = f"target ±{target:.1%}, " if target is not None else ""
     return f" Precision ({goal}half-width of the 95% CI / median): {'; '.join(parts)}."
+
+
+def _resources_text(group: list[Row]) -> str:
+    """What the CPU s and peak MiB columns are (nothing when no sample recorded them)."""
+    if all(r.cpu_s is None and r.peak_mib is None for r in group):
+        return ""
+    return (" CPU s: median user+system CPU seconds of the cell's processes during the timed step (hypervisor, "
+            "helpers, libguestfs's library); peak MiB: median of each step's peak PSS of those processes without "
+            "the worker (RSS where PSS is not readable), read from /proc (guestbench.usage).")
 
 
 def _load_text(group: list[Row]) -> str:
@@ -438,7 +463,7 @@ def _csv_record(r: Row) -> list[str]:
     s = r.summary
     stats = [s.median, s.mean, s.stdev, s.ci_low, s.ci_high] if s else [None] * 5
     return [r.backend, r.placement, r.label, str(r.n), str(r.failures),
-            *(_csv_float(x) for x in stats), _csv_float(r.mb_per_s)]
+            *(_csv_float(x) for x in stats), _csv_float(r.mb_per_s), _csv_float(r.cpu_s), _csv_float(r.peak_mib)]
 
 
 def to_csv(doc: dict[str, Any]) -> str:
@@ -483,7 +508,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
         lines += ["No measurements recorded.", ""]
     for label, group in groups.items():
         lines += [f"## {_md(label)}", "", *_md_table(group), "",
-                  f"{_md(_timed_text(group))} {_method_text()}{_md(_cold_text(group))}{_md(_precision_text(group))}{_md(_load_text(group))}", ""]
+                  f"{_md(_timed_text(group))} {_method_text()}{_md(_cold_text(group))}{_md(_precision_text(group))}{_md(_resources_text(group))}{_md(_load_text(group))}", ""]
     for mt in tables:
         head = metrics_report.header_cells(mt)
         lines += [f"## {_md(mt.group)}" + (f" ({mt.placement})" if mt.placement != "host" else ""), "",
@@ -534,6 +559,7 @@ def _row_dict(r: Row) -> dict[str, Any]:
         **{k: _json_float(v) for k, v in figures.items()},
         "outliers": s.outliers if s else None,
         "bytes": r.bytes, "mb_per_s": _json_float(r.mb_per_s), "ratio": _json_float(r.ratio),
+        "median_cpu_s": _json_float(r.cpu_s), "median_peak_mib": _json_float(r.peak_mib),
         "cold_s": _json_float(r.cold_s), "cache_mode": r.cache_mode, "timed": r.timed,
         "status": r.status, "skip_reason": r.skip_reason, "first_failure": r.first_failure,
         **({"precision": r.precision} if r.precision else {}),
@@ -1012,7 +1038,8 @@ def table_cells(r: Row) -> list[str]:
 
 def caption(group: list[Row]) -> str:
     """What the clock covered, the methods, and the cold launches of one measurement's table."""
-    return f"{_timed_text(group)} {_method_text()}{_cold_text(group)}{_precision_text(group)}{_load_text(group)}"
+    return (f"{_timed_text(group)} {_method_text()}{_cold_text(group)}{_precision_text(group)}"
+            f"{_resources_text(group)}{_load_text(group)}")
 
 
 def scenario_name(doc: dict[str, Any]) -> str:

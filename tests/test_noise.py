@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from guestbench import noise, report
+from guestbench import noise, report, usage
 
 from conftest import run_scenario_text
 
@@ -34,11 +34,11 @@ def test_other_processes_above_half_a_core_make_a_sample_busy() -> None:
 
 
 def test_our_tree_counts_the_cpu_of_children_alive_and_reaped() -> None:
-    before = noise.tree_ticks(os.getpid())
+    before = usage.ticks(os.getpid())
     child = subprocess.Popen([sys.executable, "-c", "import time\nt=time.process_time()\n"
                               "while time.process_time() - t < 0.6: pass"])
     child.wait(30)  # reaped by us: its time moves to our cutime
-    after = noise.tree_ticks(os.getpid())
+    after = usage.ticks(os.getpid())
     assert (after - before) * noise.TICK_S >= 0.4
 
 
@@ -109,8 +109,8 @@ def test_a_process_naming_the_cells_work_dir_counts_as_ours_though_not_our_child
     code = "import sys, time\nt = time.process_time()\nwhile time.process_time() - t < 0.8: pass"
     # started through a shell that exits at once: the busy process is reparented, no longer in our tree
     subprocess.run(["sh", "-c", f'{sys.executable} -c "{code}" {marker} >/dev/null 2>&1 &'], check=True)
-    mine_before, ours_before = noise.tree_ticks(os.getpid()), noise.tree_ticks(os.getpid(), marker)
+    mine_before, ours_before = usage.ticks(os.getpid()), usage.ticks(os.getpid(), marker)
     deadline = time.monotonic() + 10
-    while noise.tree_ticks(os.getpid(), marker) - ours_before < 0.4 / noise.TICK_S:
+    while usage.ticks(os.getpid(), marker) - ours_before < 0.4 / noise.TICK_S:
         assert time.monotonic() < deadline, "the marked process never ran"
-    assert noise.tree_ticks(os.getpid()) - mine_before < 0.3 / noise.TICK_S  # not in our tree
+    assert usage.ticks(os.getpid()) - mine_before < 0.3 / noise.TICK_S  # not in our tree

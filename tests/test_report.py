@@ -119,8 +119,9 @@ def test_failed_only_cell_has_no_summary() -> None:
 
 
 def test_csv_header_is_the_contract() -> None:
+    # the first eleven columns are the old contract; new ones only ever come after them
     assert CSV_HEADER == ("backend,placement,measurement,n,failures,median_s,mean_s,stdev_s,"
-                          "ci_low_s,ci_high_s,mb_per_s")
+                          "ci_low_s,ci_high_s,mb_per_s,median_cpu_s,median_peak_mib")
     assert to_csv(standard()).splitlines()[0] == CSV_HEADER
 
 

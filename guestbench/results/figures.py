@@ -2,6 +2,8 @@
 
 A workload's tool reports its own figures (MB/s, IOPS, latency), each with its direction of better; its wall
 time is a fixed run and no figure. Every other cell's figure is its samples' seconds, lower being better.
+Beside them, what the cell's processes used per sample (guestbench.usage): CPU seconds and peak memory, lower
+being better; a comparison reads them like seconds, a precision target does not.
 """
 
 from __future__ import annotations
@@ -48,3 +50,18 @@ def figures(cell: dict[str, Any]) -> list[Figure]:
         out.append(Figure(desc["key"], str(desc.get("label") or desc["key"]), str(desc.get("unit") or ""),
                           bool(desc.get("higher_better", True)), values))
     return out or [seconds(cell)]
+
+
+# what each sample's processes used: (key in the sample's "resources", figure key, label, unit)
+RESOURCES = (("cpu_s", "cpu_s", "CPU s", "CPU s"), ("peak_pss_mib", "peak_mib", "peak MiB", "MiB"))
+
+
+def resources(cell: dict[str, Any]) -> list[Figure]:
+    """CPU seconds and peak PSS (MiB) of the samples that recorded them; none where no sample did."""
+    out = []
+    for source, key, label, unit in RESOURCES:
+        values = [v for v in (_number((s.get("resources") or {}).get(source)) for s in _samples(cell))
+                  if v is not None]
+        if values:
+            out.append(Figure(key, label, unit, False, values))
+    return out

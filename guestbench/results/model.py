@@ -125,6 +125,21 @@ def _load(value: Any, key: str) -> dict[str, Any]:
     return value  # type: ignore[no-any-return]
 
 
+def _resources(value: Any, key: str) -> dict[str, Any]:
+    """What a sample's processes used: CPU seconds, peak memory and the sampling interval are numbers >= 0 (the
+    peak PSS may be null: not readable), and CPU by program maps names to seconds."""
+    _mapping(value, key)
+    for name in ("cpu_s", "peak_rss_mib", "peak_pss_mib", "interval_s", "meter_cpu_s"):
+        if value.get(name) is not None:
+            _amount(value[name], _at(key, name))
+    by_program = value.get("cpu_by_program")
+    if by_program is not None:
+        _mapping(by_program, _at(key, "cpu_by_program"))
+        for name, seconds in by_program.items():
+            _amount(seconds, _at(_at(key, "cpu_by_program"), str(name)))
+    return value  # type: ignore[no-any-return]
+
+
 def _mapping(value: Any, key: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _refuse(value, key, "is not an object", "a JSON object")
@@ -261,13 +276,14 @@ class Sample(Record):
     waited_s: float | None = None  # ... and how long this guest waited for them
     seq: int | None = None  # its place among every iteration that ended in the run (placement), from 1
     load: dict[str, Any] | None = None  # the rest of the machine during the timed step (guestbench.noise)
+    resources: dict[str, Any] | None = None  # what the cell's processes used in it (guestbench.usage)
 
     WHAT: ClassVar[str] = "a sample: an object with rep and seconds"
     REQUIRED: ClassVar[dict[str, str]] = {"rep": "the repetition's number, an integer >= 1", "seconds": SECONDS}
     FIELDS: ClassVar[dict[str, Parser]] = {
         "rep": _count, "seconds": _seconds, "utc": _nullable(_text), "phases": _nullable(_objects),
         "metrics": _nullable(_figures), "in_step": _nullable(_flag), "waited_s": _nullable(_seconds),
-        "seq": _nullable(_count), "load": _nullable(_load),
+        "seq": _nullable(_count), "load": _nullable(_load), "resources": _nullable(_resources),
     }
 
 

@@ -231,7 +231,7 @@ class CellRun(CellTask):
         i = self._iteration(msg)
         self._ended.add(i)
         self.rec.sample(self.cell, self.numbered[i], msg["s"], phases=msg.get("phases"), metrics=msg.get("metrics"),
-                        extra={k: msg[k] for k in ("in_step", "waited_s", "load") if k in msg})
+                        extra={k: msg[k] for k in ("in_step", "waited_s", "load", "resources") if k in msg})
 
     def on_failure(self, msg: Message) -> None:
         i = self._iteration(msg)

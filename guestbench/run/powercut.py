@@ -74,7 +74,8 @@ class PowerCutTrials(CellTask):
             figures = {**outcome["sample"].get("metrics", {}), "verdict": outcome["verdict"],
                        "durable": 1.0 if outcome["verdict"] == "honoured" else 0.0,
                        "host_writes": float(seen.get("writes", 0)), "host_flushes": float(seen.get("flushes", 0))}
-            self.rec.sample(self.cell, it, outcome["sample"]["s"], metrics=figures)
+            self.rec.sample(self.cell, it, outcome["sample"]["s"], metrics=figures,
+                            extra={k: outcome["sample"][k] for k in ("load", "resources") if k in outcome["sample"]})
             return
         self.rec.failure(self.cell, it, reason := outcome.get("failure") or ex.explain(self.backend))
         if "launched" not in outcome:

@@ -12,7 +12,8 @@ object per line on its protocol fd, each with its kind under "t":
   sample        {"i": index, "s": 11.2}           a timed sample; start-up with phases adds "phases": [...],
                                                   a workload "metrics": {key: value} from its tool,
                                                   concurrent guests "in_step" and "waited_s", and
-                                                  "load": the rest of the machine meanwhile (noise.LoadMeter)
+                                                  "load": the rest of the machine meanwhile (noise.LoadMeter),
+                                                  "resources": what the cell's processes used (usage.UsageMeter)
   failure       {"i": index, "reason": "..."}     an iteration failed (the worker goes on)
   verification  {"record": {...}}                 the data arrived intact (or not)
   setup         {"record": {...}}                 what after_launch built (a workload's disk stack)

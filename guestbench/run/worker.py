@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from guestbench import noise, phases
+from guestbench import noise, phases, usage
 from guestbench.measurements import get as get_measurement
 from guestbench.errors import Unavailable
 from guestbench.measurements.base import CellContext, Measurement, verification_problem
@@ -158,6 +158,7 @@ class WorkerTask:
         self.step = lockstep.Step.from_dict(req.step) if req.step else None
         self.step_index: list[int] = list((req.step or {}).get("indexes") or [])  # the run's iteration numbers
         self.meter = noise.LoadMeter(marker=req.workdir)  # what the rest of the machine did in each timed step
+        self.usage = usage.UsageMeter(marker=req.workdir)  # and what the cell's own processes used in it
         self.turn = turns.Turn.from_dict(req.turn) if req.turn else None
         self.turn_index: list[int] = list((req.turn or {}).get("indexes") or [])  # the cell's iteration numbers
 
@@ -192,12 +193,11 @@ class WorkerTask:
 
     def iteration(self, i: int) -> None:
         if self.m.times_launch:
-            self.meter.start()
+            self.start_meters()
             self.app, elapsed, cut = self.launch()
-            load = self.meter.stop()
+            meters = self.stop_meters()
             self.shutdown(self.app)
-            self.chan.send(Msg.SAMPLE, i=i, s=elapsed, **({"phases": cut} if cut is not None else {}),
-                           **({"load": load} if load else {}))
+            self.chan.send(Msg.SAMPLE, i=i, s=elapsed, **({"phases": cut} if cut is not None else {}), **meters)
             return
         if not self.set_up:
             if self.m.launches:
@@ -210,11 +210,11 @@ class WorkerTask:
         self.deadline("sample", self.req.sample_timeout)
         self.m.prepare(g, self.ctx)
         in_step = self.rendezvous(i)
-        self.meter.start()
+        self.start_meters()
         t0 = time.perf_counter()
         figures = self.m.timed_op(g, self.ctx)
         elapsed = time.perf_counter() - t0
-        load = self.meter.stop()
+        meters = self.stop_meters()
         if self.verify_pending and (record := self.m.verify(g, self.ctx)) is not None:
             self.chan.send(Msg.VERIFICATION, record=record)
             self.verify_pending = False
@@ -222,12 +222,22 @@ class WorkerTask:
                 raise RuntimeError(problem)
         self.deadline(None)
         self.chan.send(Msg.SAMPLE, i=i, s=elapsed, **({"metrics": figures} if figures is not None else {}), **in_step,
-                       **({"load": load} if load else {}))
+                       **meters)
         if self.m.kills_hypervisor:  # the runner cuts the power now: wait for it, mid-flight
             self.deadline("power cut", POWER_CUT_WAIT_S)
             self.chan.send(Msg.POWERCUT, i=i)
             while True:
                 time.sleep(60)
+
+    def start_meters(self) -> None:
+        self.usage.start()
+        self.meter.start()
+
+    def stop_meters(self) -> dict[str, Any]:
+        """The sample's "load" (the rest of the machine) and "resources" (the cell's processes), where readable."""
+        load = self.meter.stop()
+        resources = self.usage.stop()
+        return {**({"load": load} if load else {}), **({"resources": resources} if resources else {})}
 
     def take_turn(self, i: int) -> bool:
         """Cells that take turns (guestbench.run.turns): wait until the runner grants iteration i (True) or tells

@@ -25,6 +25,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from guestbench.backends.uml.channel import CHANNEL_ENV, PORT_NAME, REFUSALS_FILE
 from guestbench.paths import INSTANCE_ENV, WORKDIR_ENV
@@ -242,7 +243,8 @@ def run(args: list[str]) -> int:
                                preexec_fn=_die_with_parent)
         _start_guardian(uml.pid, tmp)  # before any thread: fork is only safe while single-threaded
         if server is not None:
-            threading.Thread(target=server.serve, args=(stop,), name="vhost-console", daemon=True).start()
+            threading.Thread(target=_named(server.serve, b"vhost-console"), args=(stop,), name="vhost-console",
+                             daemon=True).start()
             server = None  # serve() closes it when it returns
 
         def forward(signum: int, _frame: object) -> None:
@@ -264,6 +266,18 @@ def run(args: list[str]) -> int:
 
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+
+
+def _named(target: Any, name: bytes) -> Any:
+    """`target`, run in a thread that the kernel names `name` (top, /proc/PID/task/TID/comm): the vhost-user
+    server's CPU time is this program's, and a reader can find the thread that spent it."""
+    def run(*args: Any) -> Any:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, ctypes.c_char_p(name[:15]), 0, 0, 0)
+        return target(*args)
+    return run
 
 
 def _start_guardian(uml_pgid: int, tmp: Path) -> None:

@@ -1,0 +1,239 @@
+"""What an appliance uses: the CPU time and memory of every process that works for one cell during a timed
+step, kept with the sample beside its wall time (what a price list multiplies: core-seconds, GiB-seconds).
+
+The cell's processes: the worker (libguestfs's library runs in it), everything below it (the hypervisor,
+libguestfs's recovery process, guestbench's own helpers such as UML's hypervisor wrapper, whose vhost-user
+server is a thread of it), and every process whose command line names the cell's work dir, with everything
+below those (a libvirt domain's qemu, started by libvirtd; the NBD server of a workload's disk).
+
+Read from /proc at the start of the step, every INTERVAL_S during it, and at its end:
+- CPU: user + system time, reaped children's included (utime stime cutime cstime). The set's time at the end
+  minus at the start; a process that left the set in between and was not reaped by a member of it (libvirtd
+  reaps its qemu) counts with its last reading, so up to INTERVAL_S of its time can be missed. By program, a
+  process counts under its own program until its last reading, and what it spent after that under the member
+  that reaped it (a process born and reaped between two readings: under its parent). The meter's own thread
+  runs in the worker and its CPU time is subtracted.
+- Memory: the highest sum, over the readings, of RSS and of PSS (/proc/PID/smaps_rollup) of the set without the
+  worker itself (guestbench's Python). PSS shares a page among the processes that map it (UML's processes all
+  map its RAM file); RSS counts it once per process. A peak shorter than INTERVAL_S can be missed.
+/proc counts CPU time in clock ticks (USER_HZ, 10 ms here).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+INTERVAL_S = 0.2
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+MIB = 2**20
+METHOD = (f"/proc of the cell's processes (the worker, its descendants, processes naming the cell's work dir) "
+          f"at the step's start and end and every {INTERVAL_S:g} s: CPU = user+system incl. reaped children, the "
+          f"meter's own thread excluded; memory = peak sum of RSS and PSS without the worker")
+
+
+@dataclass(frozen=True)
+class Proc:
+    ppid: int
+    ticks: int  # user + system of the process and of the children it reaped
+    rss_pages: int
+
+
+def _stat(pid: int) -> Proc | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    rest = text.rsplit(")", 1)[1].split()  # the command name may hold spaces and parentheses
+    # rest[k] is field k+3 of proc(5): ppid 4, utime stime cutime cstime 14-17, rss 24
+    return Proc(int(rest[1]), sum(int(v) for v in rest[11:15]), int(rest[21]))
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def program(pid: int) -> str:
+    """A process's program as a reader knows it: `python -m MODULE` → MODULE, else the executable's name."""
+    argv = [a.decode(errors="replace") for a in _cmdline(pid).split(b"\0") if a]
+    if not argv:
+        return "?"
+    name = os.path.basename(argv[0])
+    if name.startswith("python") and "-m" in argv[1:-1]:
+        return argv[argv.index("-m", 1) + 1]
+    return name
+
+
+def processes(root: int, marker: str | None = None) -> dict[int, Proc]:
+    """The cell's processes now: `root` and its descendants, and every process whose command line names `marker`
+    with its descendants."""
+    procs: dict[int, Proc] = {}
+    children: dict[int, list[int]] = {}
+    roots = {root}
+    wanted = marker.encode() if marker else None
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        st = _stat(pid)
+        if st is None:
+            continue
+        procs[pid] = st
+        children.setdefault(st.ppid, []).append(pid)
+        if wanted is not None and wanted in _cmdline(pid):
+            roots.add(pid)
+    out: dict[int, Proc] = {}
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in out or pid not in procs:
+            continue
+        out[pid] = procs[pid]
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def ticks(root: int, marker: str | None = None) -> int:
+    """CPU ticks of the cell's processes alive now, each with the children it reaped."""
+    return sum(p.ticks for p in processes(root, marker).values())
+
+
+def _pss_kib(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+@dataclass
+class _Track:
+    """The readings of one step so far."""
+
+    start: dict[int, Proc]
+    last: dict[int, Proc]
+    # program → ticks of processes that left the set: their own time until their last reading, under their own
+    # program; one reaped by a member is taken back from that member (its time is now in the member's cutime)
+    moved: dict[str, int] = field(default_factory=dict)
+    peak_rss: int = 0  # bytes
+    peak_pss: int | None = None  # bytes; None where no process's PSS could be read
+    programs: dict[int, str] | None = None
+
+
+class UsageMeter:
+    """Brackets one timed step: `start()` before it, `stop()` after; the record says what the cell's processes
+    used meanwhile."""
+
+    def __init__(self, root: int | None = None, marker: str | None = None, interval: float = INTERVAL_S) -> None:
+        self.root = root or os.getpid()
+        self.marker = marker
+        self.interval = interval
+        self._track: _Track | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._thread_cpu = 0.0  # the sampling thread's own CPU seconds (it runs in the worker: not the cell's)
+        self._names: dict[int, str] = {}
+
+    def start(self) -> None:
+        try:
+            now = processes(self.root, self.marker)
+        except OSError:  # no /proc: nothing to say
+            self._track = None
+            return
+        self._names = {}
+        self._track = _Track(start=now, last=now)
+        self._remember(now)
+        self._measure_memory(now)
+        self._thread_cpu = 0.0
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._sample, name="usage-meter", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> dict[str, Any] | None:
+        """{"cpu_s", "peak_rss_mib", "peak_pss_mib", "cpu_by_program", "interval_s"}, or None when /proc could not
+        be read."""
+        if self._track is None:
+            return None
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            self._read()
+        except OSError:
+            return None
+        t = self._track
+        self._track = None
+        return self._record(t)
+
+    # ------------------------------------------------------------------ readings
+    def _sample(self) -> None:
+        t0 = time.thread_time()
+        try:
+            while not self._stop.wait(self.interval):
+                self._read()
+        except OSError:
+            pass
+        finally:
+            self._thread_cpu = time.thread_time() - t0
+
+    def _read(self) -> None:
+        now = processes(self.root, self.marker)
+        with self._lock:
+            t = self._track
+            if t is None:
+                return
+            for pid, before in t.last.items():
+                if pid in now:
+                    continue
+                name = self._names.get(pid, "?")
+                t.moved[name] = t.moved.get(name, 0) + before.ticks - t.start.pop(pid, Proc(0, 0, 0)).ticks
+                if before.ppid in now:  # reaped by its parent, a member: in the parent's figure from now on
+                    parent = self._names.get(before.ppid, "?")
+                    t.moved[parent] = t.moved.get(parent, 0) - before.ticks
+            t.last = now
+            self._remember(now)
+        self._measure_memory(now)
+
+    def _remember(self, now: dict[int, Proc]) -> None:
+        for pid in now:
+            if pid not in self._names:
+                self._names[pid] = program(pid)
+
+    def _measure_memory(self, now: dict[int, Proc]) -> None:
+        members = [pid for pid in now if pid != self.root]
+        rss = sum(now[pid].rss_pages for pid in members) * PAGE
+        pss_values = [_pss_kib(pid) for pid in members]
+        pss = sum(v for v in pss_values if v is not None) * 1024 if any(v is not None for v in pss_values) else None
+        with self._lock:
+            t = self._track
+            if t is None:
+                return
+            t.peak_rss = max(t.peak_rss, rss)
+            if pss is not None:
+                t.peak_pss = max(t.peak_pss or 0, pss)
+
+    def _record(self, t: _Track) -> dict[str, Any]:
+        by_program: dict[str, int] = dict(t.moved)
+        for pid, p in t.last.items():
+            name = self._names.get(pid, "?")
+            by_program[name] = by_program.get(name, 0) + p.ticks - t.start.get(pid, Proc(0, 0, 0)).ticks
+        total = max(0.0, sum(by_program.values()) * TICK_S - self._thread_cpu)
+        worker = self._names.get(self.root)
+        shown = {name: round(max(0.0, n * TICK_S - (self._thread_cpu if name == worker else 0.0)), 3)
+                 for name, n in sorted(by_program.items(), key=lambda kv: -kv[1]) if n > 0}
+        return {"cpu_s": round(total, 3), "cpu_by_program": shown, "meter_cpu_s": round(self._thread_cpu, 3),
+                "peak_rss_mib": round(t.peak_rss / MIB, 1),
+                "peak_pss_mib": None if t.peak_pss is None else round(t.peak_pss / MIB, 1),
+                "interval_s": self.interval}
