@@ -4,7 +4,9 @@ step, kept with the sample beside its wall time (what a price list multiplies: c
 The cell's processes: the worker (libguestfs's library runs in it), everything below it (the hypervisor,
 libguestfs's recovery process, guestbench's own helpers such as UML's hypervisor wrapper, whose vhost-user
 server is a thread of it), and every process whose command line names the cell's work dir, with everything
-below those (a libvirt domain's qemu, started by libvirtd; the NBD server of a workload's disk).
+below those (a libvirt domain's qemu, started by libvirtd; the NBD server of a workload's disk). A backend's
+shared daemons (libvirtd, virtlogd) work for the launch too: their CPU time during the step is added, their
+memory is not (every domain shares it); on a busy host, their work for others lands here too.
 
 Read from /proc at the start of the step, every INTERVAL_S during it, and at its end:
 - CPU: user + system time, reaped children's included (utime stime cutime cstime). The set's time at the end
@@ -106,6 +108,23 @@ def ticks(root: int, marker: str | None = None) -> int:
     return sum(p.ticks for p in processes(root, marker).values())
 
 
+def daemon_ticks(names: tuple[str, ...]) -> dict[int, tuple[str, int]]:
+    """The CPU ticks of every process whose command name is one of `names` (a backend's shared daemons)."""
+    if not names:
+        return {}
+    out: dict[int, tuple[str, int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = Path(f"/proc/{entry.name}/comm").read_text().strip()
+        except OSError:
+            continue
+        if comm in names and (st := _stat(int(entry.name))) is not None:
+            out[int(entry.name)] = (comm, st.ticks)
+    return out
+
+
 def _pss_kib(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
@@ -135,9 +154,12 @@ class UsageMeter:
     """Brackets one timed step: `start()` before it, `stop()` after; the record says what the cell's processes
     used meanwhile."""
 
-    def __init__(self, root: int | None = None, marker: str | None = None, interval: float = INTERVAL_S) -> None:
+    def __init__(self, root: int | None = None, marker: str | None = None, interval: float = INTERVAL_S,
+                 daemons: list[str] | tuple[str, ...] = ()) -> None:
         self.root = root or os.getpid()
         self.marker = marker
+        self.daemons = tuple(daemons)
+        self._daemons_at_start: dict[int, tuple[str, int]] = {}
         self.interval = interval
         self._track: _Track | None = None
         self._lock = threading.Lock()
@@ -153,6 +175,7 @@ class UsageMeter:
             self._track = None
             return
         self._names = {}
+        self._daemons_at_start = daemon_ticks(self.daemons)
         self._track = _Track(start=now, last=now)
         self._remember(now)
         self._measure_memory(now)
@@ -226,6 +249,9 @@ class UsageMeter:
 
     def _record(self, t: _Track) -> dict[str, Any]:
         by_program: dict[str, int] = dict(t.moved)
+        for pid, (name, n) in daemon_ticks(self.daemons).items():  # still running: their time since the start
+            if pid in self._daemons_at_start:
+                by_program[name] = by_program.get(name, 0) + n - self._daemons_at_start[pid][1]
         for pid, p in t.last.items():
             name = self._names.get(pid, "?")
             by_program[name] = by_program.get(name, 0) + p.ticks - t.start.get(pid, Proc(0, 0, 0)).ticks

@@ -95,6 +95,9 @@ class Backend:
     # the durability trials' volatile disk (nbdkit's write-back cache) is handed to it as a file by nbdfuse, as a
     # disk image normally is; libvirt cannot take a FUSE file (it chowns every disk to its qemu user): NBD then
     volatile_disk_as_file: bool = True
+    # shared daemons that work for its launches (their CPU during a timed step is the cell's; their memory is
+    # shared by every domain and not counted): guestbench.usage
+    daemons: tuple[str, ...] = ()
 
     def preconditions(self) -> Availability:
         """Cheap checks that need no launch (binaries, devices, daemons)."""

@@ -123,6 +123,7 @@ def destroy_domains(names: set[str]) -> list[str]:
 class _LibvirtBackend(Backend):
     settings: list[str] = []
     volatile_disk_as_file = False  # libvirt chowns a disk to its qemu user, which a FUSE mount refuses
+    daemons = ("libvirtd", "virtqemud", "virtlogd")  # the monolithic daemon or its modular ones, and the logger
 
     def preconditions(self) -> Availability:
         if (missing := common_preconditions()) is not None:

@@ -51,7 +51,7 @@ class RunContext:
             workdir=str(workdir), timeout=self.sc.timeout, sample_timeout=self.sc.sample_timeout,
             appliance={"memsize": cell.get("memsize") or self.sc.memsize, "smp": self.sc.smp}, verbose=self.verbose,
             phases=BACKENDS[cell["backend"]].phase_markers if cell.get("phases") else None,
-            instance=cell.get("instance", 1))
+            instance=cell.get("instance", 1), daemons=list(BACKENDS[cell["backend"]].daemons))
         return Request(**{**base, **fields})
 
 

@@ -76,6 +76,7 @@ class Request:
     step: dict[str, Any] | None = None  # concurrent guests: lockstep.Step.to_dict() plus "indexes"
     turn: dict[str, Any] | None = None  # cells that take turns: turns.Turn.to_dict() plus "indexes"
     instance: int = 1  # which of N concurrent guests, 1-based
+    daemons: list[str] = field(default_factory=list)  # the backend's shared daemons, by process name (usage)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -158,7 +158,7 @@ class WorkerTask:
         self.step = lockstep.Step.from_dict(req.step) if req.step else None
         self.step_index: list[int] = list((req.step or {}).get("indexes") or [])  # the run's iteration numbers
         self.meter = noise.LoadMeter(marker=req.workdir)  # what the rest of the machine did in each timed step
-        self.usage = usage.UsageMeter(marker=req.workdir)  # and what the cell's own processes used in it
+        self.usage = usage.UsageMeter(marker=req.workdir, daemons=req.daemons)  # and what the cell's processes used
         self.turn = turns.Turn.from_dict(req.turn) if req.turn else None
         self.turn_index: list[int] = list((req.turn or {}).get("indexes") or [])  # the cell's iteration numbers
 
