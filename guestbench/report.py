@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from guestbench import metrics_report, phases, units
+from guestbench import cost, metrics_report, phases, units
 from guestbench.noise import BUSY_RULE
 from guestbench.stats import (CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary, ratio_ci, spread_warnings,
                               summarize)
@@ -527,6 +527,12 @@ def to_markdown(doc: dict[str, Any]) -> str:
                   *("| " + " | ".join(_md(c) for c in row) + " |" for row in pl.rows)] if pl.rows else [NO_PAIRS]
         lines += ["", _md(pl.caption), ""]
         lines += [*(f"- {_md(g.text)}" for g in pl.gaps), ""] if pl.gaps else []
+    prices = cost.prices_of(doc)
+    if cost_rows := cost.rows(doc, prices):
+        head = cost.header(prices)
+        lines += ["## what it costs", "", "| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head),
+                  *("| " + " | ".join(_md(c) for c in cost.cells(r, prices)) + " |" for r in cost_rows),
+                  "", _md(cost.caption(cost_rows, prices)), ""]
     for pt in phase_tables(doc):
         lines += [f"## {_md(pt.title)}", "", "| " + " | ".join(_md(h) for h in pt.header) + " |",
                   "|" + "---|" * len(pt.header), *("| " + " | ".join(_md(c) for c in row) + " |" for row in pt.rows),
@@ -588,6 +594,14 @@ def _phase_dict(bp: phases.BackendPhases) -> dict[str, Any]:
                         "seen": p.seen} for name, p in bp.phases.items()]}
 
 
+def _cost_dict(doc: dict[str, Any]) -> dict[str, Any]:
+    """{"cost": prices and rows} where samples recorded what they used (guestbench.cost), else nothing."""
+    prices = cost.prices_of(doc)
+    cost_rows = cost.rows(doc, prices)
+    return {"cost": {"prices": prices.to_dict() if prices else None, "rows": cost.to_dicts(cost_rows)}} \
+        if cost_rows else {}
+
+
 def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
     """Recomputed summaries for machines; valid strict JSON (no NaN)."""
     return {
@@ -598,6 +612,7 @@ def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
         "host": _short_host(doc),
         "methods": {"ci": CI_METHOD, "outliers": OUTLIER_METHOD, "mb": "10^6 bytes"},
         "rows": [_row_dict(r) for r in rows(doc)],
+        **_cost_dict(doc),
         "phases": [{"label": pt.title, "backends": [_phase_dict(bp) for bp in pt.summaries]}
                    for pt in phase_tables(doc)],
         "unusable_backends": unusable_backends(doc),
@@ -995,6 +1010,16 @@ def render(doc: dict[str, Any], console: Console) -> None:
     for pt in phase_tables(doc):
         console.print()
         console.print(_rich_phase_table(pt))
+    prices = cost.prices_of(doc)
+    if cost_rows := cost.rows(doc, prices):
+        table = Table(title=Text("what it costs", style="bold"), caption=Text(cost.caption(cost_rows, prices)),
+                      caption_justify="left")
+        for i, name in enumerate(cost.header(prices)):
+            table.add_column(name, justify="left" if i < 3 else "right", overflow="fold")
+        for r in cost_rows:
+            table.add_row(*(Text(c) for c in cost.cells(r, prices)))
+        console.print()
+        console.print(table)
     unusable = unusable_backends(doc)
     if unusable:
         console.print()

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from guestbench import cost
 from guestbench.backends import BACKENDS
 from guestbench.errors import UserError
 from guestbench.measurements import MEASUREMENTS
@@ -58,6 +59,9 @@ TOP_KEYS: dict[str, str] = {
     "precision": "the 95% CI half-width (Student t, of the mean) relative to the median at which a cell stops "
                  "sampling, e.g. 5% or 0.05; repetitions is then the minimum and max_repetitions the cap "
                  "(default: no target, exactly repetitions samples)",
+    "cost": f"optional prices for the cost table: {cost.FORMS}; currency names them "
+            "(e.g. {vcpu_hour: 0.04, gib_hour: 0.005, currency: USD}); without it the table shows core-seconds and "
+            "GiB-seconds",
     "max_repetitions": f"integer >= repetitions: with precision, the most samples a cell takes (default "
                        f"{DEFAULT_MAX_REPETITIONS}, or repetitions if larger)",
     "measurements": f"non-empty list; each item a measurement name or a mapping with key 'measurement' "
@@ -153,6 +157,7 @@ class Scenario:
     seed: int | None = None  # order random: None = drawn when the run starts (and recorded)
     precision: float | None = None  # target 95% CI half-width / median; None = fixed repetitions
     max_repetitions: int | None = None  # the cap with precision (None: DEFAULT_MAX_REPETITIONS)
+    cost: cost.Prices | None = None  # prices for the cost table (guestbench.cost)
     overrides: dict[str, Any] = field(default_factory=dict)
 
     def iterations(self, times_launch: bool) -> list[str]:
@@ -197,6 +202,8 @@ class Scenario:
         for key in ("order", "seed", "precision", "max_repetitions"):
             if getattr(self, key) is not None:
                 doc[key] = getattr(self, key)
+        if self.cost is not None:
+            doc["cost"] = self.cost.to_file()
         doc.update(changes)
         return doc
 
@@ -301,6 +308,31 @@ class Checker:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
             return float(value)
         raise self.fail(key, f"{value!r} is not a number > 0")
+
+    def cost(self, key: str, value: object) -> cost.Prices:
+        """Prices in one of cost.FORMS; every amount a number >= 0."""
+        if not isinstance(value, dict) or not value:
+            raise self.fail(key, f"{value!r} is not a mapping; allowed: {cost.FORMS}")
+        fields: dict[str, Any] = {}
+        for k, v in value.items():
+            if k not in cost.KEYS:
+                raise self.fail(f"{key}.{k}", f"unknown key; allowed: {', '.join(cost.KEYS)}")
+            if k == "currency":
+                fields[k] = self.string(f"{key}.{k}", v)
+            elif k == "vcpus":
+                fields[k] = self.integer(f"{key}.{k}", v, 1)
+            elif k == "memory":
+                fields["memory_mib"] = self.memsize(f"{key}.{k}", v)
+            elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise self.fail(f"{key}.{k}", f"{v!r} is not a price; allowed: a number >= 0")
+            else:
+                fields[k] = float(v)
+        units = {"vcpu_hour", "gib_hour"} & set(fields)
+        instance = {"instance_hour", "vcpus", "memory_mib"} & set(fields)
+        if units and instance or (units and len(units) != 2) or (instance and len(instance) != 3) \
+                or not (units or instance):
+            raise self.fail(key, f"{', '.join(sorted(value))} is not a complete set of prices; allowed: {cost.FORMS}")
+        return cost.Prices(**fields)
 
     def nested(self, key: str, value: object) -> NestedSpec:
         if not isinstance(value, dict):
@@ -481,6 +513,7 @@ def parse_scenario(data: object, source: str) -> Scenario:
         placements=c.placements("placement", data["placement"]) if "placement" in data else ("host",),
         nested=c.nested("nested", data["nested"]) if "nested" in data else NestedSpec(),
         measurements=c.measurements("measurements", data["measurements"], memsize),
+        cost=c.cost("cost", data["cost"]) if "cost" in data else None,
         **_sampling(c, data, "", "_"),
     ), "", "_")
 
