@@ -113,7 +113,7 @@ def rows(doc: dict[str, Any], prices: Prices | None) -> list[CostRow]:
     """One row per cell whose samples recorded what they used, in file order."""
     out = []
     for cell in doc.get("cells") or []:
-        if not isinstance(cell, dict):
+        if not isinstance(cell, dict) or cell.get("measurement") == "density":  # its own table has its figures
             continue
         per_sample = []
         busy = 0

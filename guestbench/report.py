@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from guestbench import cost, metrics_report, phases, units
+from guestbench import cost, density_report, metrics_report, phases, units
 from guestbench.noise import BUSY_RULE
 from guestbench.stats import (CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary, ratio_ci, spread_warnings,
                               summarize)
@@ -502,9 +502,9 @@ def to_markdown(doc: dict[str, Any]) -> str:
     lines += [f"Nested: {_md(nested)}  "] if nested else []
     lines += [f"**Warning:** {_md(error)}  "] if error else []
     lines += [_md(_run_line(doc)), ""]
-    groups = _by_label(r for r in rows(doc) if not r.workload)
+    groups = _by_label(r for r in rows(doc) if not r.workload and r.measurement != "density")
     tables = metrics_report.metric_tables(doc)
-    if not groups and not tables and not metrics_report.durability_rows(doc):
+    if not groups and not tables and not metrics_report.durability_rows(doc) and not doc.get("density"):
         lines += ["No measurements recorded.", ""]
     for label, group in groups.items():
         lines += [f"## {_md(label)}", "", *_md_table(group), "",
@@ -527,6 +527,10 @@ def to_markdown(doc: dict[str, Any]) -> str:
                   *("| " + " | ".join(_md(c) for c in row) + " |" for row in pl.rows)] if pl.rows else [NO_PAIRS]
         lines += ["", _md(pl.caption), ""]
         lines += [*(f"- {_md(g.text)}" for g in pl.gaps), ""] if pl.gaps else []
+    for dt in density_report.tables(doc):
+        head = density_report.HEADER
+        lines += [f"## {_md(dt.title)}", "", "| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head),
+                  *("| " + " | ".join(_md(c) for c in row) + " |" for row in dt.rows), "", _md(dt.caption), ""]
     prices = cost.prices_of(doc)
     if cost_rows := cost.rows(doc, prices):
         head = cost.header(prices)
@@ -613,6 +617,7 @@ def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
         "methods": {"ci": CI_METHOD, "outliers": OUTLIER_METHOD, "mb": "10^6 bytes"},
         "rows": [_row_dict(r) for r in rows(doc)],
         **_cost_dict(doc),
+        **({"density": density_report.to_dicts(doc)} if doc.get("density") else {}),
         "phases": [{"label": pt.title, "backends": [_phase_dict(bp) for bp in pt.summaries]}
                    for pt in phase_tables(doc)],
         "unusable_backends": unusable_backends(doc),
@@ -977,9 +982,9 @@ def render(doc: dict[str, Any], console: Console) -> None:
         console.print(Text(f"nested: {nested}"))
     if error:
         console.print(Text(f"warning: {error}", style="yellow"))
-    groups = _by_label(r for r in rows(doc) if not r.workload)
+    groups = _by_label(r for r in rows(doc) if not r.workload and r.measurement != "density")
     tables = metrics_report.metric_tables(doc)
-    if not groups and not tables and not metrics_report.durability_rows(doc):
+    if not groups and not tables and not metrics_report.durability_rows(doc) and not doc.get("density"):
         console.print(Text("No measurements recorded.", style="yellow"))
     for label, group in groups.items():
         console.print()
@@ -1010,6 +1015,14 @@ def render(doc: dict[str, Any], console: Console) -> None:
     for pt in phase_tables(doc):
         console.print()
         console.print(_rich_phase_table(pt))
+    for dt in density_report.tables(doc):
+        table = Table(title=Text(dt.title, style="bold"), caption=Text(dt.caption), caption_justify="left")
+        for i, name in enumerate(density_report.HEADER):
+            table.add_column(name, justify="right", overflow="fold")
+        for row in dt.rows:
+            table.add_row(*(Text(c) for c in row))
+        console.print()
+        console.print(table)
     prices = cost.prices_of(doc)
     if cost_rows := cost.rows(doc, prices):
         table = Table(title=Text("what it costs", style="bold"), caption=Text(cost.caption(cost_rows, prices)),

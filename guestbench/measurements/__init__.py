@@ -7,6 +7,7 @@ from guestbench.measurements.base import Measurement
 from guestbench.measurements.bonnie import Bonnie
 from guestbench.measurements.command import Command
 from guestbench.measurements.dbench import Dbench
+from guestbench.measurements.density import Density
 from guestbench.measurements.durability import Durability
 from guestbench.measurements.fio import Fio
 from guestbench.measurements.startup import Startup
@@ -17,7 +18,7 @@ from guestbench.measurements.write_no_upload import WriteNoUpload
 
 MEASUREMENTS: dict[str, Measurement] = {m.name: m for m in (Startup(), Upload(), UploadNoWrite(), WriteNoUpload(),
                                                              Fio(), Bonnie(), Dbench(), Tar(), Durability(),
-                                                             Command(), ApiSuite())}
+                                                             Command(), ApiSuite(), Density())}
 
 
 def get(name: str) -> Measurement:

@@ -139,6 +139,7 @@ class Measurement:
     needs_payload: bool = False  # True: a host file of `size` random bytes is made before the cell
     workload: bool = False  # True: runs in the workload appliance on disks the runner made (guestbench.storage)
     kills_hypervisor: bool = False  # True: each sample ends with a power cut (guestbench.measurements.durability)
+    density: bool = False  # True: run level by level, N appliances at once (guestbench.run.density)
     # False: the worker launches no appliance; every step gets g=None and the timed operation runs libguestfs
     # programs that launch their own (guestbench.measurements.command)
     launches: bool = True

@@ -26,13 +26,16 @@ class Step:
     guest: int
     guests: int
     wait_s: float
+    # what every guest's work dir starts with: their processes are the step's own work, not other load (noise)
+    peers: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Step:
-        return cls(dir=str(d["dir"]), guest=int(d["guest"]), guests=int(d["guests"]), wait_s=float(d["wait_s"]))
+        return cls(dir=str(d["dir"]), guest=int(d["guest"]), guests=int(d["guests"]), wait_s=float(d["wait_s"]),
+                   peers=str(d.get("peers") or ""))
 
 
 def arrive(step: Step, iteration: int) -> None:

@@ -30,7 +30,8 @@ class Group:
     @property
     def takes_turns(self) -> bool:
         """One appliance that can pause between iterations: not concurrent guests, not power-cut trials."""
-        return len(self.cells) == 1 and not get_measurement(self.cells[0]["measurement"]).kills_hypervisor
+        m = get_measurement(self.cells[0]["measurement"])
+        return len(self.cells) == 1 and not m.kills_hypervisor and not m.density
 
 
 @dataclass

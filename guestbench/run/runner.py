@@ -9,6 +9,7 @@ as 'interrupted' with every sample already taken.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from guestbench.run.executor import Executor, local
 from guestbench.run.gate import Gate
 from guestbench.run.nested import NestedPlacement
 from guestbench.run.block import Block
+from guestbench.run.density import DensityTrials
 from guestbench.run.plan import Group, block_cap, blocks, cells_per_item, plan
 from guestbench.run.schedule import SEQUENTIAL, Order
 from guestbench.run.threads import run_together
@@ -99,11 +101,15 @@ class Runner:
         ctx.recorder.note(order={**order.to_dict(), **({"block_cells": cap} if split else {})})
         for u in units:
             for g in u.groups:
+                if get_measurement(g.cells[0]["measurement"]).density:
+                    continue  # its cells are made level by level (guestbench.run.density)
                 shared = u.turns and len(u.groups) > 1
                 g.cells = [ctx.recorder.add_cell({**c, "order": order.mode if shared else SEQUENTIAL})
                            for c in g.cells]
-        with progress_display(self.console, open_ended=self.sc.precision is not None) as progress:
-            ctx.recorder.track(progress, progress.add_task(self.sc.name, total=None if self.sc.precision else sum(
+        open_ended = self.sc.precision is not None or any(get_measurement(s.measurement).density
+                                                          for s in self.sc.measurements)
+        with progress_display(self.console, open_ended=open_ended) as progress:
+            ctx.recorder.track(progress, progress.add_task(self.sc.name, total=None if open_ended else sum(
                 len(g.iterations) * len(g.cells) for g in groups)))
             try:
                 for number, u in enumerate(units, 1):
@@ -130,7 +136,9 @@ class Runner:
         return True
 
     def _group(self, ctx: RunContext, g: Group) -> None:
-        if len(g.cells) == 1:
+        if get_measurement(g.cells[0]["measurement"]).density:
+            DensityTrials(ctx, g.cells[0], g.iterations, self._together).run()
+        elif len(g.cells) == 1:
             self._cell(ctx, g.cells[0], g.iterations, self.executor)
         else:
             self._together(ctx, g)
@@ -149,9 +157,13 @@ class Runner:
         step_dir = workdir_for(ctx.run_dir, f"step-{g.cells[0]['label']}-{g.backend}")  # one per group
         wait_s = self.sc.timeout + 2 * self.sc.sample_timeout
 
+        # the guests' work dirs share a prefix (their labels differ in the guest number): processes naming it are
+        # the group's own, and the busy check does not count a peer's hypervisor as the host's other work
+        peers = os.path.commonprefix([str(workdir_for(ctx.run_dir, f"{c['label']}-{c['backend']}")) for c in g.cells])
+
         def one(cell: CellDoc, ex: Executor) -> Callable[[], None]:
             def job() -> None:
-                step = lockstep.Step(str(step_dir), cell["instance"], len(g.cells), wait_s)
+                step = lockstep.Step(str(step_dir), cell["instance"], len(g.cells), wait_s, peers)
                 try:
                     self._cell(ctx, cell, g.iterations, ex, step)
                 finally:
@@ -178,6 +190,8 @@ def exit_status(doc: dict[str, Any]) -> int:
     for cell in doc.get("cells", []):
         if cell.get("backend") in unusable:  # a deferred probe's failed first launch: reported like a probe's
             continue
+        if cell.get("measurement") == "density" and cell.get("concurrency", 1) > 1:
+            continue  # a density level past the first may fail: that is where the levels stopped (run.density)
         if not cell.get("samples") and cell.get("status") != "unavailable":  # unavailable: reported, expected
             return 1
     return 0

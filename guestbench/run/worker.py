@@ -157,7 +157,9 @@ class WorkerTask:
         self.set_up = False  # after_launch has run for the current appliance (or, without one, for the cell)
         self.step = lockstep.Step.from_dict(req.step) if req.step else None
         self.step_index: list[int] = list((req.step or {}).get("indexes") or [])  # the run's iteration numbers
-        self.meter = noise.LoadMeter(marker=req.workdir)  # what the rest of the machine did in each timed step
+        # what the rest of the machine did in each timed step (concurrent guests: the rest beyond the group)
+        self.meter = noise.LoadMeter(marker=self.step.peers if self.step and self.step.peers else req.workdir)
+        self.in_step: dict[str, Any] = {}  # the last timed launch's rendezvous (concurrent guests)
         self.usage = usage.UsageMeter(marker=req.workdir, daemons=req.daemons)  # and what the cell's processes used
         self.turn = turns.Turn.from_dict(req.turn) if req.turn else None
         self.turn_index: list[int] = list((req.turn or {}).get("indexes") or [])  # the cell's iteration numbers
@@ -193,11 +195,11 @@ class WorkerTask:
 
     def iteration(self, i: int) -> None:
         if self.m.times_launch:
-            self.start_meters()
-            self.app, elapsed, cut = self.launch()
+            self.app, elapsed, cut = self.launch(timed=i)
             meters = self.stop_meters()
             self.shutdown(self.app)
-            self.chan.send(Msg.SAMPLE, i=i, s=elapsed, **({"phases": cut} if cut is not None else {}), **meters)
+            self.chan.send(Msg.SAMPLE, i=i, s=elapsed, **({"phases": cut} if cut is not None else {}), **meters,
+                           **self.in_step)
             return
         if not self.set_up:
             if self.m.launches:
@@ -263,9 +265,14 @@ class WorkerTask:
         self.deadline("sample", self.req.sample_timeout)
         return {"in_step": waited is not None, "waited_s": waited}
 
-    def launch(self) -> tuple[Appliance, float, list[dict[str, Any]] | None]:
+    def launch(self, timed: int | None = None) -> tuple[Appliance, float, list[dict[str, Any]] | None]:
+        """A fresh appliance; `timed`: the launch is iteration `timed`'s sample, so concurrent guests start it
+        together (self.in_step) and the meters cover exactly the launch."""
         self.deadline("prepare", self.req.sample_timeout)  # handle and disk images (host side)
         a = self.launching = Appliance(self.req, self.m, self.ctx)
+        if timed is not None:
+            self.in_step = self.rendezvous(timed)
+            self.start_meters()
         self.deadline("launch", self.req.timeout)
         t0 = time.perf_counter()
         a.g.launch()

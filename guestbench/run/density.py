@@ -1,0 +1,187 @@
+"""A density item (guestbench.measurements.density) on one backend: level after level of N appliances launched at
+once, each an ordinary start-up cell run as concurrent guests (their launches start together), until a stop
+rule holds. What each level reached, why the levels stopped, and how many appliances fit within the start-up
+bound are kept in the results document under "density" as the levels end, so an interrupted run keeps them.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from guestbench.run.cell import RunContext
+from guestbench.run.plan import Group
+from guestbench.run.record import CellDoc
+
+MEMINFO_INTERVAL_S = 0.2
+
+
+def meminfo() -> tuple[int, int]:
+    """(MemTotal, MemAvailable) in bytes."""
+    fields: dict[str, int] = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            name, value = line.split(":", 1)
+            if name in ("MemTotal", "MemAvailable"):
+                fields[name] = int(value.split()[0]) * 1024
+    return fields["MemTotal"], fields["MemAvailable"]
+
+
+class HostMemory:
+    """The host's used memory (MemTotal − MemAvailable) at its highest while a level runs, read every
+    MEMINFO_INTERVAL_S."""
+
+    def __init__(self) -> None:
+        self.total, available = meminfo()
+        self.before = self.peak = self.total - available
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="host-memory", daemon=True)
+
+    def __enter__(self) -> HostMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(MEMINFO_INTERVAL_S):
+            total, available = meminfo()
+            self.peak = max(self.peak, total - available)
+
+
+@dataclass
+class Level:
+    appliances: int
+    launches: int
+    failures: int
+    wall_s: float
+    startup_s: list[float]
+    cpu_s: list[float]
+    peak_mib: list[float]
+    host_used_before_mib: float
+    host_used_peak_mib: float
+    busy: int
+
+    def to_dict(self) -> dict[str, Any]:
+        def spread(values: list[float]) -> dict[str, float] | None:
+            return {"median": statistics.median(values), "min": min(values), "max": max(values),
+                    "n": len(values)} if values else None
+        return {"appliances": self.appliances, "launches": self.launches, "failures": self.failures,
+                "wall_s": round(self.wall_s, 3),
+                "launches_per_min": round(self.launches / self.wall_s * 60, 2) if self.wall_s > 0 else None,
+                "startup_s": spread(self.startup_s), "cpu_s_per_launch": spread(self.cpu_s),
+                "peak_mib_per_appliance": spread(self.peak_mib),
+                "host_used_before_mib": round(self.host_used_before_mib, 1),
+                "host_used_peak_mib": round(self.host_used_peak_mib, 1), "busy_samples": self.busy}
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.startup_s) if self.startup_s else None
+
+
+class DensityTrials:
+    """The levels of one density item on one backend; `run_group` runs N cells at once (the runner's
+    concurrent guests)."""
+
+    def __init__(self, ctx: RunContext, template: CellDoc, iterations: list[str],
+                 run_group: Callable[[RunContext, Group], None]) -> None:
+        self.ctx = ctx
+        self.template = template
+        self.its = iterations
+        self.run_group = run_group
+        p = template["params"]
+        self.cap, self.slowdown, self.budget = p["max_appliances"], p["slowdown_pct"] / 100, p["memory_budget_pct"] / 100
+        self.levels: list[Level] = []
+        self.record: dict[str, Any] = {"backend": template["backend"], "placement": template["placement"],
+                                       "label": template["label"], "max_appliances": self.cap,
+                                       "slowdown_pct": p["slowdown_pct"], "memory_budget_pct": p["memory_budget_pct"],
+                                       "levels": [], "stopped": None, "why": None, "fits": None, "verdict": None}
+
+    def run(self) -> None:
+        n = 1
+        try:
+            while not self.ctx.stop.is_set():
+                level = self._level(n)
+                self.levels.append(level)
+                self.record["levels"].append(level.to_dict())
+                stop = self._stop_rule(level)
+                if stop is not None:
+                    self._close(*stop)
+                    return
+                n *= 2
+                self._save()
+        finally:
+            if self.record["stopped"] is None:
+                self._close("interrupted", "a signal stopped the run during a level; its samples are kept")
+
+    def _level(self, n: int) -> Level:
+        t = self.template
+        cells = [self.ctx.recorder.add_cell({
+            **t, "label": f"{t['label']}.x{n}.guest{k}", "variant": {**t["variant"], "appliances": n, "guest": k},
+            "instance": k, "concurrency": n, "order": "sequential"}) for k in range(1, n + 1)]
+        with HostMemory() as mem:
+            t0 = time.monotonic()
+            self.run_group(self.ctx, Group(cells, self.its))
+            wall = time.monotonic() - t0
+        with self.ctx.recorder.lock:
+            samples = [s for c in cells for s in c["samples"]]
+            failures = sum(len(c["failures"]) for c in cells)
+            launches = len(samples) + sum(len(c["warmups"]) for c in cells) + sum(1 for c in cells
+                                                                              if c.get("cold_s") is not None)
+        used = [s.get("resources") or {} for s in samples]
+        return Level(appliances=n, launches=launches,
+                     failures=failures, wall_s=wall, startup_s=[s["seconds"] for s in samples],
+                     cpu_s=[u["cpu_s"] for u in used if u.get("cpu_s") is not None],
+                     peak_mib=[u["peak_pss_mib"] if u.get("peak_pss_mib") is not None else u["peak_rss_mib"]
+                               for u in used if u.get("peak_rss_mib") is not None],
+                     host_used_before_mib=mem.before / 2**20, host_used_peak_mib=mem.peak / 2**20,
+                     busy=sum(1 for s in samples if (s.get("load") or {}).get("busy") is True))
+
+    def _stop_rule(self, level: Level) -> tuple[str, str] | None:
+        """(stopped, why) once a rule holds after this level, else None: go on to twice as many."""
+        n = level.appliances
+        if level.failures or level.median is None:
+            return "failures", f"{level.failures} of the {n}-appliance level's launches failed"
+        base = self.levels[0].median
+        if base and level.median >= self.slowdown * base:
+            return "slowdown", (f"the {n}-appliance level's median start-up {level.median:.3g} s is "
+                                f"{level.median / base:.2f}x the single appliance's {base:.3g} s (bound "
+                                f"{self.slowdown:.2f}x)")
+        if 2 * n > self.cap:
+            return "cap", f"the next level ({2 * n}) is past max_appliances ({self.cap})"
+        total, available = meminfo()
+        per = max(statistics.median(level.peak_mib) if level.peak_mib else 0.0,
+                  (level.host_used_peak_mib - level.host_used_before_mib) / n)
+        projected = (total - available) / 2**20 + per * 2 * n
+        if projected > self.budget * total / 2**20:
+            return "memory", (f"the next level ({2 * n}) would take the host's used memory to about "
+                              f"{projected:,.0f} MiB ({per:.0f} MiB per appliance), past {self.budget:.0%} of its "
+                              f"{total / 2**20:,.0f} MiB")
+        return None
+
+    def _close(self, stopped: str, why: str) -> None:
+        base = self.levels[0].median if self.levels and not self.levels[0].failures else None
+        good = [lv for lv in self.levels if not lv.failures and lv.median is not None and base
+                and lv.median < self.slowdown * base]
+        self.record.update(stopped=stopped, why=why)
+        if good and base:
+            best = good[-1]
+            assert best.median is not None
+            self.record.update(fits=best.appliances, verdict=(
+                f"{best.appliances} appliance{'s' if best.appliances > 1 else ''} fit here at once within "
+                f"{best.median / base:.2f}x the single appliance's start-up (median {best.median:.3g} s vs "
+                f"{base:.3g} s; bound {self.slowdown:.2f}x)"))
+        else:
+            self.record.update(fits=0, verdict="no level stayed within the bound without a failure")
+        self._save()
+
+    def _save(self) -> None:
+        with self.ctx.recorder.lock:
+            doc = self.ctx.recorder.results.doc
+            others = [d for d in doc.get("density") or [] if d is not self.record]
+            self.ctx.recorder.note(density=[*others, self.record])

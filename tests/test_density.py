@@ -1,0 +1,89 @@
+"""density (issue 16): levels of N appliances launched at once on uml and tcg, where they stopped and why, and
+nothing left running, also after SIGINT in the middle of a level."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, hypervisor_processes, run_scenario_text, wait_no_leftovers, write_scenario
+
+pytestmark = pytest.mark.launch
+
+TWO_LEVELS = """name: density
+backends: [uml, tcg]
+repetitions: 1
+warmup: 0
+measurements:
+  - {measurement: density, max_appliances: 2}
+"""
+
+
+@pytest.mark.timeout(900)
+def test_density_on_uml_and_tcg_reports_its_levels_where_it_stopped_and_why(tmp_path: Path) -> None:
+    proc, doc = run_scenario_text(tmp_path, TWO_LEVELS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = {r["backend"]: r for r in doc["density"]}
+    assert set(records) == {"uml", "tcg"}
+    for backend, rec in records.items():
+        levels = [lv["appliances"] for lv in rec["levels"]]
+        assert levels in ([1, 2], [1]), rec
+        assert rec["stopped"] in ("cap", "slowdown", "memory") and rec["why"], rec
+        assert rec["fits"] >= 1 and "fit here at once" in rec["verdict"], rec
+        for lv in rec["levels"]:
+            # every launch of the level: a cold one and a sample per appliance
+            assert lv["launches"] == 2 * lv["appliances"] and lv["failures"] == 0, lv
+            assert lv["startup_s"]["n"] == lv["appliances"] and lv["cpu_s_per_launch"]["median"] > 0.5, lv
+            assert lv["peak_mib_per_appliance"]["median"] > 50 and lv["launches_per_min"] > 0, lv
+            assert lv["host_used_peak_mib"] >= lv["host_used_before_mib"], lv
+        cells = [c for c in doc["cells"] if c["backend"] == backend]
+        assert len(cells) == sum(levels) and all(len(c["samples"]) == 1 for c in cells)
+        if len(levels) == 2:  # the two appliances of a level launched together
+            assert all(c["samples"][0]["in_step"] is True for c in cells if c["concurrency"] == 2)
+    assert "density: density on uml" in proc.stdout and "Verdict:" in proc.stdout
+    wait_no_leftovers()
+
+
+@pytest.mark.timeout(600)
+def test_sigint_in_the_middle_of_a_level_keeps_the_levels_and_leaves_nothing(tmp_path: Path) -> None:
+    sc = write_scenario(tmp_path / "s.yaml", "name: dsig\nbackends: [uml]\nrepetitions: 3\nwarmup: 0\n"
+                        "measurements:\n  - {measurement: density, max_appliances: 4, slowdown_pct: 1000}\n")
+    results = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--results", str(results)],
+                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 400
+        while True:  # the 2-appliance level is under way: its cells exist and two hypervisors run
+            assert time.monotonic() < deadline and proc.poll() is None, "level 2 never started"
+            files = list(results.glob("*.json")) if results.exists() else []
+            try:
+                doc = json.loads(files[0].read_text()) if files else {}
+            except ValueError:
+                doc = {}
+            if any(c["label"] == "density.x2.guest2" for c in doc.get("cells", [])) \
+                    and len(hypervisor_processes()) >= 2:
+                break
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=60)
+        assert time.monotonic() - t0 < 60
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rc != 0
+    doc = json.loads(files[0].read_text())
+    assert doc["status"] == "interrupted"
+    (rec,) = doc["density"]
+    assert rec["levels"][0]["appliances"] == 1 and rec["levels"][0]["startup_s"]["n"] == 3  # level 1 kept whole
+    assert rec["stopped"] == "interrupted"
+    assert len(next(c for c in doc["cells"] if c["label"] == "density.x1.guest1")["samples"]) == 3
+    wait_no_leftovers()
