@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from guestbench import __version__, charts, report
+from guestbench import __version__, charts, density_report, report
 from guestbench.charts import Chart
 from guestbench.errors import UserError
 from guestbench.report import NONE
@@ -131,8 +131,8 @@ def build_section(path: str, doc: dict[str, Any], stem: str) -> Section:
     nested, error = report.nested_line(doc), report.nested_error(doc)
     parts += [Para(f"Nested: {nested}", "meta")] if nested else []
     parts += [Para(f"Warning: {error}", "warning")] if error else []
-    groups = report.by_label(report.rows(doc))
-    if not groups:
+    groups = report.by_label(r for r in report.rows(doc) if r.measurement != "density")
+    if not groups and not doc.get("density"):
         parts.append(Para("No measurements recorded."))
     for label, group in groups.items():
         parts += [Heading(label, 3),
@@ -145,6 +145,10 @@ def build_section(path: str, doc: dict[str, Any], stem: str) -> Section:
                   Table("placements", pl.header, pl.rows, label=pl.title, numeric_from=3) if pl.rows
                   else Para(report.NO_PAIRS), Para(pl.caption, "caption")]
         parts += [Bullets([g.text for g in pl.gaps])] if pl.gaps else []
+    for dt, rec in zip(density_report.tables(doc), density_report.to_dicts(doc)):
+        chart = charts.density_chart(report.scenario_name(doc), rec)
+        parts += [Heading(dt.title, 3), Table("density", density_report.HEADER, dt.rows, label=dt.title, numeric_from=0),
+                  Para(dt.caption, "caption"), Figure(chart, f"{stem}-{chart.name}", chart.encoding)]
     for pt, chart in phased:
         parts += [Heading(pt.title, 3), Table("phases", pt.header, pt.rows, label=pt.title, numeric_from=1),
                   Para(pt.caption, "caption"), Figure(chart, f"{stem}-{chart.name}", chart.encoding)]
