@@ -97,6 +97,12 @@ def guestbench(*args: str, timeout: float = 900, cwd: Path = ROOT) -> subprocess
                           timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL)
 
 
+def start_guestbench(*args: str) -> subprocess.Popen[str]:
+    """The real CLI started in its own process, for a test that signals it mid-run."""
+    return subprocess.Popen([sys.executable, "-m", "guestbench", *args], cwd=ROOT, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 @pytest.fixture(scope="session")
 def session_tmp() -> Path:
     return _SESSION_TMP

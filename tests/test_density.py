@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, hypervisor_processes, run_scenario_text, wait_no_leftovers, write_scenario
+from conftest import hypervisor_processes, run_scenario_text, start_guestbench, wait_no_leftovers, write_scenario
 
 pytestmark = pytest.mark.launch
 
@@ -55,9 +53,7 @@ def test_sigint_in_the_middle_of_a_level_keeps_the_levels_and_leaves_nothing(tmp
     sc = write_scenario(tmp_path / "s.yaml", "name: dsig\nbackends: [uml]\nrepetitions: 3\nwarmup: 0\n"
                         "measurements:\n  - {measurement: density, max_appliances: 4, slowdown_pct: 1000}\n")
     results = tmp_path / "results"
-    proc = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--results", str(results)],
-                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = start_guestbench("scenario", str(sc), "--results", str(results))
     try:
         deadline = time.monotonic() + 400
         while True:  # the 2-appliance level is under way: its cells exist and two hypervisors run

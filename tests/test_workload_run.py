@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -18,8 +17,8 @@ import pytest
 from guestbench.measurements import MEASUREMENTS
 from guestbench.workloads import TOO_FAST
 
-from conftest import (ROOT, guestbench, processes_mentioning, run_dirs, session_tmp_path, wait_no_leftovers,
-                      write_scenario)
+from conftest import (guestbench, processes_mentioning, run_dirs, session_tmp_path, start_guestbench,
+                      wait_no_leftovers, write_scenario)
 
 pytestmark = pytest.mark.launch
 
@@ -176,9 +175,7 @@ def test_sigint_mid_workload_removes_host_storage(tmp_path: Path) -> None:
                         "measurements:\n  - {measurement: dbench, clients: 2, seconds: 30, disk_size: 128MiB, "
                         "host: qemu-nbd, layout: loop1}\n")
     results = tmp_path / "results"
-    proc = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--results", str(results)],
-                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = start_guestbench("scenario", str(sc), "--results", str(results))
     try:
         until = time.monotonic() + 600
         while not any("qemu-nbd" in p for p in processes_mentioning(str(session_tmp_path()))):
