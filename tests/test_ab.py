@@ -91,7 +91,10 @@ measurements:
                       "--results", str(tmp_path / "r"), "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)  # the comparison alone, one JSON document
-    (row,) = out["comparisons"][0]["rows"]
+    rows = {r["figure"]: r for r in out["comparisons"][0]["rows"]}
+    assert set(rows) == {"seconds", "CPU s", "peak MiB"}  # what the samples used is judged like their seconds
+    row = rows["seconds"]
+    assert rows["peak MiB"]["higher_better"] is False and rows["peak MiB"]["n_base"] == 4
     assert row["n_base"] == row["n_other"] == 4 and row["test"] == "permutation"
     assert 0 < row["p_value"] <= 1 and row["p_value"] == row["p_permutation"]
     assert row["ratio_ci_low"] <= row["ratio"] <= row["ratio_ci_high"]
