@@ -20,6 +20,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from guestbench.results import figures as cell_figures
+
 MIB_PER_GIB = 1024.0
 KEYS = {"currency": "text shown with every amount (e.g. USD, EUR); default 'money'",
         "vcpu_hour": "price of one vCPU for an hour (a number >= 0)",
@@ -118,10 +120,7 @@ def rows(doc: dict[str, Any], prices: Prices | None) -> list[CostRow]:
         per_sample = []
         busy = 0
         for s in cell.get("samples") or []:
-            used = (s or {}).get("resources") or {}
-            cpu, wall = _number(used.get("cpu_s")), _number(s.get("seconds"))
-            peak = _number(used.get("peak_pss_mib")) if used.get("peak_pss_mib") is not None else \
-                _number(used.get("peak_rss_mib"))
+            cpu, peak, wall = cell_figures.cpu_s(s), cell_figures.peak_mib(s), _number(s.get("seconds"))
             if cpu is None or peak is None or wall is None:
                 continue
             per_sample.append((cpu, peak, wall))

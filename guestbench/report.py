@@ -21,6 +21,7 @@ from rich.text import Text
 
 from guestbench import cost, density_report, metrics_report, phases, units
 from guestbench.noise import BUSY_RULE
+from guestbench.results import figures as cell_figures
 from guestbench.stats import (CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary, ratio_ci, spread_warnings,
                               summarize)
 
@@ -103,11 +104,8 @@ def _load_figures(cell: dict[str, Any]) -> dict[str, Any]:
 
 def _resource_figures(cell: dict[str, Any]) -> dict[str, Any]:
     """The median CPU seconds and the median peak memory (PSS, else RSS) of the cell's samples that have them."""
-    used = [_dict(_dict(s).get("resources")) for s in _list(cell.get("samples"))]
-    cpu = [v for v in (_number(u.get("cpu_s")) for u in used) if v is not None]
-    peak = [v for v in (_number(u.get("peak_pss_mib")) if u.get("peak_pss_mib") is not None
-                        else _number(u.get("peak_rss_mib")) for u in used) if v is not None]
-    return {"cpu_s": statistics.median(cpu) if cpu else None, "peak_mib": statistics.median(peak) if peak else None}
+    used = {f.key: statistics.median(f.values) for f in cell_figures.resources(cell)}
+    return {"cpu_s": used.get("cpu_s"), "peak_mib": used.get("peak_mib")}
 
 
 def _first_failure(cell: dict[str, Any]) -> str | None:

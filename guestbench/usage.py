@@ -34,10 +34,6 @@ INTERVAL_S = 0.2
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MIB = 2**20
-METHOD = (f"/proc of the cell's processes (the worker, its descendants, processes naming the cell's work dir) "
-          f"at the step's start and end and every {INTERVAL_S:g} s: CPU = user+system incl. reaped children, the "
-          f"meter's own thread excluded; memory = peak sum of RSS and PSS without the worker")
-
 
 @dataclass(frozen=True)
 class Proc:

@@ -52,16 +52,24 @@ def figures(cell: dict[str, Any]) -> list[Figure]:
     return out or [seconds(cell)]
 
 
-# what each sample's processes used: (key in the sample's "resources", figure key, label, unit)
-RESOURCES = (("cpu_s", "cpu_s", "CPU s", "CPU s"), ("peak_pss_mib", "peak_mib", "peak MiB", "MiB"))
+def cpu_s(sample: dict[str, Any]) -> float | None:
+    """The CPU seconds the sample's processes used (guestbench.usage), where recorded."""
+    return _number((sample.get("resources") or {}).get("cpu_s"))
+
+
+def peak_mib(sample: dict[str, Any]) -> float | None:
+    """The sample's peak memory: PSS, or RSS where no PSS could be read (guestbench.usage), where recorded."""
+    used = sample.get("resources") or {}
+    pss = _number(used.get("peak_pss_mib"))
+    return pss if pss is not None else _number(used.get("peak_rss_mib"))
 
 
 def resources(cell: dict[str, Any]) -> list[Figure]:
-    """CPU seconds and peak PSS (MiB) of the samples that recorded them; none where no sample did."""
+    """CPU seconds and peak memory (MiB) of the samples that recorded them, lower being better; none where no
+    sample did."""
     out = []
-    for source, key, label, unit in RESOURCES:
-        values = [v for v in (_number((s.get("resources") or {}).get(source)) for s in _samples(cell))
-                  if v is not None]
+    for key, label, unit, read in (("cpu_s", "CPU s", "CPU s", cpu_s), ("peak_mib", "peak MiB", "MiB", peak_mib)):
+        values = [v for v in (read(s) for s in _samples(cell)) if v is not None]
         if values:
             out.append(Figure(key, label, unit, False, values))
     return out

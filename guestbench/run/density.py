@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from guestbench.results import figures as cell_figures
 from guestbench.run.cell import RunContext
 from guestbench.run.plan import Group
 from guestbench.run.record import CellDoc
@@ -133,12 +134,10 @@ class DensityTrials:
             failures = sum(len(c["failures"]) for c in cells)
             launches = len(samples) + sum(len(c["warmups"]) for c in cells) + sum(1 for c in cells
                                                                               if c.get("cold_s") is not None)
-        used = [s.get("resources") or {} for s in samples]
         return Level(appliances=n, launches=launches,
                      failures=failures, wall_s=wall, startup_s=[s["seconds"] for s in samples],
-                     cpu_s=[u["cpu_s"] for u in used if u.get("cpu_s") is not None],
-                     peak_mib=[u["peak_pss_mib"] if u.get("peak_pss_mib") is not None else u["peak_rss_mib"]
-                               for u in used if u.get("peak_rss_mib") is not None],
+                     cpu_s=[v for v in map(cell_figures.cpu_s, samples) if v is not None],
+                     peak_mib=[v for v in map(cell_figures.peak_mib, samples) if v is not None],
                      host_used_before_mib=mem.before / 2**20, host_used_peak_mib=mem.peak / 2**20,
                      busy=sum(1 for s in samples if (s.get("load") or {}).get("busy") is True))
 
