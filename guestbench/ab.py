@@ -98,9 +98,10 @@ def _side_doc(doc: dict[str, Any], side: str) -> dict[str, Any]:
 
 
 def comparison(doc: dict[str, Any], a: dict[str, str], b: dict[str, str], noise_pct: float | None,
-               source: str) -> compare.Comparison:
+               source: str, gate_resources: bool = False) -> compare.Comparison:
     """B against A from one run's document: the permutation test decides, within the noise nothing changed."""
     name = {"A": " ".join(f"{k}={v}" for k, v in a.items()) or "the scenario as written",
             "B": " ".join(f"{k}={v}" for k, v in b.items()) or "the scenario as written"}
     return compare.build_comparison(_side_doc(doc, "A"), _side_doc(doc, "B"), f"A ({name['A']})",
-                                    f"B ({name['B']}) in {source}", noise_pct, by="permutation")
+                                    f"B ({name['B']}) in {source}", noise_pct, by="permutation",
+                                    gate_resources=gate_resources)

@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--fail-above", metavar="PCT",
                    help="a cell is a regression, and the exit status 1, when its median is more than PCT percent "
                    "above the baseline's (10 and 10%% both mean 10 percent)")
+    _add_gate_resources(c)
     c.add_argument("--noise", metavar="PCT", help="a change smaller than PCT percent is 'no change' whatever p says "
                    "(the machine's run-to-run noise, e.g. 5%%)")
     c.add_argument("--force", action="store_true", help="compare even when the host fingerprints differ")
@@ -140,6 +141,12 @@ def _add_run_options(s: argparse.ArgumentParser) -> None:
                    help="show the appliance console and the exact hypervisor command line")
 
 
+def _add_gate_resources(parser: Any) -> None:
+    parser.add_argument("--gate-resources", action="store_true",
+                        help="let --fail-above act on CPU s and peak MiB too (by default they are compared but do not "
+                        "set the exit status: on a busy host they move against the seconds)")
+
+
 def _add_ab(sub: Any) -> None:
     a = sub.add_parser("ab", help="measure two configurations of a scenario in one interleaved run and compare them",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -157,6 +164,7 @@ def _add_ab(sub: Any) -> None:
     a.add_argument("--noise", metavar="PCT", default=f"{ab.DEFAULT_NOISE_PCT:g}%",
                    help="a change smaller than PCT percent is no change whatever p says (default %(default)s)")
     a.add_argument("--fail-above", metavar="PCT", help="exit status 1 when B is worse than A by more than PCT percent")
+    _add_gate_resources(a)
     _add_run_options(a)
 
 
@@ -262,7 +270,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     doc["_path"] = str(rf.path)
     if args.format not in ("json", "csv"):  # those print the comparison alone: one document on stdout
         _print_report(doc, args.format)
-    c = ab.comparison(doc, a, b, noise, str(rf.path))
+    c = ab.comparison(doc, a, b, noise, str(rf.path), args.gate_resources)
     if args.format == "json":
         sys.stdout.write(json.dumps(compare.to_summary_json([c], fail_above), indent=2, allow_nan=False) + "\n")
     elif args.format == "markdown":
@@ -400,7 +408,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for warning in compare.gate_hosts(args.baseline, base, others, force=args.force):
         sys.stderr.write(f"guestbench: warning: {_one_line(warning)}\n")
     noise = None if args.noise is None else compare.parse_fail_above(args.noise, "--noise")
-    comparisons = [compare.build_comparison(base, doc, args.baseline, path, noise) for path, doc in others]
+    comparisons = [compare.build_comparison(base, doc, args.baseline, path, noise, gate_resources=args.gate_resources)
+                   for path, doc in others]
     if args.format == "json":
         sys.stdout.write(json.dumps(compare.to_summary_json(comparisons, fail_above), indent=2, allow_nan=False)
                          + "\n")

@@ -73,6 +73,7 @@ class ComparisonRow:
     unit: str = "s"
     higher_better: bool = False  # seconds and latencies: lower is better; MB/s, IOPS: higher
     p_perm: float = math.nan  # the permutation test of the difference of medians (stats.permutation_p)
+    gated: bool = True  # False: shown with its verdict, but --fail-above does not act on it (resources by default)
 
     @property
     def cell(self) -> str:
@@ -96,7 +97,7 @@ class ComparisonRow:
 
     def is_regression(self, fail_above_pct: float | None) -> bool:
         """Worse by more than the threshold, whatever p says: few samples must not hide a slowdown."""
-        if fail_above_pct is None or math.isnan(self.worse_factor):
+        if fail_above_pct is None or not self.gated or math.isnan(self.worse_factor):
             return False
         return self.worse_factor > 1 + fail_above_pct / 100
 
@@ -203,7 +204,7 @@ def _param_differences(base_cell: dict[str, Any], other_cell: dict[str, Any]) ->
 def compare_samples(key: Key, base: Sequence[float], other: Sequence[float],
                     differences: tuple[str, ...] = (), *, noise_pct: float | None = None,
                     figure: str = "seconds", unit: str = "s", higher_better: bool = False,
-                    by: str = "mann-whitney") -> ComparisonRow:
+                    by: str = "mann-whitney", gated: bool = True) -> ComparisonRow:
     """All figures of one row from the raw samples of both sides (each side needs at least one). A ratio within
     the noise threshold is no change whatever p says; otherwise the verdict is the test's, in the figure's
     own words (seconds: slower/faster; other figures: higher/lower)."""
@@ -222,12 +223,16 @@ def compare_samples(key: Key, base: Sequence[float], other: Sequence[float],
                          n_other=len(other), median_base=med_b, median_other=med_o, ratio=ratio, ci_low=low,
                          ci_high=high, p_value=p, test=test, verdict=verdict,
                          note=_few_samples_note(len(base), len(other)), differences=differences, figure=figure,
-                         unit=unit, higher_better=higher_better, p_perm=p_perm)
+                         unit=unit, higher_better=higher_better, p_perm=p_perm, gated=gated)
 
 
 def compare_docs(base: dict[str, Any], other: dict[str, Any], noise_pct: float | None = None,
-                 by: str = "mann-whitney") -> list[ComparisonRow]:
-    """One row per cell key and figure with samples in both documents, in the baseline's order."""
+                 by: str = "mann-whitney", gate_resources: bool = False) -> list[ComparisonRow]:
+    """One row per cell key and figure with samples in both documents, in the baseline's order.
+
+    What the launches used (CPU s, peak MiB) is compared beside what was timed but gated only on request: it moves
+    against the timing on a contended host (waits pass in wall time without burning CPU), so a faster run would
+    otherwise fail a time gate for using more CPU."""
     base_cells, other_cells = cells_by_key(base), cells_by_key(other)
     out: list[ComparisonRow] = []
     for key, base_cell in base_cells.items():
@@ -237,6 +242,7 @@ def compare_docs(base: dict[str, Any], other: dict[str, Any], noise_pct: float |
         ours, theirs = figures(base_cell), {f.key: f for f in figures(other_cell)}
         if not any(f.key in theirs for f in ours):  # one side has no workload figures (an older file): seconds
             ours, theirs = [cell_figures.seconds(base_cell)], {SECONDS: cell_figures.seconds(other_cell)}
+        timed = {f.key for f in ours}
         ours = [*ours, *cell_figures.resources(base_cell)]
         theirs.update({f.key: f for f in cell_figures.resources(other_cell)})
         for f in ours:
@@ -245,7 +251,8 @@ def compare_docs(base: dict[str, Any], other: dict[str, Any], noise_pct: float |
                 row_key = key if f.key == SECONDS else (key[0], key[1], f"{key[2]} {f.key}")
                 out.append(compare_samples(row_key, f.values, o, _param_differences(base_cell, other_cell),
                                            noise_pct=noise_pct, figure=f.label, unit=f.unit,
-                                           higher_better=f.higher_better, by=by))
+                                           higher_better=f.higher_better, by=by,
+                                           gated=f.key in timed or gate_resources))
     return out
 
 
@@ -307,11 +314,13 @@ def gate_hosts(base_path: str, base: dict[str, Any], others: Sequence[tuple[str,
 
 
 def build_comparison(base: dict[str, Any], other: dict[str, Any], base_path: str,
-                     other_path: str, noise_pct: float | None = None, by: str = "mann-whitney") -> Comparison:
+                     other_path: str, noise_pct: float | None = None, by: str = "mann-whitney",
+                     gate_resources: bool = False) -> Comparison:
     cells_by_key(base, base_path)  # name the file in the error if a key is duplicated
     cells_by_key(other, other_path)
     only_base, only_other = unmatched(base, other)
-    return Comparison(base_path=base_path, other_path=other_path, rows=compare_docs(base, other, noise_pct, by),
+    rows = compare_docs(base, other, noise_pct, by, gate_resources)
+    return Comparison(base_path=base_path, other_path=other_path, rows=rows,
                       only_in_base=only_base, only_in_other=only_other, host_differences=check_hosts(base, other),
                       software_changes=software_changes(base, other),
                       busy=busy_cells(base, "baseline") + busy_cells(other, "other"), noise_pct=noise_pct,
@@ -380,7 +389,15 @@ def _method_text(c: Comparison, fail_above_pct: float | None) -> str:
             f"lower). p (test): {TEST_METHOD}. p (perm.): {PERMUTATION_METHOD}. Verdict slower/faster "
             f"(higher/lower) when {'p (perm.)' if c.by == 'permutation' else 'p (test)'} < {ALPHA:g}. "
             f"{noise}95% CI of ratio: {CI_METHOD}. "
-            f"{fmt_threshold(fail_above_pct)}. n counts measured samples (warm-ups excluded).")
+            f"{fmt_threshold(fail_above_pct)}{_ungated_text(c, fail_above_pct)}. "
+            "n counts measured samples (warm-ups excluded).")
+
+
+def _ungated_text(c: Comparison, fail_above_pct: float | None) -> str:
+    ungated = sorted({r.figure for r in c.rows if not r.gated})
+    if fail_above_pct is None or not ungated:
+        return ""
+    return f"; {' and '.join(ungated)} are compared but not gated (--gate-resources gates them too)"
 
 
 def _notes(c: Comparison) -> list[str]:
@@ -437,6 +454,7 @@ def _row_dict(r: ComparisonRow, fail_above_pct: float | None) -> dict[str, Any]:
         "higher_better": r.higher_better, "change": r.change,
         "verdict": r.verdict, "note": r.note, "differences": list(r.differences),
         "regression": None if fail_above_pct is None else r.is_regression(fail_above_pct),
+        "gated": r.gated,
     }
 
 

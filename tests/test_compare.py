@@ -384,3 +384,28 @@ def test_compare_prints_the_permutation_p_and_the_noise_rule(tmp_path: Path, cap
     assert "p (perm.)" in out and "within ±5% (--noise)" in flat(out)
     status, _, err = run(capsys, base, other, "--noise", "-1")
     assert status == 2 and "--noise" in err and len(err.splitlines()) == 1
+
+
+def test_resources_are_compared_but_gated_only_with_gate_resources(tmp_path: Path, fingerprint, capsys) -> None:
+    """Faster but hungrier (as a quiet host is beside a contended one): the seconds improve, CPU s and peak MiB
+    regress; --fail-above acts on them only with --gate-resources."""
+    def write(name: str, seconds: list[float], cpu: list[float], mib: list[float]) -> Path:
+        path = write_results(tmp_path / name, {("uml", "startup"): seconds}, fingerprint)
+        doc = json.loads(path.read_text())
+        for s, c, m in zip(doc["cells"][0]["samples"], cpu, mib):
+            s["resources"] = {"cpu_s": c, "peak_pss_mib": m}
+        path.write_text(json.dumps(doc))
+        return path
+    base = write("base.json", SLOWER8, BASE8, [300.0 + i for i in range(8)])
+    other = write("other.json", BASE8, SLOWER8, [360.0 + i for i in range(8)])
+    status, out, err = run(capsys, base, other, "--fail-above", "10%", "--json")
+    assert status == 0, err
+    rows = {r["figure"]: r for r in json.loads(out)["comparisons"][0]["rows"]}
+    assert (rows["seconds"]["change"], rows["seconds"]["verdict"]) == (compare.IMPROVEMENT, compare.FASTER)
+    assert {k: (r["regression"], r["gated"], r["change"]) for k, r in rows.items() if k != "seconds"} == {
+        "CPU s": (False, False, compare.REGRESSION), "peak MiB": (False, False, compare.REGRESSION)}
+    status, out, _ = run(capsys, base, other, "--fail-above", "10%")
+    assert "CPU s and peak MiB are compared but not gated" in flat(out)
+    status, out, _ = run(capsys, base, other, "--fail-above", "10%", "--gate-resources")
+    assert status == 1 and "REGRESSION: uml/host/startup cpu_s" in flat(out) and "peak_mib" in flat(out)
+    assert "startup: median" not in flat(out)  # the faster seconds are not a regression
