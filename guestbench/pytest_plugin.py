@@ -22,9 +22,11 @@ for the ``guestbench_backend`` fixture.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import statistics
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pytest
 
@@ -209,9 +211,12 @@ class BackendUnderTest:
             "guestbench_version": __version__, "verification": None, "cold_s": None,
         })
         with Cell(self.name, m.name, values, self._session.run_dir(), memsize=memsize, smp=smp, timeout=timeout,
-                  sample_timeout=sample_timeout) as cell:
+                  sample_timeout=sample_timeout) as cell, contextlib.ExitStack() as stack:
+            metered = _Metered(cell)
+            stack.callback(metered.close)  # a failed round never reaches its teardown: stop the meter all the same
             if m.times_launch:
-                benchmark.pedantic(cell.launch, setup=lambda: ((cell.new_handle(),), {}), teardown=cell.shutdown,
+                benchmark.pedantic(cell.launch, setup=metered.setup(lambda: ((cell.new_handle(),), {})),
+                                   teardown=metered.teardown(cell.shutdown),
                                    rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
             else:
                 app = cell.new_handle()
@@ -231,9 +236,10 @@ class BackendUnderTest:
                         verify_pending.clear()
                         info["verification"] = cell.verify(a)
 
-                benchmark.pedantic(cell.timed_op, setup=prepare, teardown=verify_once, rounds=rounds,
-                                   warmup_rounds=warmup_rounds, iterations=1)
+                benchmark.pedantic(cell.timed_op, setup=metered.setup(prepare), teardown=metered.teardown(verify_once),
+                                   rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
                 cell.shutdown(app)
+            info.update(metered.extra_info(warmup_rounds, rounds))
         stats = getattr(getattr(benchmark, "stats", None), "stats", None)
         nbytes = info["bytes"]
         if nbytes and stats and stats.median > 0:
@@ -253,6 +259,44 @@ class BackendUnderTest:
 
     def bench_write_no_upload(self, benchmark: Any, **kw: Any) -> dict[str, Any]:
         return self.bench(benchmark, "write-no-upload", **kw)
+
+
+class _Metered:
+    """What each round's timed call used (guestbench.usage): the meter starts as the round's setup ends and stops
+    as its teardown begins, so pytest-benchmark's timer wraps the call alone. The cell's processes here are this
+    pytest process (libguestfs's library runs in it), its children and those naming the cell's work dir, read
+    from /proc: this process is not moved into a control group."""
+
+    def __init__(self, cell: Any) -> None:
+        from guestbench import usage
+
+        self.meter = usage.UsageMeter(marker=str(cell.workdir), daemons=cell.backend.daemons)
+        self.rounds: list[dict[str, Any] | None] = []
+
+    def setup(self, inner: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            got = inner()
+            self.meter.start()
+            return got
+        return run
+
+    def teardown(self, inner: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            self.rounds.append(self.meter.stop())
+            return inner(*args)
+        return run
+
+    def close(self) -> None:
+        self.meter.stop()
+
+    def extra_info(self, warmup_rounds: int, rounds: int) -> dict[str, Any]:
+        """`sample_meta` (each measured round's resources, as `guestbench import` reads it back) and medians."""
+        from guestbench.results import figures
+
+        measured = self.rounds[warmup_rounds:warmup_rounds + rounds]
+        meta = [{"rep": i + 1, **({"resources": r} if r else {})} for i, r in enumerate(measured)]
+        used = {f.key: statistics.median(f.values) for f in figures.resources({"samples": meta})}
+        return {"sample_meta": meta, "median_cpu_s": used.get("cpu_s"), "median_peak_mib": used.get("peak_mib")}
 
 
 def _measurement_params(name: str, given: dict[str, Any], memsize: int | None) -> tuple[Any, dict[str, Any]]:

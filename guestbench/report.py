@@ -63,6 +63,7 @@ class Row:
     busiest: float | None = None  # the most cores other processes used during one of its samples
     cpu_s: float | None = None  # median CPU seconds of the cell's processes per timed step (guestbench.usage)
     peak_mib: float | None = None  # median of each step's peak PSS (RSS where no PSS was readable)
+    cpu_methods: tuple[str, ...] = ()  # how the samples' CPU was counted: "cgroup", "proc" (guestbench.usage)
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -105,7 +106,8 @@ def _load_figures(cell: dict[str, Any]) -> dict[str, Any]:
 def _resource_figures(cell: dict[str, Any]) -> dict[str, Any]:
     """The median CPU seconds and the median peak memory (PSS, else RSS) of the cell's samples that have them."""
     used = {f.key: statistics.median(f.values) for f in cell_figures.resources(cell)}
-    return {"cpu_s": used.get("cpu_s"), "peak_mib": used.get("peak_mib")}
+    return {"cpu_s": used.get("cpu_s"), "peak_mib": used.get("peak_mib"),
+            "cpu_methods": cell_figures.cpu_methods(cell)}
 
 
 def _first_failure(cell: dict[str, Any]) -> str | None:
@@ -381,9 +383,13 @@ def _resources_text(group: list[Row]) -> str:
     """What the CPU s and peak MiB columns are (nothing when no sample recorded them)."""
     if all(r.cpu_s is None and r.peak_mib is None for r in group):
         return ""
+    methods = sorted({m for r in group for m in r.cpu_methods})
+    how = {"cgroup": "counted by the kernel in each worker's control group (plus /proc for the cell's processes "
+                     "outside it)", "proc": "read from /proc"}
+    counted = "; ".join(f"{how.get(m, m)}" for m in methods) or "read from /proc"
     return (" CPU s: median user+system CPU seconds of the cell's processes during the timed step (hypervisor, "
-            "helpers, libguestfs's library); peak MiB: median of each step's peak PSS of those processes without "
-            "the worker (RSS where PSS is not readable), read from /proc (guestbench.usage).")
+            f"helpers, libguestfs's library), {counted}; peak MiB: median of each step's peak PSS of those "
+            "processes without the worker (RSS where PSS is not readable), read from /proc (guestbench.usage).")
 
 
 def _load_text(group: list[Row]) -> str:

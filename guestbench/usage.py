@@ -19,6 +19,12 @@ Read from /proc at the start of the step, every INTERVAL_S during it, and at its
   worker itself (guestbench's Python). PSS shares a page among the processes that map it (UML's processes all
   map its RAM file); RSS counts it once per process. A peak shorter than INTERVAL_S can be missed.
 /proc counts CPU time in clock ticks (USER_HZ, 10 ms here).
+
+Where the supervisor put the worker in a control group (guestbench.cgroups), the kernel's count replaces the
+/proc one for everything in the group: its CPU is exact (nothing missed between readings, a daemonised helper
+included) and `cpu_s` is the group's time plus the /proc time of the cell's processes outside it (a libvirt
+domain's qemu) plus the daemons'. `cpu_by_program` still comes from /proc; what only the group saw is listed as
+UNSEEN. The group's peak charged memory (page cache and tmpfs included) is kept beside the PSS peak.
 """
 
 from __future__ import annotations
@@ -30,10 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guestbench import cgroups
+
 INTERVAL_S = 0.2
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MIB = 2**20
+UNSEEN = "(seen by the control group only)"
 
 @dataclass(frozen=True)
 class Proc:
@@ -151,8 +160,15 @@ class UsageMeter:
     used meanwhile."""
 
     def __init__(self, root: int | None = None, marker: str | None = None, interval: float = INTERVAL_S,
-                 daemons: list[str] | tuple[str, ...] = ()) -> None:
+                 daemons: list[str] | tuple[str, ...] = (), group: cgroups.Group | None = None) -> None:
         self.root = root or os.getpid()
+        self.group = group if group is not None and group.cpu is not None else None
+        self._outside: _Track | None = None  # the cell's processes outside the group (their CPU from /proc)
+        self._group_usec = 0
+        self._charged = cgroups.PeakMemory(group) if group is not None else None
+        # the sampling thread runs in this process: its CPU is taken out where this process is counted
+        self._meter_counted = (not cgroups.outside(self.group, os.getpid()) if self.group is not None
+                               else self.root == os.getpid())
         self.marker = marker
         self.daemons = tuple(daemons)
         self._daemons_at_start: dict[int, tuple[str, int]] = {}
@@ -172,7 +188,13 @@ class UsageMeter:
             return
         self._names = {}
         self._daemons_at_start = daemon_ticks(self.daemons)
-        self._track = _Track(start=now, last=now)
+        self._track = _Track(start=dict(now), last=now)  # two dicts: a reading pops from start
+        if self.group is not None:
+            outside = self._without_group(now)
+            self._outside = _Track(start=dict(outside), last=outside)
+            self._group_usec = cgroups.cpu_usec(self.group) or 0
+            if self._charged is not None:
+                self._charged.reset()
         self._remember(now)
         self._measure_memory(now)
         self._thread_cpu = 0.0
@@ -209,21 +231,35 @@ class UsageMeter:
 
     def _read(self) -> None:
         now = processes(self.root, self.marker)
+        outside = self._without_group(now) if self.group is not None else None
         with self._lock:
             t = self._track
             if t is None:
                 return
-            for pid, before in t.last.items():
-                if pid in now:
-                    continue
-                name = self._names.get(pid, "?")
-                t.moved[name] = t.moved.get(name, 0) + before.ticks - t.start.pop(pid, Proc(0, 0, 0)).ticks
-                if before.ppid in now:  # reaped by its parent, a member: in the parent's figure from now on
-                    parent = self._names.get(before.ppid, "?")
-                    t.moved[parent] = t.moved.get(parent, 0) - before.ticks
-            t.last = now
+            self._advance(t, now)
+            if self._outside is not None and outside is not None:
+                self._advance(self._outside, outside)
             self._remember(now)
         self._measure_memory(now)
+
+    def _advance(self, t: _Track, now: dict[int, Proc]) -> None:
+        for pid, before in t.last.items():
+            if pid in now:
+                continue
+            name = self._names.get(pid, "?")
+            t.moved[name] = t.moved.get(name, 0) + before.ticks - t.start.pop(pid, Proc(0, 0, 0)).ticks
+            if before.ppid in now:  # reaped by its parent, a member: in the parent's figure from now on
+                parent = self._names.get(before.ppid, "?")
+                t.moved[parent] = t.moved.get(parent, 0) - before.ticks
+        t.last = now
+
+    def _without_group(self, now: dict[int, Proc]) -> dict[int, Proc]:
+        """The processes of `now` known to be outside the group: a member that exited since the scan is no
+        longer listed in the group, and must not count twice."""
+        if self.group is None:
+            return {}
+        inside = self.group.pids()
+        return {pid: p for pid, p in now.items() if pid not in inside and cgroups.outside(self.group, pid)}
 
     def _remember(self, now: dict[int, Proc]) -> None:
         for pid in now:
@@ -243,19 +279,42 @@ class UsageMeter:
             if pss is not None:
                 t.peak_pss = max(t.peak_pss or 0, pss)
 
-    def _record(self, t: _Track) -> dict[str, Any]:
+    def _by_program(self, t: _Track) -> dict[str, int]:
+        """Ticks by program over the step: those that left the set, and those still in it since the start."""
         by_program: dict[str, int] = dict(t.moved)
-        for pid, (name, n) in daemon_ticks(self.daemons).items():  # still running: their time since the start
-            if pid in self._daemons_at_start:
-                by_program[name] = by_program.get(name, 0) + n - self._daemons_at_start[pid][1]
         for pid, p in t.last.items():
             name = self._names.get(pid, "?")
             by_program[name] = by_program.get(name, 0) + p.ticks - t.start.get(pid, Proc(0, 0, 0)).ticks
-        total = max(0.0, sum(by_program.values()) * TICK_S - self._thread_cpu)
+        return by_program
+
+    def _record(self, t: _Track) -> dict[str, Any]:
+        by_program = self._by_program(t)
+        daemons: dict[str, int] = {}
+        for pid, (name, n) in daemon_ticks(self.daemons).items():  # still running: their time since the start
+            if pid in self._daemons_at_start:
+                daemons[name] = daemons.get(name, 0) + n - self._daemons_at_start[pid][1]
+        for name, n in daemons.items():
+            by_program[name] = by_program.get(name, 0) + n
         worker = self._names.get(self.root)
-        shown = {name: round(max(0.0, n * TICK_S - (self._thread_cpu if name == worker else 0.0)), 3)
+        shown = {name: round(max(0.0, n * TICK_S - (self._thread_cpu if name == worker and self._meter_counted
+                                                    else 0.0)), 3)
                  for name, n in sorted(by_program.items(), key=lambda kv: -kv[1]) if n > 0}
+        meter = self._thread_cpu if self._meter_counted else 0.0
+        total = max(0.0, sum(by_program.values()) * TICK_S - meter)
+        charged, method = None, "proc"
+        if self.group is not None and self._outside is not None and (usec := cgroups.cpu_usec(self.group)) is not None:
+            method = "cgroup"
+            outside = sum(self._by_program(self._outside).values()) + sum(daemons.values())
+            total = max(0.0, (usec - self._group_usec) / 1e6 + outside * TICK_S - meter)
+            if (unseen := total - sum(shown.values())) >= 2 * TICK_S:  # beyond the ticks' rounding
+                shown[UNSEEN] = round(unseen, 3)
+            peak = self._charged.read() if self._charged is not None else None
+            charged = None if peak is None else round(peak / MIB, 1)
+        if self._charged is not None:
+            self._charged.close()
         return {"cpu_s": round(total, 3), "cpu_by_program": shown, "meter_cpu_s": round(self._thread_cpu, 3),
+                "cpu_method": method,
                 "peak_rss_mib": round(t.peak_rss / MIB, 1),
                 "peak_pss_mib": None if t.peak_pss is None else round(t.peak_pss / MIB, 1),
+                **({"peak_charged_mib": charged} if charged is not None else {}),
                 "interval_s": self.interval}

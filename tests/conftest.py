@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from guestbench import cgroups
+
 ROOT = Path(__file__).resolve().parent.parent
 _SESSION_TMP = Path(tempfile.mkdtemp(prefix="gbtest-", dir="/var/tmp"))
 os.chmod(_SESSION_TMP, 0o755)
@@ -77,9 +79,11 @@ def wait_no_leftovers(sockdirs_before: set[Path] | None = None, timeout: float =
         return socket_dirs() - sockdirs_before if sockdirs_before is not None else set()
 
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and (run_dirs() or hypervisor_processes() or new_sockdirs()):
+    while time.monotonic() < deadline and (run_dirs() or hypervisor_processes() or new_sockdirs()
+                                           or cgroups.leftovers(alive_owners_too=True)):
         time.sleep(0.2)
     assert run_dirs() == [], f"run directories left behind: {run_dirs()}"
+    assert cgroups.leftovers(alive_owners_too=True) == [], "control groups left behind"
     assert hypervisor_processes() == [], f"processes left behind: {hypervisor_processes()}"
     assert new_sockdirs() == set(), f"libguestfs socket directories left behind: {new_sockdirs()}"
 

@@ -132,6 +132,13 @@ def test_benchmarks_on_uml_record_what_guestbench_records(pytester: pytest.Pytes
     for bench in (startup, upload):
         assert len(bench["stats"]["data"]) == 1 and bench["stats"]["rounds"] == 1
     assert startup["stats"]["data"][0] > 1  # a real launch, not a no-op
+    # what each measured round used, bracketed by setup and teardown: a UML launch is CPU-bound (README: CPU s
+    # per launch 0.96 of its wall time) and its appliance is over 100 MiB
+    for bench in (startup, upload):
+        [meta] = bench["extra_info"]["sample_meta"]
+        assert meta["resources"]["cpu_method"] == "proc" and bench["extra_info"]["median_cpu_s"] > 0
+    used = startup["extra_info"]["sample_meta"][0]["resources"]
+    assert used["cpu_s"] >= 0.5 * startup["stats"]["data"][0] and used["peak_pss_mib"] > 100, used
     section = doc["guestbench"]
     assert section["backends"]["uml"]["usable"] is True and section["host"]["cpu_model"]
 
@@ -141,4 +148,9 @@ def test_benchmarks_on_uml_record_what_guestbench_records(pytester: pytest.Pytes
     results = pytester.path / "results.json"
     assert cli.main(["import", str(out), "-o", str(results)]) == 0
     assert cli.main(["show", str(results), "--csv"]) == 0
-    assert "uml,host,upload,1,0," in capsys.readouterr().out
+    csv_text = capsys.readouterr().out
+    assert "uml,host,upload,1,0," in csv_text
+    lines = csv_text.splitlines()
+    header = next(line for line in lines if line.startswith("backend,placement,"))
+    startup_row = dict(zip(header.split(","), next(line for line in lines if ",startup," in line).split(",")))
+    assert float(startup_row["median_cpu_s"]) == pytest.approx(used["cpu_s"])

@@ -64,6 +64,13 @@ def peak_mib(sample: dict[str, Any]) -> float | None:
     return pss if pss is not None else _number(used.get("peak_rss_mib"))
 
 
+def cpu_methods(cell: dict[str, Any]) -> tuple[str, ...]:
+    """How the cell's samples counted their CPU (guestbench.usage): "cgroup", "proc", in that order, each once."""
+    found = {str((s.get("resources") or {}).get("cpu_method") or "proc") for s in _samples(cell)
+             if s.get("resources")}
+    return tuple(m for m in ("cgroup", "proc") if m in found) + tuple(sorted(found - {"cgroup", "proc"}))
+
+
 def resources(cell: dict[str, Any]) -> list[Figure]:
     """CPU seconds and peak memory (MiB) of the samples that recorded them, lower being better; none where no
     sample did."""

@@ -129,9 +129,11 @@ def _resources(value: Any, key: str) -> dict[str, Any]:
     """What a sample's processes used: CPU seconds, peak memory and the sampling interval are numbers >= 0 (the
     peak PSS may be null: not readable), and CPU by program maps names to seconds."""
     _mapping(value, key)
-    for name in ("cpu_s", "peak_rss_mib", "peak_pss_mib", "interval_s", "meter_cpu_s"):
+    for name in ("cpu_s", "peak_rss_mib", "peak_pss_mib", "peak_charged_mib", "interval_s", "meter_cpu_s"):
         if value.get(name) is not None:
             _amount(value[name], _at(key, name))
+    if value.get("cpu_method") not in (None, "cgroup", "proc"):
+        raise _refuse(value["cpu_method"], _at(key, "cpu_method"), "is not a known method", '"cgroup" or "proc"')
     by_program = value.get("cpu_by_program")
     if by_program is not None:
         _mapping(by_program, _at(key, "cpu_by_program"))

@@ -72,6 +72,9 @@ def launch_probe(backend: Backend, executor: Executor, run_dir: Path, timeout: f
     if ex.kind == "timeout":
         why = f"probe launch did not finish within {timeout:g} s and was killed"
         return Availability(False, backend.explain(why, True), {"failure": why, "timed_out": True})
+    if "failure" not in got and ex.kind == "crash":  # guestbench's own worker broke: says nothing of the backend
+        why = f"probe launch failed: guestbench's worker crashed: {ex.reason or stderr_reason(ex.stderr_tail)}"
+        return Availability(False, why, {"failure": why, "timed_out": False, "worker_crash": True})
     reason = got.get("failure") or ex.reason or stderr_reason(ex.stderr_tail) or "launch failed"
     why = f"probe launch failed: {reason}"
     return Availability(False, backend.explain(why, False), {"failure": why, "timed_out": False})
@@ -101,7 +104,8 @@ def check(backend: Backend, executor: Executor, run_dir: Path, *, refresh: bool 
     limit = timeout or backend.probe_timeout_s
     av = launch_probe(backend, executor, run_dir, limit)
     av.details = {**pre.details, **av.details, "probe_timeout_s": limit}
-    store_verdict(backend, key, av)
+    if not av.details.get("worker_crash"):  # a crash of guestbench's own is not the backend's verdict
+        store_verdict(backend, key, av)
     return av
 
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from rich.console import Console
 
-from guestbench import host
+from guestbench import cgroups, host
 from guestbench.backends import BACKENDS
 from guestbench.errors import Interrupted
 from guestbench.measurements import get as get_measurement
@@ -67,6 +67,7 @@ class Runner:
         results = ResultsFile.create(results_path(self.opts.results_dir, self.sc.name), scenario=self.sc.to_dict(),
                                      host=fp, command=list(self.opts.command), guestbench=fp["guestbench"])
         sweep_stale()  # what a run killed with SIGKILL left on the host (loop devices, NBD servers, mounts)
+        cgroups.sweep()  # and its workers' control groups
         run_dir = make_run_dir()
         gate = Gate(results, self.console, self.executor, run_dir, reprobe=self.opts.reprobe,
                     probe_timeout=self.opts.probe_timeout, defer=self.opts.defer_probe)

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable
 
+from guestbench import cgroups
 from guestbench.backends.base import LIBGUESTFS_OVERRIDES, Backend
 from guestbench.errors import Interrupted
 from guestbench.run.protocol import Message, Msg, Request, WorkerExit
@@ -177,6 +178,7 @@ class Supervisor:
         self.echo = echo or (lambda line: print(line, file=sys.stderr))
         self.current: subprocess.Popen[bytes] | None = None
         self._cleanup: tuple[Backend, Path] | None = None  # backend and work dir while a worker runs
+        self._group: cgroups.Group | None = None  # the worker's control group, where one could be made
         # After abort() no worker starts: a thread between its stop check and its Popen would otherwise start
         # one that nobody kills. The lock makes "started" and "aborted" one or the other, never both unseen.
         self.aborted = False
@@ -195,9 +197,13 @@ class Supervisor:
         with self._lock:
             if self.aborted:
                 return WorkerExit("crash", reason="not started: the run was stopped")
+            group = cgroups.create()  # the kernel's count of what the worker's tree uses, where the host allows
+            env.update(group.env() if group is not None else {})
             proc = subprocess.Popen([sys.executable, "-m", "guestbench.run.worker"], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                     env=env, cwd=request.workdir)
+            # before the request is written: until it reads it, the worker has started nothing
+            self._group = group if group is not None and group.add(proc.pid) else None
             self.current = proc
             self._cleanup = (backend, Path(request.workdir))
         try:
@@ -218,11 +224,13 @@ class Supervisor:
         """Kill whatever worker is still running and remove its leftovers; later workers may start (the end of
         every worker, a power-cut trial). Safe to call at any time, also twice."""
         with self._lock:
-            proc, cleanup = self.current, self._cleanup
+            proc, cleanup, group = self.current, self._cleanup, self._group
         end_tree(proc, cleanup)
+        if group is not None:  # and whatever of the worker's left its tree and group (a daemonised helper)
+            group.end()
         with self._lock:
             if self.current is proc:  # only now: a signal during the kill makes its handler kill again
-                self.current = self._cleanup = None
+                self.current = self._cleanup = self._group = None
 
     def abort(self) -> None:
         """What a signal handler calls: kill what is running, remove its leftovers, and start no worker after

@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from guestbench import noise, phases, usage
+from guestbench import cgroups, noise, phases, usage
 from guestbench.measurements import get as get_measurement
 from guestbench.errors import Unavailable
 from guestbench.measurements.base import CellContext, Measurement, verification_problem
@@ -160,7 +160,8 @@ class WorkerTask:
         # what the rest of the machine did in each timed step (concurrent guests: the rest beyond the group)
         self.meter = noise.LoadMeter(marker=self.step.peers if self.step and self.step.peers else req.workdir)
         self.in_step: dict[str, Any] = {}  # the last timed launch's rendezvous (concurrent guests)
-        self.usage = usage.UsageMeter(marker=req.workdir, daemons=req.daemons)  # and what the cell's processes used
+        # and what the cell's processes used: counted by the kernel where the supervisor made the worker a group
+        self.usage = usage.UsageMeter(marker=req.workdir, daemons=req.daemons, group=cgroups.of_this_worker())
         self.turn = turns.Turn.from_dict(req.turn) if req.turn else None
         self.turn_index: list[int] = list((req.turn or {}).get("indexes") or [])  # the cell's iteration numbers
 

@@ -1,0 +1,132 @@
+"""A control group per worker (guestbench.cgroups): the kernel counts what /proc readings miss, a dead worker's
+leftovers are killed by membership, and a killed run's groups are swept. Real groups on this host, real
+processes; skipped only where the host lets nobody make a group."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from guestbench import cgroups, usage
+
+# a process that leaves the tree at once (double fork: init reaps it), names nothing of the cell, and burns
+DAEMON = ("import os,sys,time\nif os.fork(): os._exit(0)\nt=time.process_time()\n"
+          "while time.process_time()-t<float(sys.argv[1]): pass\n")
+BURN_S = 0.6
+
+
+@pytest.fixture
+def group():
+    g = cgroups.create()
+    if g is None:
+        pytest.skip("this host lets guestbench make no control group (GUESTBENCH_CGROUP=0, not root, or no cgroup2)")
+    yield g
+    g.end()
+    assert not any(d.exists() for d in g.dirs())
+
+
+def _in_group(g: cgroups.Group, argv: list[str]) -> subprocess.Popen[bytes]:
+    """`argv` started in the group before it does anything (it waits for a line on stdin, as a worker does)."""
+    proc = subprocess.Popen(["bash", "-c", 'read _; exec "$@"', "-", *argv], stdin=subprocess.PIPE)
+    assert g.add(proc.pid)
+    return proc
+
+
+def _go(proc: subprocess.Popen[bytes]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write(b"go\n")
+    proc.stdin.close()
+
+
+def _wait_empty(g: cgroups.Group, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while g.pids() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_a_daemonised_helper_is_counted_by_the_group_and_missed_by_proc(group: cgroups.Group) -> None:
+    """The daemon leaves the tree before the first reading and names nothing: /proc cannot find it, the group's
+    CPU has it, listed as seen by the group only."""
+    proc = _in_group(group, [sys.executable, "-c", DAEMON, str(BURN_S)])
+    counted = usage.UsageMeter(root=proc.pid, interval=0.05, group=group)
+    blind = usage.UsageMeter(root=proc.pid, interval=0.05)
+    counted.start()
+    blind.start()
+    _go(proc)
+    proc.wait()
+    _wait_empty(group)
+    got, missed = counted.stop(), blind.stop()
+    assert got is not None and missed is not None
+    assert got["cpu_method"] == "cgroup" and missed["cpu_method"] == "proc"
+    assert BURN_S <= got["cpu_s"] <= BURN_S + 0.4, got
+    assert got["cpu_by_program"].get(usage.UNSEEN, 0) >= BURN_S - 0.1, got
+    assert missed["cpu_s"] < 0.3, missed
+
+
+def test_the_groups_peak_memory_is_reset_at_each_step(group: cgroups.Group) -> None:
+    """Two steps, 160 MiB touched in the first only: the second step's charged peak is far below it."""
+    touch = "import sys; b = bytearray(int(sys.argv[1]) * 2**20); b[::4096] = b'x' * len(b[::4096])"
+    peaks = []
+    for mib in (160, 8):
+        proc = _in_group(group, [sys.executable, "-c", touch, str(mib)])
+        meter = usage.UsageMeter(root=proc.pid, interval=0.05, group=group)
+        meter.start()
+        _go(proc)
+        proc.wait()
+        got = meter.stop()
+        assert got is not None
+        peaks.append(got.get("peak_charged_mib"))
+    if peaks[0] is None:
+        pytest.skip("the group has no memory controller here")
+    assert peaks[0] >= 160 and peaks[1] < 100, peaks
+
+
+def test_ending_a_group_kills_what_left_the_tree_and_removes_it(group: cgroups.Group) -> None:
+    proc = _in_group(group, [sys.executable, "-c", "import os,time\nif os.fork(): os._exit(0)\ntime.sleep(300)"])
+    _go(proc)
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while not group.pids() and time.monotonic() < deadline:  # the daemon is in the group, reparented to init
+        time.sleep(0.02)
+    (daemon,) = group.pids()
+    group.end()
+    assert not Path(f"/proc/{daemon}").exists() or _state(daemon) == "Z"
+    assert not any(d.exists() for d in group.dirs())
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def test_sweep_removes_the_groups_of_a_dead_run_with_what_is_in_them() -> None:
+    """A run killed with SIGKILL: its owner pid is gone, its group holds a process; the next run's sweep kills
+    that and removes the group. A live owner's group is left alone."""
+    owner = subprocess.Popen([sys.executable, "-c", "from guestbench import cgroups; import sys\n"
+                              "g = cgroups.create(); print(g.cpu if g else '', flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert owner.stdout is not None and owner.stdin is not None
+    cpu = owner.stdout.readline().strip()
+    if not cpu:
+        owner.kill()
+        pytest.skip("this host lets guestbench make no control group")
+    left = cgroups.Group(cpu=Path(cpu), memory=None)
+    sleeper = _in_group(left, ["sleep", "300"])
+    _go(sleeper)
+    assert Path(cpu) in cgroups.leftovers(alive_owners_too=True) and Path(cpu) not in cgroups.leftovers()
+    cgroups.sweep()
+    assert Path(cpu).exists() and sleeper.poll() is None  # a live owner's group is not touched
+    owner.kill()
+    owner.wait()
+    assert Path(cpu) in cgroups.leftovers()
+    assert any(cpu in line for line in cgroups.sweep())
+    assert sleeper.wait(timeout=10) == -9
+    assert not Path(cpu).exists() and not [d for d in cgroups.leftovers(alive_owners_too=True)
+                                           if str(os.getpid()) not in d.name]
