@@ -3,8 +3,11 @@ memory of everything the worker starts, also a process that leaves its tree (a d
 shorter than a /proc reading, and a dead worker's leftovers can be found and killed by membership.
 
 The supervisor makes the group before it hands the worker its request (the worker starts nothing before that),
-moves the worker in, and removes the group with whatever is left in it when the worker's tree is ended. A run
-killed with SIGKILL leaves empty groups; `sweep` removes those whose owner is dead.
+moves the worker in, and removes the group with whatever is left in it when the worker's tree is ended. The
+workers of one guestbench process are groups inside one run group, `guestbench-<pid>`, removed when its last
+worker's is: the run group's CPU count keeps what its ended workers used, which is how a worker tells its
+concurrent peers' work (ours) from the rest of the machine's (guestbench.noise), also after a peer has gone.
+A run killed with SIGKILL leaves groups behind; `sweep` removes those whose owner is dead.
 
 Two hierarchies are used, each where it can be written:
 - CPU: the cgroup2 hierarchy (`cpu.stat` usage_usec, kept by the kernel for every cgroup2 group, with or without
@@ -21,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +32,11 @@ from pathlib import Path
 ENV_OFF = "GUESTBENCH_CGROUP"
 ENV_CPU, ENV_MEMORY = "GUESTBENCH_CGROUP_CPU", "GUESTBENCH_CGROUP_MEMORY"  # the worker's group, for its meter
 PREFIX = "guestbench-"
-NAME = re.compile(rf"{PREFIX}(\d+)-(\d+)$")
+NAME = re.compile(rf"{PREFIX}(\d+)$")  # a run group: guestbench-<pid of the process whose workers it holds>
 EMPTY_WAIT_S = 5.0  # a killed process leaves its group once the kernel has torn it down
 
 _seq = 0
+_lock = threading.Lock()  # concurrent workers' supervisors make and remove worker groups in one run group
 
 
 def _mounts() -> dict[str, Path]:
@@ -118,11 +123,19 @@ class Group:
         self.remove()
 
     def remove(self) -> None:
-        for d in self.dirs():
-            try:
-                d.rmdir()
-            except OSError:  # not empty yet, or gone: sweep() takes what is left
-                pass
+        with _lock:
+            for d in self.dirs():
+                for gone in (d, d.parent):  # the worker's group, then the run group if it was the last one
+                    if gone is d.parent and not NAME.match(gone.name):
+                        break
+                    try:
+                        gone.rmdir()
+                    except OSError:  # not empty yet, or gone: sweep() takes what is left
+                        break
+
+    def run_cpu_usec(self) -> int | None:
+        """The CPU time of every worker of this run so far, ended ones included (the run group's)."""
+        return None if self.cpu is None else _usage_usec(self.cpu.parent)
 
 
 def create(enabled: bool | None = None) -> Group | None:
@@ -136,28 +149,40 @@ def create(enabled: bool | None = None) -> Group | None:
     own = _mounts()
     if "cgroup2" not in own:
         return None
-    _seq += 1
-    name = f"{PREFIX}{os.getpid()}-{_seq}"
-    made: list[Path] = []
-    try:
-        cpu = own["cgroup2"] / name
-        cpu.mkdir()
-        made.append(cpu)
-        memory: Path | None = None
-        if "memory" in own:  # v1
-            memory = own["memory"] / name
-            memory.mkdir()
-            made.append(memory)
-        elif (cpu / "memory.peak").exists():
-            memory = cpu
-    except OSError:
-        for d in made:
-            try:
-                d.rmdir()
-            except OSError:
-                pass
-        return None
+    run = f"{PREFIX}{os.getpid()}"
+    with _lock:
+        _seq += 1
+        name = f"w{_seq}"
+        made: list[Path] = []
+        try:
+            cpu = _mkdir(own["cgroup2"] / run, made) / name
+            cpu.mkdir()
+            made.append(cpu)
+            memory: Path | None = None
+            if "memory" in own:  # v1
+                memory = _mkdir(own["memory"] / run, made) / name
+                memory.mkdir()
+                made.append(memory)
+            elif (cpu / "memory.peak").exists():
+                memory = cpu
+        except OSError:
+            for d in reversed(made):
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
+            return None
     return Group(cpu=cpu, memory=memory)
+
+
+def _mkdir(d: Path, made: list[Path]) -> Path:
+    """`d`, made if missing (and then noted in `made`, to be undone on a failure)."""
+    try:
+        d.mkdir()
+        made.append(d)
+    except FileExistsError:
+        pass
+    return d
 
 
 def available() -> bool:
@@ -199,10 +224,12 @@ def outside(group: Group, pid: int) -> bool:
 
 def cpu_usec(group: Group) -> int | None:
     """The CPU time (user + system) of everything that ran in the group, in microseconds."""
-    if group.cpu is None:
-        return None
+    return None if group.cpu is None else _usage_usec(group.cpu)
+
+
+def _usage_usec(d: Path) -> int | None:
     try:
-        for line in (group.cpu / "cpu.stat").read_text().splitlines():
+        for line in (d / "cpu.stat").read_text().splitlines():
             key, _, value = line.partition(" ")
             if key == "usage_usec":
                 return int(value)
@@ -284,10 +311,16 @@ def leftovers(alive_owners_too: bool = False) -> list[Path]:
 
 
 def sweep() -> list[str]:
-    """Remove the groups a killed run left (killing what is still in them); what was removed, one line each."""
+    """Remove the run groups a killed run left (killing what is still in them); what was removed, one line each."""
     done = []
-    for d in leftovers():
-        Group(cpu=d, memory=None).end()  # a v1 memory dir has no cgroup.kill: its members get SIGKILL one by one
-        if not d.exists():
-            done.append(f"removed control group {d}")
+    for run in leftovers():
+        workers = [d for d in run.iterdir() if d.is_dir()] if run.is_dir() else []
+        for d in workers:  # a v1 memory dir has no cgroup.kill: its members get SIGKILL one by one
+            Group(cpu=d, memory=None).end()
+        try:
+            run.rmdir()
+        except OSError:
+            pass
+        if not run.exists():
+            done.append(f"removed control group {run}")
     return done

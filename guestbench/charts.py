@@ -227,28 +227,29 @@ def phase_chart(scenario: str, pt: report.PhaseTable) -> Chart:
 
 def density_chart(scenario: str, rec: dict[str, Any]) -> Chart:
     """A density item on one backend: median start-up (min–max whiskers) and launches per minute per level."""
-    levels = [lv for lv in rec.get("levels") or [] if isinstance(lv, dict) and lv.get("startup_s")]
+    f = density_report.level_figures(rec)
+    levels = [lv for lv in rec.get("levels") or [] if isinstance(lv, dict) and lv.get(f.key)]
     backend = str(rec.get("backend"))
     colour = backend_colour(backend)
     fig = Figure(figsize=(7.5, 3.6))
     ax = fig.subplots()
     xs = [lv["appliances"] for lv in levels]
-    med = [lv["startup_s"]["median"] for lv in levels]
-    err = [[m - lv["startup_s"]["min"] for m, lv in zip(med, levels)],
-           [lv["startup_s"]["max"] - m for m, lv in zip(med, levels)]]
-    ax.errorbar(xs, med, yerr=err, color=colour, marker="o", capsize=4, label=f"{backend}: median start-up (s)")
+    med = [lv[f.key]["median"] for lv in levels]
+    err = [[m - lv[f.key]["min"] for m, lv in zip(med, levels)],
+           [lv[f.key]["max"] - m for m, lv in zip(med, levels)]]
+    ax.errorbar(xs, med, yerr=err, color=colour, marker="o", capsize=4, label=f"{backend}: median {f.name} (s)")
     if med:
         bound = med[0] * float(rec.get("slowdown_pct") or 200) / 100
         ax.axhline(bound, color="#999999", linestyle="--", linewidth=1, label=f"bound: {bound:.3g} s")
     ax.set_xscale("log", base=2)
     ax.set_xticks(xs or [1], [str(x) for x in xs] or ["1"])
     ax.set_xlabel("appliances launched at once")
-    ax.set_ylabel("start-up, s")
+    ax.set_ylabel(f"{f.name}, s")
     ax.set_ylim(bottom=0)
     rate = ax.twinx()
-    rate.plot(xs, [lv.get("launches_per_min") or 0 for lv in levels], color="#444444", marker="s", linestyle=":",
-              label="launches per minute")
-    rate.set_ylabel("launches per minute")
+    rate.plot(xs, [lv.get(f.rate_key) or 0 for lv in levels], color="#444444", marker="s", linestyle=":",
+              label=f"{f.count} per minute")
+    rate.set_ylabel(f"{f.count} per minute")
     rate.set_ylim(bottom=0)
     handles = ax.get_legend_handles_labels()[0] + rate.get_legend_handles_labels()[0]
     ax.legend(handles=handles, loc="upper left", fontsize=8)
@@ -256,8 +257,8 @@ def density_chart(scenario: str, rec: dict[str, Any]) -> Chart:
     png, svg = _render(fig)
     return Chart(name=slug(f"density-{rec.get('label')}-{backend}-{rec.get('placement')}"),
                  title=f"density: {rec.get('label')} on {backend}",
-                 encoding="Dots: median start-up of all appliances of a level, whiskers min–max; dashed: the "
-                          "slowdown bound; squares: launches per minute of the level (right axis).",
+                 encoding=f"Dots: median {f.name} of all appliances of a level, whiskers min–max; dashed: the "
+                          f"slowdown bound; squares: {f.count} per minute of the level (right axis).",
                  context=f"Stopped ({rec.get('stopped')}): {rec.get('why')}. {rec.get('verdict')}.",
                  png=png, svg=svg)
 
@@ -268,7 +269,7 @@ def document_charts(doc: dict[str, Any]) -> tuple[dict[str, Chart], list[tuple[r
     scenario = report.scenario_name(doc)
     per_label: dict[str, list[tuple[dict[str, Any], Row]]] = {}
     for cell, r in report.cells_and_rows(doc):
-        if r.measurement == "density":
+        if r.density:
             continue
         per_label.setdefault(r.label, []).append((cell, r))
     measured = {label: measurement_chart(scenario, label, group) for label, group in per_label.items()}

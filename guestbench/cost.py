@@ -115,7 +115,7 @@ def rows(doc: dict[str, Any], prices: Prices | None) -> list[CostRow]:
     """One row per cell whose samples recorded what they used, in file order."""
     out = []
     for cell in doc.get("cells") or []:
-        if not isinstance(cell, dict) or cell.get("measurement") == "density":  # its own table has its figures
+        if not isinstance(cell, dict) or cell_figures.is_density(cell):  # its own table has its figures
             continue
         per_sample = []
         busy = 0

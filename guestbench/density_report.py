@@ -8,6 +8,30 @@ from typing import Any
 
 HEADER = ["appliances", "launches", "start-up median s (min–max)", "× single", "launches/min", "CPU s per launch",
           "peak MiB per appliance", "host used MiB (before → peak)", "failures", "busy"]
+"""A start-up density's columns; a job's name its own (`header`)."""
+
+
+@dataclass(frozen=True)
+class LevelFigures:
+    """Which figure a density record's levels have: start-ups (launches), or a job's seconds (jobs)."""
+
+    key: str  # "startup_s" or "job_s"
+    name: str  # "start-up" or the job's measurement
+    count: str  # "launches" or "jobs"
+    rate_key: str  # "launches_per_min" or "jobs_per_min"
+
+
+def level_figures(rec: dict[str, Any]) -> LevelFigures:
+    job = str(rec.get("job") or "startup")
+    if job == "startup":
+        return LevelFigures("startup_s", "start-up", "launches", "launches_per_min")
+    return LevelFigures("job_s", job, "jobs", "jobs_per_min")
+
+
+def header(rec: dict[str, Any]) -> list[str]:
+    f = level_figures(rec)
+    return ["appliances", f.count, f"{f.name} median s (min–max)", "× single", f"{f.count}/min",
+            f"CPU s per {'launch' if f.count == 'launches' else 'job'}", *HEADER[6:]]
 
 
 @dataclass(frozen=True)
@@ -15,6 +39,7 @@ class DensityTable:
     title: str
     rows: list[list[str]]
     caption: str
+    header: list[str]
 
 
 def _spread(d: Any, fmt: str = "{:.3g}") -> str:
@@ -29,26 +54,33 @@ def tables(doc: dict[str, Any]) -> list[DensityTable]:
     for rec in doc.get("density") or []:
         if not isinstance(rec, dict):
             continue
+        f = level_figures(rec)
         levels = [lv for lv in rec.get("levels") or [] if isinstance(lv, dict)]
-        base = ((levels[0].get("startup_s") or {}).get("median")) if levels else None
+        base = ((levels[0].get(f.key) or {}).get("median")) if levels else None
         rows = []
         for lv in levels:
-            med = (lv.get("startup_s") or {}).get("median")
-            rows.append([str(lv.get("appliances")), str(lv.get("launches")), _spread(lv.get("startup_s")),
+            med = (lv.get(f.key) or {}).get("median")
+            rows.append([str(lv.get("appliances")), str(lv.get(f.count)), _spread(lv.get(f.key)),
                          f"{med / base:.2f}" if med and base else "–",
-                         f"{lv['launches_per_min']:.3g}" if lv.get("launches_per_min") else "–",
+                         f"{lv[f.rate_key]:.3g}" if lv.get(f.rate_key) else "–",
                          _spread(lv.get("cpu_s_per_launch")), _spread(lv.get("peak_mib_per_appliance"), "{:.0f}"),
                          f"{lv.get('host_used_before_mib', 0):,.0f} → {lv.get('host_used_peak_mib', 0):,.0f}",
                          str(lv.get("failures")), str(lv.get("busy_samples", 0))])
         title = f"density: {rec.get('label')} on {rec.get('backend')}" + \
             (f" ({rec['placement']})" if rec.get("placement") not in (None, "host") else "")
-        caption = (f"Each level launches N appliances at the same moment (start-up: launch() plus one daemon round "
-                   f"trip, each appliance with one scratch disk), every appliance a start-up cell of its own; "
-                   f"launches/min counts every launch of the level (cold, warm-up, samples) over its wall time; CPU s "
-                   f"and peak MiB per appliance from /proc (guestbench.usage); host used = MemTotal − MemAvailable, "
-                   f"read every 0.2 s. Stopped ({rec.get('stopped')}): {rec.get('why')}. Verdict: "
+        what = (f"Each level launches N appliances at the same moment (start-up: launch() plus one daemon round "
+                f"trip, each appliance with one scratch disk), every appliance a start-up cell of its own; "
+                f"launches/min counts every launch of the level (cold, warm-up, samples) over its wall time"
+                if f.count == "launches" else
+                f"Each level launches N appliances, then they do the {f.name} job together, sample by sample "
+                f"({rec.get('timed')}), every appliance a cell of that measurement; jobs/min counts every timed job "
+                f"of the level (warm-ups and samples) over its wall time, launches included")
+        caption = (f"{what}; CPU s per {'launch' if f.count == 'launches' else 'job'} (counted by each worker's control group where the host allows one) and peak MiB (PSS) "
+                   f"per appliance as guestbench.usage records them; host used = MemTotal − MemAvailable, read every "
+                   f"0.2 s; the memory rule projects the next level from the largest of an appliance's PSS peak, its "
+                   f"group's charged peak and the host's growth per appliance. Stopped ({rec.get('stopped')}): {rec.get('why')}. Verdict: "
                    f"{rec.get('verdict')}.")
-        out.append(DensityTable(title, rows, caption))
+        out.append(DensityTable(title, rows, caption, header(rec)))
     return out
 
 

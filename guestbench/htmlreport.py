@@ -131,7 +131,7 @@ def build_section(path: str, doc: dict[str, Any], stem: str) -> Section:
     nested, error = report.nested_line(doc), report.nested_error(doc)
     parts += [Para(f"Nested: {nested}", "meta")] if nested else []
     parts += [Para(f"Warning: {error}", "warning")] if error else []
-    groups = report.by_label(r for r in report.rows(doc) if r.measurement != "density")
+    groups = report.by_label(r for r in report.rows(doc) if not r.density)
     if not groups and not doc.get("density"):
         parts.append(Para("No measurements recorded."))
     for label, group in groups.items():
@@ -147,7 +147,7 @@ def build_section(path: str, doc: dict[str, Any], stem: str) -> Section:
         parts += [Bullets([g.text for g in pl.gaps])] if pl.gaps else []
     for dt, rec in zip(density_report.tables(doc), density_report.to_dicts(doc)):
         chart = charts.density_chart(report.scenario_name(doc), rec)
-        parts += [Heading(dt.title, 3), Table("density", density_report.HEADER, dt.rows, label=dt.title, numeric_from=0),
+        parts += [Heading(dt.title, 3), Table("density", dt.header, dt.rows, label=dt.title, numeric_from=0),
                   Para(dt.caption, "caption"), Figure(chart, f"{stem}-{chart.name}", chart.encoding)]
     for pt, chart in phased:
         parts += [Heading(pt.title, 3), Table("phases", pt.header, pt.rows, label=pt.title, numeric_from=1),

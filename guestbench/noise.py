@@ -9,6 +9,10 @@ device's) belong to nobody and count as other work. What the machine spent beyon
 tree is other processes' work: more than BUSY_OTHER_CORES cores on average, or more than BUSY_STEAL of the
 machine's time stolen by the hypervisor below, and the sample is marked busy (kept, flagged in the reports).
 /proc/stat counts in clock ticks (USER_HZ, 100 per second), so a sample shorter than MIN_JUDGED_S is not judged.
+
+Where the worker is in a control group (guestbench.cgroups), ours is instead the CPU of the run's group (every
+worker of this guestbench process: the concurrent peers of a density level or a concurrency group, also one that
+ended during the step) plus the processes naming the work dir that are outside it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guestbench import usage
+from guestbench import cgroups, usage
 
 BUSY_OTHER_CORES = 0.5
 BUSY_STEAL = 0.10
@@ -38,7 +42,7 @@ class _Reading:
     at: float  # time.monotonic()
     busy_ticks: int  # every CPU's non-idle, non-steal ticks
     steal_ticks: int
-    ours_ticks: int  # our process tree's user+system ticks, reaped children included
+    ours_ticks: float  # our process tree's user+system ticks, reaped children included (or the run group's)
 
 
 def _machine_ticks() -> tuple[int, int]:
@@ -54,14 +58,24 @@ class LoadMeter:
     """Brackets one timed step: `start()` before it, `stop()` after; the record says what the rest of the
     machine did meanwhile."""
 
-    def __init__(self, root: int | None = None, marker: str | None = None) -> None:
+    def __init__(self, root: int | None = None, marker: str | None = None,
+                 group: cgroups.Group | None = None) -> None:
         self.root = root or os.getpid()
         self.marker = marker  # the cell's work dir: processes naming it work for the cell (usage.processes)
+        self.group = group
         self._start: _Reading | None = None
 
     def _read(self) -> _Reading:
         busy, steal = _machine_ticks()
-        return _Reading(time.monotonic(), busy, steal, usage.ticks(self.root, self.marker))
+        return _Reading(time.monotonic(), busy, steal, self._ours())
+
+    def _ours(self) -> float:
+        run = self.group.run_cpu_usec() if self.group is not None else None
+        if run is None:
+            return usage.ticks(self.root, self.marker)
+        outside = {pid: p for pid, p in usage.processes(self.root, self.marker).items()
+                   if self.group is not None and cgroups.outside(self.group, pid)}
+        return run / 1e6 / TICK_S + sum(p.ticks for p in outside.values())
 
     def start(self) -> None:
         try:

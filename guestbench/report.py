@@ -64,6 +64,7 @@ class Row:
     cpu_s: float | None = None  # median CPU seconds of the cell's processes per timed step (guestbench.usage)
     peak_mib: float | None = None  # median of each step's peak PSS (RSS where no PSS was readable)
     cpu_methods: tuple[str, ...] = ()  # how the samples' CPU was counted: "cgroup", "proc" (guestbench.usage)
+    density: bool = False  # an appliance of a density level: its figures are in the density tables
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -149,6 +150,7 @@ def _row(cell: dict[str, Any]) -> Row:
         skip_reason=cell.get("skip_reason") or None,
         first_failure=_first_failure(cell),
         workload=bool(cell.get("metrics")),
+        density=cell_figures.is_density(cell),
         precision=cell.get("precision") if isinstance(cell.get("precision"), dict) else None,
         **_load_figures(cell),
         **_resource_figures(cell),
@@ -506,7 +508,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
     lines += [f"Nested: {_md(nested)}  "] if nested else []
     lines += [f"**Warning:** {_md(error)}  "] if error else []
     lines += [_md(_run_line(doc)), ""]
-    groups = _by_label(r for r in rows(doc) if not r.workload and r.measurement != "density")
+    groups = _by_label(r for r in rows(doc) if not r.workload and not r.density)
     tables = metrics_report.metric_tables(doc)
     if not groups and not tables and not metrics_report.durability_rows(doc) and not doc.get("density"):
         lines += ["No measurements recorded.", ""]
@@ -532,7 +534,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
         lines += ["", _md(pl.caption), ""]
         lines += [*(f"- {_md(g.text)}" for g in pl.gaps), ""] if pl.gaps else []
     for dt in density_report.tables(doc):
-        head = density_report.HEADER
+        head = dt.header
         lines += [f"## {_md(dt.title)}", "", "| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head),
                   *("| " + " | ".join(_md(c) for c in row) + " |" for row in dt.rows), "", _md(dt.caption), ""]
     prices = cost.prices_of(doc)
@@ -986,7 +988,7 @@ def render(doc: dict[str, Any], console: Console) -> None:
         console.print(Text(f"nested: {nested}"))
     if error:
         console.print(Text(f"warning: {error}", style="yellow"))
-    groups = _by_label(r for r in rows(doc) if not r.workload and r.measurement != "density")
+    groups = _by_label(r for r in rows(doc) if not r.workload and not r.density)
     tables = metrics_report.metric_tables(doc)
     if not groups and not tables and not metrics_report.durability_rows(doc) and not doc.get("density"):
         console.print(Text("No measurements recorded.", style="yellow"))
@@ -1021,7 +1023,7 @@ def render(doc: dict[str, Any], console: Console) -> None:
         console.print(_rich_phase_table(pt))
     for dt in density_report.tables(doc):
         table = Table(title=Text(dt.title, style="bold"), caption=Text(dt.caption), caption_justify="left")
-        for i, name in enumerate(density_report.HEADER):
+        for i, name in enumerate(dt.header):
             table.add_column(name, justify="right", overflow="fold")
         for row in dt.rows:
             table.add_row(*(Text(c) for c in row))

@@ -118,15 +118,34 @@ def test_sweep_removes_the_groups_of_a_dead_run_with_what_is_in_them() -> None:
         owner.kill()
         pytest.skip("this host lets guestbench make no control group")
     left = cgroups.Group(cpu=Path(cpu), memory=None)
+    run = Path(cpu).parent  # the owner's run group, guestbench-<owner pid>
     sleeper = _in_group(left, ["sleep", "300"])
     _go(sleeper)
-    assert Path(cpu) in cgroups.leftovers(alive_owners_too=True) and Path(cpu) not in cgroups.leftovers()
+    assert run.name == f"guestbench-{owner.pid}"
+    assert run in cgroups.leftovers(alive_owners_too=True) and run not in cgroups.leftovers()
     cgroups.sweep()
     assert Path(cpu).exists() and sleeper.poll() is None  # a live owner's group is not touched
     owner.kill()
     owner.wait()
-    assert Path(cpu) in cgroups.leftovers()
-    assert any(cpu in line for line in cgroups.sweep())
+    assert run in cgroups.leftovers()
+    assert any(str(run) in line for line in cgroups.sweep())
     assert sleeper.wait(timeout=10) == -9
-    assert not Path(cpu).exists() and not [d for d in cgroups.leftovers(alive_owners_too=True)
-                                           if str(os.getpid()) not in d.name]
+    assert not run.exists() and not [d for d in cgroups.leftovers(alive_owners_too=True)
+                                     if d.name != f"guestbench-{os.getpid()}"]
+
+
+def test_the_run_group_keeps_what_an_ended_worker_used(group: cgroups.Group) -> None:
+    """Two workers of one run: the first burns and is ended (its group removed) while the second lives on; the
+    run group's CPU still has the first one's, so a peer that ends mid-step stays ours (guestbench.noise)."""
+    before = group.run_cpu_usec()
+    peer = cgroups.create()
+    assert peer is not None and peer.cpu is not None and group.cpu is not None
+    assert peer.cpu.parent == group.cpu.parent
+    proc = _in_group(peer, [sys.executable, "-c", "import time\nt=time.process_time()\n"
+                            f"while time.process_time()-t<{BURN_S}: pass"])
+    _go(proc)
+    proc.wait()
+    peer.end()
+    assert not peer.cpu.exists() and group.cpu.exists()
+    after = group.run_cpu_usec()
+    assert before is not None and after is not None and (after - before) / 1e6 >= BURN_S

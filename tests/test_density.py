@@ -48,6 +48,36 @@ def test_density_on_uml_and_tcg_reports_its_levels_where_it_stopped_and_why(tmp_
     wait_no_leftovers()
 
 
+@pytest.mark.timeout(900)
+def test_density_with_a_chosen_job_times_the_job_on_every_appliance_of_a_level(tmp_path: Path) -> None:
+    """job: upload-no-write: each appliance launches once, then the level's appliances upload 4 MiB together,
+    sample by sample; the levels are in the job's seconds and jobs per minute, its cells upload cells."""
+    proc, doc = run_scenario_text(tmp_path, """name: djob
+backends: [uml]
+repetitions: 2
+warmup: 0
+measurements:
+  - {measurement: density, max_appliances: 2, slowdown_pct: 1000, job: upload-no-write, job_size: 4MiB}
+""")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = doc["density"]
+    assert rec["job"] == "upload-no-write" and rec["timed"].startswith("upload()")
+    assert [lv["appliances"] for lv in rec["levels"]] == [1, 2] and rec["stopped"] == "cap", rec
+    for lv in rec["levels"]:
+        assert "startup_s" not in lv and lv["job_s"]["n"] == 2 * lv["appliances"] and lv["failures"] == 0, lv
+        assert lv["jobs"] == 2 * lv["appliances"] and lv["jobs_per_min"] > 0, lv
+        assert lv["cpu_s_per_launch"]["median"] > 0 and lv["peak_mib_per_appliance"]["median"] > 50, lv
+    cells = doc["cells"]
+    assert len(cells) == 3 and all(c["measurement"] == "upload-no-write" and c["params"]["size"] == 4 * 2**20
+                                   and c["density_level"] == c["concurrency"] for c in cells), cells
+    for c in cells:
+        assert c["cold_s"] > 0 and len(c["samples"]) == 2 and all(s["resources"]["cpu_s"] > 0 for s in c["samples"])
+    assert all(s["in_step"] is True for c in cells if c["concurrency"] == 2 for s in c["samples"])
+    assert "do the upload-no-write job together" in " ".join(proc.stdout.split()) and "jobs/min" in proc.stdout
+    assert "density.x2.guest1" not in proc.stdout  # the appliances are in the density table, not listed as cells
+    wait_no_leftovers()
+
+
 @pytest.mark.timeout(600)
 def test_sigint_in_the_middle_of_a_level_keeps_the_levels_and_leaves_nothing(tmp_path: Path) -> None:
     sc = write_scenario(tmp_path / "s.yaml", "name: dsig\nbackends: [uml]\nrepetitions: 3\nwarmup: 0\n"

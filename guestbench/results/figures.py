@@ -64,6 +64,16 @@ def peak_mib(sample: dict[str, Any]) -> float | None:
     return pss if pss is not None else _number(used.get("peak_rss_mib"))
 
 
+def is_density(cell: dict[str, Any]) -> bool:
+    """An appliance of a density level (guestbench.run.density): shown in the density tables, not as a cell."""
+    return cell.get("measurement") == "density" or cell.get("density_level") is not None
+
+
+def charged_mib(sample: dict[str, Any]) -> float | None:
+    """The peak memory charged to the sample's control group (page cache included), where one was counted."""
+    return _number((sample.get("resources") or {}).get("peak_charged_mib"))
+
+
 def cpu_methods(cell: dict[str, Any]) -> tuple[str, ...]:
     """How the cell's samples counted their CPU (guestbench.usage): "cgroup", "proc", in that order, each once."""
     found = {str((s.get("resources") or {}).get("cpu_method") or "proc") for s in _samples(cell)

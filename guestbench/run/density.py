@@ -1,5 +1,5 @@
-"""A density item (guestbench.measurements.density) on one backend: level after level of N appliances launched at
-once, each an ordinary start-up cell run as concurrent guests (their launches start together), until a stop
+"""A density item (guestbench.measurements.density) on one backend: level after level of N appliances at once,
+each an ordinary cell run as concurrent guests (their launches, or their jobs, start together), until a stop
 rule holds. What each level reached, why the levels stopped, and how many appliances fit within the start-up
 bound are kept in the results document under "density" as the levels end, so an interrupted run keeps them.
 """
@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from guestbench.measurements import get as get_measurement
+from guestbench.measurements.density import Density
 from guestbench.results import figures as cell_figures
 from guestbench.run.cell import RunContext
 from guestbench.run.plan import Group
@@ -58,31 +60,36 @@ class HostMemory:
 @dataclass
 class Level:
     appliances: int
-    launches: int
+    launches: int  # start-ups: every launch of the level (cold, warm-up, samples); a job: every timed job
     failures: int
     wall_s: float
-    startup_s: list[float]
+    seconds: list[float]  # the level's samples: start-ups, or the job's
     cpu_s: list[float]
     peak_mib: list[float]
+    charged_mib: list[float]  # each appliance's peak as its control group was charged (page cache included)
     host_used_before_mib: float
     host_used_peak_mib: float
     busy: int
+    job: str = "startup"
 
     def to_dict(self) -> dict[str, Any]:
         def spread(values: list[float]) -> dict[str, float] | None:
             return {"median": statistics.median(values), "min": min(values), "max": max(values),
                     "n": len(values)} if values else None
-        return {"appliances": self.appliances, "launches": self.launches, "failures": self.failures,
-                "wall_s": round(self.wall_s, 3),
-                "launches_per_min": round(self.launches / self.wall_s * 60, 2) if self.wall_s > 0 else None,
-                "startup_s": spread(self.startup_s), "cpu_s_per_launch": spread(self.cpu_s),
+        rate = round(self.launches / self.wall_s * 60, 2) if self.wall_s > 0 else None
+        figures = ({"launches": self.launches, "launches_per_min": rate, "startup_s": spread(self.seconds)}
+                   if self.job == "startup" else
+                   {"jobs": self.launches, "jobs_per_min": rate, "job_s": spread(self.seconds)})
+        return {"appliances": self.appliances, **figures, "failures": self.failures,
+                "wall_s": round(self.wall_s, 3), "cpu_s_per_launch": spread(self.cpu_s),
                 "peak_mib_per_appliance": spread(self.peak_mib),
+                "peak_charged_mib_per_appliance": spread(self.charged_mib),
                 "host_used_before_mib": round(self.host_used_before_mib, 1),
                 "host_used_peak_mib": round(self.host_used_peak_mib, 1), "busy_samples": self.busy}
 
     @property
     def median(self) -> float | None:
-        return statistics.median(self.startup_s) if self.startup_s else None
+        return statistics.median(self.seconds) if self.seconds else None
 
 
 class DensityTrials:
@@ -98,9 +105,20 @@ class DensityTrials:
         p = template["params"]
         self.cap, self.slowdown, self.budget = p["max_appliances"], p["slowdown_pct"] / 100, p["memory_budget_pct"] / 100
         self.levels: list[Level] = []
+        density = get_measurement(template["measurement"])
+        job = density.job(p) if isinstance(density, Density) else None
+        self.job = "startup" if job is None else job[0].name
+        self.what, self.count = ("start-up", "launches") if job is None else (self.job, "samples")
+        # a job's cells are cells of that measurement: one launch each, then its timed repetitions
+        self.job_cell: dict[str, Any] = {} if job is None else {
+            "measurement": job[0].name, "params": job[1], "timed": job[0].timed,
+            "cache_mode": job[0].cache_mode(job[1]), "bytes": job[0].nbytes(job[1]), "what": job[0].describe(job[1])}
+        if job is not None:
+            self.its = ctx.sc.iterations(False)
         self.record: dict[str, Any] = {"backend": template["backend"], "placement": template["placement"],
                                        "label": template["label"], "max_appliances": self.cap,
                                        "slowdown_pct": p["slowdown_pct"], "memory_budget_pct": p["memory_budget_pct"],
+                                       "job": self.job, "timed": self.job_cell.get("timed", template["timed"]),
                                        "levels": [], "stopped": None, "why": None, "fits": None, "verdict": None}
 
     def run(self) -> None:
@@ -123,8 +141,9 @@ class DensityTrials:
     def _level(self, n: int) -> Level:
         t = self.template
         cells = [self.ctx.recorder.add_cell({
-            **t, "label": f"{t['label']}.x{n}.guest{k}", "variant": {**t["variant"], "appliances": n, "guest": k},
-            "instance": k, "concurrency": n, "order": "sequential"}) for k in range(1, n + 1)]
+            **t, **self.job_cell, "label": f"{t['label']}.x{n}.guest{k}",
+            "variant": {**t["variant"], "appliances": n, "guest": k}, "instance": k, "concurrency": n,
+            "density_level": n, "order": "sequential"}) for k in range(1, n + 1)]
         with HostMemory() as mem:
             t0 = time.monotonic()
             self.run_group(self.ctx, Group(cells, self.its))
@@ -132,29 +151,31 @@ class DensityTrials:
         with self.ctx.recorder.lock:
             samples = [s for c in cells for s in c["samples"]]
             failures = sum(len(c["failures"]) for c in cells)
-            launches = len(samples) + sum(len(c["warmups"]) for c in cells) + sum(1 for c in cells
-                                                                              if c.get("cold_s") is not None)
+            launches = len(samples) + sum(len(c["warmups"]) for c in cells) + sum(
+                1 for c in cells if c.get("cold_s") is not None and self.job == "startup")
         return Level(appliances=n, launches=launches,
-                     failures=failures, wall_s=wall, startup_s=[s["seconds"] for s in samples],
+                     failures=failures, wall_s=wall, seconds=[s["seconds"] for s in samples],
                      cpu_s=[v for v in map(cell_figures.cpu_s, samples) if v is not None],
                      peak_mib=[v for v in map(cell_figures.peak_mib, samples) if v is not None],
+                     charged_mib=[v for v in map(cell_figures.charged_mib, samples) if v is not None],
                      host_used_before_mib=mem.before / 2**20, host_used_peak_mib=mem.peak / 2**20,
-                     busy=sum(1 for s in samples if (s.get("load") or {}).get("busy") is True))
+                     busy=sum(1 for s in samples if (s.get("load") or {}).get("busy") is True), job=self.job)
 
     def _stop_rule(self, level: Level) -> tuple[str, str] | None:
         """(stopped, why) once a rule holds after this level, else None: go on to twice as many."""
         n = level.appliances
         if level.failures or level.median is None:
-            return "failures", f"{level.failures} of the {n}-appliance level's launches failed"
+            return "failures", f"{level.failures} of the {n}-appliance level's {self.count} failed"
         base = self.levels[0].median
         if base and level.median >= self.slowdown * base:
-            return "slowdown", (f"the {n}-appliance level's median start-up {level.median:.3g} s is "
+            return "slowdown", (f"the {n}-appliance level's median {self.what} {level.median:.3g} s is "
                                 f"{level.median / base:.2f}x the single appliance's {base:.3g} s (bound "
                                 f"{self.slowdown:.2f}x)")
         if 2 * n > self.cap:
             return "cap", f"the next level ({2 * n}) is past max_appliances ({self.cap})"
         total, available = meminfo()
         per = max(statistics.median(level.peak_mib) if level.peak_mib else 0.0,
+                  statistics.median(level.charged_mib) if level.charged_mib else 0.0,
                   (level.host_used_peak_mib - level.host_used_before_mib) / n)
         projected = (total - available) / 2**20 + per * 2 * n
         if projected > self.budget * total / 2**20:
@@ -173,7 +194,7 @@ class DensityTrials:
             assert best.median is not None
             self.record.update(fits=best.appliances, verdict=(
                 f"{best.appliances} appliance{'s' if best.appliances > 1 else ''} fit here at once within "
-                f"{best.median / base:.2f}x the single appliance's start-up (median {best.median:.3g} s vs "
+                f"{best.median / base:.2f}x the single appliance's {self.what} (median {best.median:.3g} s vs "
                 f"{base:.3g} s; bound {self.slowdown:.2f}x)"))
         else:
             self.record.update(fits=0, verdict="no level stayed within the bound without a failure")

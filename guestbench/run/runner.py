@@ -24,6 +24,7 @@ from guestbench.measurements import get as get_measurement
 from guestbench.nested.job import exit_problem
 from guestbench.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.results import ResultsFile, results_path
+from guestbench.results import figures as cell_figures
 from guestbench.run import lockstep
 from guestbench.run.cell import CellRun, RunContext
 from guestbench.run.executor import Executor, local
@@ -191,7 +192,7 @@ def exit_status(doc: dict[str, Any]) -> int:
     for cell in doc.get("cells", []):
         if cell.get("backend") in unusable:  # a deferred probe's failed first launch: reported like a probe's
             continue
-        if cell.get("measurement") == "density" and cell.get("concurrency", 1) > 1:
+        if cell_figures.is_density(cell) and cell.get("concurrency", 1) > 1:
             continue  # a density level past the first may fail: that is where the levels stopped (run.density)
         if not cell.get("samples") and cell.get("status") != "unavailable":  # unavailable: reported, expected
             return 1

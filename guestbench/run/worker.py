@@ -158,10 +158,12 @@ class WorkerTask:
         self.step = lockstep.Step.from_dict(req.step) if req.step else None
         self.step_index: list[int] = list((req.step or {}).get("indexes") or [])  # the run's iteration numbers
         # what the rest of the machine did in each timed step (concurrent guests: the rest beyond the group)
-        self.meter = noise.LoadMeter(marker=self.step.peers if self.step and self.step.peers else req.workdir)
+        group = cgroups.of_this_worker()
+        self.meter = noise.LoadMeter(marker=self.step.peers if self.step and self.step.peers else req.workdir,
+                                     group=group)
         self.in_step: dict[str, Any] = {}  # the last timed launch's rendezvous (concurrent guests)
         # and what the cell's processes used: counted by the kernel where the supervisor made the worker a group
-        self.usage = usage.UsageMeter(marker=req.workdir, daemons=req.daemons, group=cgroups.of_this_worker())
+        self.usage = usage.UsageMeter(marker=req.workdir, daemons=req.daemons, group=group)
         self.turn = turns.Turn.from_dict(req.turn) if req.turn else None
         self.turn_index: list[int] = list((req.turn or {}).get("indexes") or [])  # the cell's iteration numbers
 
