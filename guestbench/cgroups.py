@@ -209,16 +209,21 @@ def of_this_worker() -> Group | None:
 # ---------------------------------------------------------------------------------------------- readings
 
 
-def outside(group: Group, pid: int) -> bool:
-    """Whether `pid` is alive in another cgroup2 group than `group` (False for a process already gone)."""
+def outside(group: Group, pid: int, run: bool = False) -> bool:
+    """Whether `pid` is alive outside the group (with `run`: outside its run group, every worker of the run), in
+    cgroup2. False for a process already gone: a member that exited is no longer listed anywhere."""
+    if group.cpu is None:
+        return False
+    d = (group.cpu.parent if run else group.cpu).as_posix()
     try:
         text = Path(f"/proc/{pid}/cgroup").read_text()
     except OSError:
         return False
     for line in text.splitlines():
-        if line.startswith("0::") and group.cpu is not None:
-            where = line[3:].strip()  # the path below the cgroup2 mount, e.g. /guestbench-812-3
-            return where == "/" or not group.cpu.as_posix().endswith(where)
+        if line.startswith("0::"):
+            parts = line[3:].strip().strip("/").split("/")  # below the cgroup2 mount: guestbench-812/w3
+            # inside when the group's dir is the process's group or one of its ancestors
+            return not any(p and d.endswith("/" + p) for p in ("/".join(parts[:k]) for k in range(1, len(parts) + 1)))
     return False
 
 

@@ -25,7 +25,7 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402  (after the backend is chosen)
 from matplotlib.patches import Patch  # noqa: E402
 
-from guestbench import phases, report  # noqa: E402
+from guestbench import density_report, phases, report  # noqa: E402
 from guestbench.backends import BACKENDS, Backend  # noqa: E402
 from guestbench.report import Row, fmt_mb_per_s, fmt_seconds  # noqa: E402
 

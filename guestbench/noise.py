@@ -74,7 +74,7 @@ class LoadMeter:
         if run is None:
             return usage.ticks(self.root, self.marker)
         outside = {pid: p for pid, p in usage.processes(self.root, self.marker).items()
-                   if self.group is not None and cgroups.outside(self.group, pid)}
+                   if self.group is not None and cgroups.outside(self.group, pid, run=True)}
         return run / 1e6 / TICK_S + sum(p.ticks for p in outside.values())
 
     def start(self) -> None:

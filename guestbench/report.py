@@ -231,7 +231,9 @@ def warnings(doc: dict[str, Any]) -> list[str]:
     names = _group_names(rs)
     out: list[str] = []
     for group in _by_label_placement(rs).values():
-        if group[0].workload:  # a tool's wall time (dbench runs for a fixed time) is no figure to rank
+        # a tool's wall time (dbench runs for a fixed time) is no figure to rank; nor is one appliance of a density
+        # level (its level is judged as a whole in the density table)
+        if group[0].workload or group[0].density:
             continue
         summaries = {name: r.summary for name, r in zip(_backend_names(group), group) if r.summary is not None}
         out.extend(spread_warnings(names[id(group[0])], summaries))
@@ -240,8 +242,9 @@ def warnings(doc: dict[str, Any]) -> list[str]:
         prefix = f"{names[id(r)]}: {r.backend}"
         if r.failures:
             out.append(f"{prefix}: {r.failures} of {r.n + r.failures} samples failed: {r.first_failure}")
+        # a density appliance's busy samples are counted in its level's row (the density table's busy column)
         for problem in (_status_warning(r, doc.get("status")), _verification_failed(cell), _precision_warning(r),
-                        _load_warning(r)):
+                        None if r.density else _load_warning(r)):
             if problem:
                 out.append(f"{prefix}: {problem}")
     return out

@@ -149,3 +149,45 @@ def test_the_run_group_keeps_what_an_ended_worker_used(group: cgroups.Group) -> 
     assert not peer.cpu.exists() and group.cpu.exists()
     after = group.run_cpu_usec()
     assert before is not None and after is not None and (after - before) / 1e6 >= BURN_S
+
+
+def test_the_busy_check_counts_a_peer_that_ends_mid_step_as_ours_and_a_stranger_as_other(
+        group: cgroups.Group) -> None:
+    """A peer worker (a sibling group of the same run) that has burnt CPU before the step, names the shared work
+    dir prefix, burns on and is ended during the step: its work is ours, not other work. A process outside the run
+    that burns as long during a step is other work."""
+    from guestbench import noise
+
+    marker = f"/var/tmp/peers-{os.getpid()}"
+    root = _in_group(group, ["sleep", "60"])
+    _go(root)
+    burn = ("import sys,time\ndef burn(s):\n t=time.process_time()\n while time.process_time()-t<s: pass\n"
+            "burn(0.8)\nprint('half', flush=True)\nburn(0.4)\n")
+    peer = cgroups.create()
+    assert peer is not None
+    proc = subprocess.Popen(["bash", "-c", 'read _; exec "$@"', "-", sys.executable, "-c", burn, marker],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert peer.add(proc.pid) and proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("go\n")
+    proc.stdin.close()
+    assert proc.stdout.readline().strip() == "half"  # the peer has 0.8 s behind it: the step starts now
+    meter = noise.LoadMeter(root=root.pid, marker=marker, group=group)
+    meter.start()
+    t0 = time.monotonic()
+    proc.wait()
+    peer.end()
+    while time.monotonic() - t0 < 1.0:  # a step of at least MIN_JUDGED_S
+        time.sleep(0.05)
+    ours = meter.stop()
+
+    stranger = noise.LoadMeter(root=root.pid, marker=marker, group=group)
+    stranger.start()
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", burn], check=True, stdout=subprocess.DEVNULL)
+    while time.monotonic() - t0 < 1.0:
+        time.sleep(0.05)
+    other = stranger.stop()
+    root.kill()
+    root.wait()
+    assert ours is not None and ours["other_cores"] < 0.3, ours
+    assert other is not None and other["other_cores"] >= 0.5, other

@@ -500,3 +500,28 @@ def test_bad_input_from_a_real_process_has_no_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr == f"guestbench: {tmp_path / 'nope.json'}: no such results file\n"
     assert proc.stdout == ""
+
+
+DENSITY = sorted((Path(__file__).parent / "data" / "density").glob("*.json"))
+
+
+def test_density_runs_get_their_tables_and_charts_in_the_job_they_timed(tmp_path: Path) -> None:
+    """Two real density runs on uml and tcg of 2026-11-24 (tests/data/density): start-ups, and an upload job. Each
+    backend's levels get a table and a chart named for what was timed; the appliances are not listed as cells."""
+    out = tmp_path / "report"
+    assert cli.main(["report", "-o", str(out), *map(str, DENSITY)]) == 0
+    page = (out / "index.html").read_text()
+    for path in DENSITY:
+        doc = json.loads(path.read_text())
+        for rec in doc["density"]:
+            job = rec.get("job", "startup")
+            name = "start-up" if job == "startup" else job
+            assert f"{name} median s (min–max)" in page and ("launches/min" if job == "startup" else "jobs/min") in page
+            key = "startup_s" if job == "startup" else "job_s"
+            for lv in rec["levels"]:  # each level's median as the table shows it (3 significant digits)
+                assert f"{lv[key]['median']:.3g}" in page
+    charts = sorted(p.name for p in out.glob("*density*.png"))
+    assert len(charts) == sum(len(json.loads(p.read_text())["density"]) for p in DENSITY) == 4, charts
+    for png in charts:
+        assert (out / png).read_bytes().startswith(PNG_MAGIC)
+    assert "density.x4.guest1" not in page
