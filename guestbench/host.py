@@ -326,6 +326,12 @@ def git_commit() -> str | None:
 
 # --- CPU, memory, OS -------------------------------------------------------------------------
 
+def cpu_is_emulated() -> bool:
+    """This machine's CPU is qemu's TCG (`-cpu max` without KVM names itself so): virtualization it offers, such as
+    the AMD-V of a level-1 guest on TCG, is emulated too, and launches on it are an order of magnitude slower."""
+    return (_cpuinfo_field("model name") or "").startswith("QEMU TCG CPU")
+
+
 def cpu() -> dict[str, Any]:
     """CPU model, core count and the flags that matter for virtualization and I/O benchmarks."""
     flags = _cpu_flags()

@@ -722,6 +722,15 @@ class PlacementGap:
     present: str
     missing: str
     reason: str
+    summary: Summary  # the present side's samples
+    unusable: bool  # the backend was not usable at the missing placement (else: it ran there but has no samples)
+
+    @property
+    def cells(self) -> list[str]:
+        """Its row in the host vs nested table: the present side's figures, the missing side says why in brief."""
+        absent = "not usable here (see below)" if self.unusable else "no samples (see below)"
+        sides = {self.present: _side_text(self.summary), self.missing: absent}
+        return [self.label, self.backend, self.cache_mode or NONE, sides["host"], sides["nested"], NONE, NONE]
 
     @property
     def text(self) -> str:
@@ -838,14 +847,17 @@ def placement_tables(doc: dict[str, Any]) -> list[PlacementTable]:
         if len(present) == 1:
             missing = "nested" if present == ["host"] else "host"
             gaps.append(PlacementGap(label, backend, cache_mode, present[0], missing,
-                                     _gap_reason(doc, missing, backend, by_placement.get(missing))))
+                                     _gap_reason(doc, missing, backend, by_placement.get(missing)),
+                                     summarize(samples[present[0]]),
+                                     _unusable_reason(doc, missing, backend) is not None))
             continue
         host_s, nested_s = samples["host"], samples["nested"]
         host, nested = summarize(host_s), summarize(nested_s)
         ratio = nested.median / host.median if host.median else math.nan
         low, high = ratio_ci(host_s, nested_s)
         comparisons.append(PlacementRow(label, backend, cache_mode, host, nested, ratio, low, high))
-    return [PlacementTable("host vs nested", list(PLACEMENT_HEADER), [_placement_cells(r) for r in comparisons],
+    rows = [_placement_cells(r) for r in comparisons] + [g.cells for g in gaps]  # one row per backend measured
+    return [PlacementTable("host vs nested", list(PLACEMENT_HEADER), rows,
                            _placement_caption(doc, comparisons, timed), comparisons, gaps)]
 
 
@@ -877,10 +889,12 @@ def _placement_caption(doc: dict[str, Any], comparisons: list[PlacementRow], tim
             f"nested / host = ratio of medians; its CI: {RATIO_CI_METHOD}; – where a side has fewer than 2 samples.")
 
 
-def _placement_dict(r: PlacementRow) -> dict[str, Any]:
-    def side(s: Summary) -> dict[str, Any]:
-        return {"median_s": s.median, "n": s.n, "min_s": s.min, "max_s": s.max}
+def _side_dict(s: Summary) -> dict[str, Any]:
+    return {"median_s": s.median, "n": s.n, "min_s": s.min, "max_s": s.max}
 
+
+def _placement_dict(r: PlacementRow) -> dict[str, Any]:
+    side = _side_dict
     return {"label": r.label, "backend": r.backend, "cache_mode": r.cache_mode, "host": side(r.host),
             "nested": side(r.nested), "ratio": _json_float(r.ratio), "ratio_ci_low": _json_float(r.ci_low),
             "ratio_ci_high": _json_float(r.ci_high)}
@@ -914,7 +928,8 @@ def _placements_json(doc: dict[str, Any]) -> dict[str, Any]:
     tables = placement_tables(doc)
     return {"placements": [_placement_dict(r) for t in tables for r in t.comparisons],
             "placements_missing": [{"label": g.label, "backend": g.backend, "cache_mode": g.cache_mode,
-                                    "present": g.present, "missing": g.missing, "reason": g.reason}
+                                    "present": g.present, "missing": g.missing, "reason": g.reason,
+                                    "unusable": g.unusable, g.present: _side_dict(g.summary)}
                                    for t in tables for g in t.gaps],
             "placements_method": RATIO_CI_METHOD,
             "level1": _level1_dict(doc)}

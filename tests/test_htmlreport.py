@@ -358,7 +358,13 @@ def test_every_figure_in_the_placement_table_is_recomputed_from_the_results(writ
         pairs = [(h, n) for h in doc["cells"] if h["placement"] == "host" for n in doc["cells"]
                  if n["placement"] == "nested" and (n["label"], n["backend"]) == (h["label"], h["backend"])]
         sampled = [(h, n) for h, n in pairs if h["samples"] and n["samples"]]
-        assert [(r[0], r[1]) for r in table.rows] == [(h["label"], h["backend"]) for h, _ in sampled]
+        # pairs first; then one row per backend sampled at one placement only
+        assert [(r[0], r[1]) for r in table.rows[:len(sampled)]] == [(h["label"], h["backend"]) for h, _ in sampled]
+        one_side = [c for c in doc["cells"] if c["placement"] in ("host", "nested") and c["samples"]
+                    and (c["label"], c["backend"]) not in {(h["label"], h["backend"]) for h, _ in sampled}]
+        assert sorted((r[0], r[1]) for r in table.rows[len(sampled):]) == \
+            sorted((c["label"], c["backend"]) for c in one_side)
+        assert all(r[5] == "–" and ("(see below)" in r[3]) != ("(see below)" in r[4]) for r in table.rows[len(sampled):])
         for (host_cell, nested_cell), row in zip(sampled, table.rows):
             host, nested = sample_seconds(host_cell), sample_seconds(nested_cell)
             assert row[2] == (host_cell["cache_mode"] or "–")

@@ -84,8 +84,32 @@ def test_doctor_says_whether_nested_runs_are_possible(built: image.Image) -> Non
 
 # ------------------------------------------------------------------ placement nested, end to end
 
-NESTED_SCENARIO = """name: nested-smoke
-backends: [uml]
+def test_kvm_inside_the_level1_guest_is_found_usable_by_its_own_probe(built: image.Image, tmp_path: Path) -> None:
+    """KVM on the level-1 guest's emulated AMD-V: /init loads kvm_amd, and guestbench's doctor inside decides as on
+    any host: preconditions, the MSR check, then a real probe launch with the limit for an emulated CPU."""
+    from guestbench.backends.direct import EMULATED_KVM_PROBE_TIMEOUT_S
+    from guestbench.nested import job
+
+    files = job.guestbench_job("{python} -m guestbench doctor --json --backend kvm > /guestbench-l1/out/doctor.json")
+    lines: list[str] = []
+    result = guest.run_job(built, files, tmp_path / "out", memory_mib=2048, vcpus=2, kvm=False, timeout_s=900,
+                           on_console=lines.append)
+    assert any("guestbench-l1: /dev/kvm ready (kvm_" in ln for ln in lines), lines[-20:]
+    doc = json.loads((result.output / "doctor.json").read_text())
+    assert result.exit_status == 0, doc["backends"]
+    assert doc["host"]["cpu_model"].startswith("QEMU TCG CPU")  # the guest's, not this host's
+    kvm = doc["backends"]["kvm"]
+    assert kvm["usable"] is True and kvm["reason"].endswith("(probe)"), kvm
+    details = kvm["details"]
+    assert details["kvm"]["flavour"] in ("kvm_amd", "kvm_intel") and details["msr_quirk"] == "not-needed"
+    assert details["probe_timeout_s"] == EMULATED_KVM_PROBE_TIMEOUT_S
+    assert 0 < details["probe_launch_s"] < EMULATED_KVM_PROBE_TIMEOUT_S
+    assert guest.leftover_domains(TMP) == []
+    assert run_dirs() == []
+
+
+SCENARIO = """name: nested-smoke
+backends: [BACKENDS]
 placement: [host, nested]
 repetitions: 1
 warmup: 0
@@ -93,6 +117,9 @@ timeout: 120
 nested: {memory: 2048, vcpus: 2}
 measurements: [{measurement: upload, size: 4MiB, disk_size: 80MiB}]  # one launch: a UML launch in TCG is ~2 min
 """
+NESTED_SCENARIO = SCENARIO.replace("BACKENDS", "uml")
+# KVM inside: on the level-1 guest's emulated AMD-V (a launch there ~30-45 s); on this host kvm is PVM (unusable)
+NESTED_KVM_SCENARIO = SCENARIO.replace("BACKENDS", "uml, kvm")
 
 
 def _virsh_domains_under(path: Path) -> list[str]:
@@ -108,36 +135,51 @@ def _virsh_domains_under(path: Path) -> list[str]:
 @pytest.mark.timeout(3600)
 def test_scenario_runs_on_the_host_and_nested_and_merges_one_results_file(built: image.Image,
                                                                           tmp_path: Path) -> None:
-    """Must-hold 2: boot the level-1 guest, run a one-repetition scenario inside, check the merged file."""
+    """Boot the level-1 guest, run a one-repetition scenario inside (uml and kvm), check the merged file."""
     sc = tmp_path / "nested.yaml"
-    sc.write_text(NESTED_SCENARIO)
+    sc.write_text(NESTED_KVM_SCENARIO)
     proc = guestbench("scenario", str(sc), "--results", str(tmp_path / "results"), "--json", timeout=2400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [path] = list((tmp_path / "results").glob("*.json"))
     doc = json.loads(path.read_text())
     assert doc["status"] == "complete"
-    cells = {c["placement"]: c for c in doc["cells"]}
-    assert set(cells) == {"host", "nested"} and len(doc["cells"]) == 2
-    for placement, cell in cells.items():
-        assert cell["backend"] == "uml" and cell["measurement"] == "upload" and cell["status"] == "done"
-        assert len(cell["samples"]) == 1 and cell["samples"][0]["seconds"] > 0, (placement, cell)
+    cells = {(c["placement"], c["backend"]): c for c in doc["cells"]}
+    host_kvm = doc["backends"]["kvm"]
+    # a backend not usable on the host has no host cell (here kvm: /dev/kvm is PVM); inside, both are measured
+    expected = {("host", "uml"), ("nested", "uml"), ("nested", "kvm")} | ({("host", "kvm")} if host_kvm["usable"]
+                                                                         else set())
+    assert set(cells) == expected and len(doc["cells"]) == len(expected)
+    for key, cell in cells.items():
+        assert cell["measurement"] == "upload" and cell["status"] == "done", (key, cell)
+        assert len(cell["samples"]) == 1 and cell["samples"][0]["seconds"] > 0, (key, cell)
         assert cell["cold_s"] is not None
+        # the 4 MiB arrived intact: the same sha256 on the host and in the appliance
+        assert cell["verification"]["ok"] is True and cell["verification"]["host"] == cell["verification"]["guest"]
     nested = doc["placements"]["nested"]
     assert nested["status"] == "complete" and nested["level1"]["error"] is None
     assert nested["level1"]["hypervisor"] == "tcg" and nested["level1"]["vcpus"] == 2  # no usable KVM here
     assert nested["level1"]["memory_mib"] == 2048 and nested["level1"]["image"] == built.path.name
     # the guest's own fingerprint: a qemu machine with the level-1 guest's RAM, not this host
     assert nested["host"]["memory_bytes"] < 2048 * 2**20 < doc["host"]["memory_bytes"]
-    assert nested["host"]["cores"] == 2 and nested["backends"]["uml"]["usable"] is True
-    # inside, no probe launch of its own (a UML launch there takes minutes): the cell's launch was the probe
-    assert nested["backends"]["uml"]["details"]["probe"] == "first launch of the run", nested["backends"]["uml"]
+    assert nested["host"]["cores"] == 2
+    for name in ("uml", "kvm"):
+        # inside, no probe launch of its own (a UML launch there takes minutes): the cell's launch was the probe
+        assert nested["backends"][name]["usable"] is True, nested["backends"][name]
+        assert nested["backends"][name]["details"]["probe"] == "first launch of the run", nested["backends"][name]
+    assert nested["backends"]["kvm"]["details"]["kvm"]["flavour"] in ("kvm_amd", "kvm_intel")
     # time-outs scaled inside: the guest's scenario says so
     assert nested["level1"]["launch_timeout_s"] == 120 * nested["level1"]["timeout_scale"]
     # the printed summary has the side-by-side row with the nested/host ratio of medians
     summary = json.loads(proc.stdout)
-    [row] = summary["placements"]
-    host_s, nested_s = cells["host"]["samples"][0]["seconds"], cells["nested"]["samples"][0]["seconds"]
-    assert row["backend"] == "uml" and abs(row["ratio"] - nested_s / host_s) < 1e-9
+    rows = {r["backend"]: r for r in summary["placements"]}
+    host_s, nested_s = (cells[(p, "uml")]["samples"][0]["seconds"] for p in ("host", "nested"))
+    assert abs(rows["uml"]["ratio"] - nested_s / host_s) < 1e-9
+    if not host_kvm["usable"]:  # the kvm row: measured inside, and why the host has nothing
+        [gap] = summary["placements_missing"]
+        assert (gap["backend"], gap["present"], gap["missing"], gap["unusable"]) == ("kvm", "nested", "host", True)
+        assert host_kvm["reason"] in gap["reason"] and gap["nested"]["n"] == 1
+        if host_kvm["details"]["kvm"]["flavour"] == "kvm_pvm":
+            assert "hangs in early boot" in host_kvm["reason"] or "cannot run here" in host_kvm["reason"]
     assert "nested: level-1 guest on qemu TCG" in proc.stderr and "time-out" in proc.stderr
     # must-hold 3: no guestbench domain, no overlay or run directory left
     assert guest.leftover_domains(TMP) == [] and not _virsh_domains_under(TMP)

@@ -377,7 +377,11 @@ def test_backend_with_host_samples_only_says_what_is_missing_and_why(tmp_path: P
     assert line in squash(render_text(doc))
     assert to_summary_json(doc)["placements_missing"] == [
         {"label": "upload", "backend": "tcg", "cache_mode": "writeback", "present": "host", "missing": "nested",
-         "reason": gap.reason}]
+         "reason": gap.reason, "unusable": True,
+         "host": {"median_s": gap.summary.median, "n": 3, "min_s": gap.summary.min, "max_s": gap.summary.max}}]
+    # its row in the table: the host's figures, the nested side says in brief why it has none
+    assert table.rows[-1][:5] == ["upload", "tcg", "writeback", report._side_text(gap.summary),
+                                  "not usable here (see below)"]
 
 
 def test_backend_sampled_nested_only_names_the_host_reason(tmp_path: Path) -> None:
@@ -433,7 +437,15 @@ def test_markdown_terminal_and_json_agree_on_the_placement_table(tmp_path: Path)
     for row in table.rows:
         assert all(c in text for c in row)
     summary = json.loads(json.dumps(to_summary_json(doc), allow_nan=False))
-    assert len(summary["placements"]) == len(table.rows)
+    # a row per backend: those measured at both placements, then those at one (the other side says why, in brief)
+    assert len(summary["placements"]) + len(summary["placements_missing"]) == len(table.rows)
+    for got, row in zip(summary["placements_missing"], table.rows[len(summary["placements"]):]):
+        assert [got["label"], got["backend"], got["cache_mode"]] == row[:3] and row[5:] == ["–", "–"]
+        s = got[got["present"]]
+        assert row[3 if got["present"] == "host" else 4] == f"{fmt_seconds(s['median_s'])} (n={s['n']}, " \
+                                                            f"{fmt_seconds(s['min_s'])}–{fmt_seconds(s['max_s'])})"
+        assert row[4 if got["present"] == "host" else 3] == ("not usable here (see below)" if got["unusable"]
+                                                             else "no samples (see below)")
     for got, row in zip(summary["placements"], table.rows):
         assert [got["label"], got["backend"], got["cache_mode"]] == row[:3]
         for side, column in (("host", 3), ("nested", 4)):

@@ -114,6 +114,10 @@ class Backend:
             return {}
         return {"LIBGUESTFS_PATH": str(appliance_dir(self.appliance_flavour, "workload"))}
 
+    def probe_timeout(self) -> float:
+        """The limit for its probe launch on this host (a backend may know the host is slow for it)."""
+        return self.probe_timeout_s
+
     def probe_key(self) -> dict[str, Any]:
         """What a cached launch verdict depends on: when any of it changes, probe again."""
         return {}

@@ -11,7 +11,7 @@ from typing import Any
 
 from guestbench import host
 from guestbench.backends.base import Availability, Backend, HandleConfig, common_preconditions
-from guestbench.backends.direct import explain_kvm_failure
+from guestbench.backends.direct import explain_kvm_failure, kvm_probe_timeout
 
 URI = "qemu:///system"
 # libguestfs names its transient domains "guestfs-" + 16 random characters.
@@ -160,6 +160,9 @@ class LibvirtKvm(_LibvirtBackend):
     settings = ["force_kvm"]
     colour = "#c44e52"
     probe_timeout_s = 60.0
+
+    def probe_timeout(self) -> float:
+        return kvm_probe_timeout(self.probe_timeout_s)
 
     def preconditions(self) -> Availability:
         dev = host.kvm_device()

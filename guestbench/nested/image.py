@@ -30,11 +30,13 @@ from typing import Callable
 from guestbench import appliance
 from guestbench.paths import temp_root
 
-# What the level-1 guest needs to run guestbench's tcg and uml backends (dependencies come with them), and
-# libguestfs's own programs for the command measurement (guestfish; guestfs-tools has the virt-* tools).
-PACKAGES = ("bash", "coreutils", "util-linux", "procps", "kmod", "iproute2", "e2fsprogs", "tar", "gzip",
+# What the level-1 guest needs to run guestbench's backends (dependencies come with them): qemu for tcg and
+# kvm, UML, libvirtd and its qemu driver for the libvirt ones; and libguestfs's own programs for the command
+# measurement (guestfish; guestfs-tools has the virt-* tools).
+PACKAGES = ("bash", "coreutils", "grep", "util-linux", "procps", "kmod", "iproute2", "e2fsprogs", "tar", "gzip",
             "python3", "python3-guestfs", "python3-yaml", "libguestfs0", "qemu-system-x86", "qemu-utils",
-            "user-mode-linux", "supermin", "guestfish", "guestfs-tools")
+            "user-mode-linux", "supermin", "guestfish", "guestfs-tools", "libvirt-daemon",
+            "libvirt-daemon-driver-qemu", "libvirt-clients", "python3-libvirt")
 # the workload appliances on the data disk, by flavour: the guest cannot build them (no dpkg database there)
 WORKLOAD_APPLIANCES = {"qemu": "appliance-workload", "uml": "uml-appliance-workload"}
 ROOT_SIZE = "8G"  # sparse; room for the disk images a nested scenario creates under /var/tmp
@@ -61,6 +63,19 @@ mount -t tmpfs tmpfs /run
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 ip link set lo up 2>/dev/null
 echo "guestbench-l1: booted after $(cut -d' ' -f1 /proc/uptime) s"
+# KVM for the appliances inside, where this guest's CPU offers it (on TCG with the maximum CPU model: AMD-V)
+if grep -qw svm /proc/cpuinfo; then modprobe kvm_amd; elif grep -qw vmx /proc/cpuinfo; then modprobe kvm_intel; fi
+if [ -c /dev/kvm ]; then
+  echo "guestbench-l1: /dev/kvm ready ($(ls /sys/module | grep -E '^kvm_(amd|intel)$' | head -n1))"
+else
+  echo "guestbench-l1: no /dev/kvm inside (the guest's CPU offers neither svm nor vmx)"
+fi
+# libvirtd inside (guestbench starts it as on a host): the image has no user database (no package scripts ran),
+# and libvirt's qemu driver will not start without its build's default user; its domains run as root here
+[ -e /etc/passwd ] || printf 'root:x:0:0:root:/root:/bin/sh\nlibvirt-qemu:x:64055:64055::/var/lib/libvirt:/bin/false\n' > /etc/passwd
+[ -e /etc/group ] || printf 'root:x:0:\nkvm:x:64054:\nlibvirt-qemu:x:64055:\n' > /etc/group
+mkdir -p /var/lib/libvirt/qemu /var/cache/libvirt/qemu /var/log/libvirt/qemu
+printf 'user = "root"\ngroup = "root"\nnamespaces = []\n' >> /etc/libvirt/qemu.conf 2>/dev/null
 mount -o ro /dev/vdb /guestbench-l1/data || echo "guestbench-l1: cannot mount the data disk"
 if [ -d /guestbench-l1/data/venv-path ]; then
   venv=$(cat /guestbench-l1/data/venv-path.txt)

@@ -105,15 +105,15 @@ def _source() -> tuple[Path, bytes | None]:
     return package, buf.getvalue()
 
 
-def job_files(sc: Scenario, level1: Level1) -> dict[str, bytes | Path]:
-    """job.sh, scenario.yaml and (editable installs) the source: everything the guest's /init is given."""
+def guestbench_job(command: str) -> dict[str, bytes | Path]:
+    """job.sh (and, for editable installs, the source) running `command` with this guestbench inside the guest:
+    its environment points guestbench and libguestfs at the appliances on the data disk; `{python}` in the
+    command is the virtualenv's python."""
     venv = nested_image.venv_prefix()
     if venv is None:
         raise nested_image.ImageError("nested runs need guestbench installed in a virtualenv (make setup makes one)")
     package, src = _source()
-    files: dict[str, bytes | Path] = {
-        "scenario.yaml": yaml.safe_dump(inner_scenario(sc, level1), sort_keys=False).encode(),
-    }
+    files: dict[str, bytes | Path] = {}
     unpack = ""
     if src is not None:
         files["src.tar"] = src
@@ -127,9 +127,17 @@ export GUESTBENCH_CACHE={GUEST_CACHE} LIBGUESTFS_PATH={GUEST_DATA}/appliance
 export GUESTBENCH_UML_APPLIANCE={GUEST_DATA}/uml-appliance COLUMNS=200 TERM=dumb
 export {workload_env}
 {unpack}cd {GUEST_IN}
-exec {python} -m guestbench.nested.inside {LIVE_DEVICE} {GUEST_OUT}/results -- {GUEST_IN}/scenario.yaml \\
-  --defer-probe --probe-timeout {level1.probe_timeout_s:.0f} --csv > {GUEST_OUT}/report.csv
+{command.format(python=python)}
 """.encode()
+    return files
+
+
+def job_files(sc: Scenario, level1: Level1) -> dict[str, bytes | Path]:
+    """job.sh, scenario.yaml and (editable installs) the source: everything the guest's /init is given."""
+    files = guestbench_job(
+        f"exec {{python}} -m guestbench.nested.inside {LIVE_DEVICE} {GUEST_OUT}/results -- {GUEST_IN}/scenario.yaml "
+        f"\\\n  --defer-probe --probe-timeout {level1.probe_timeout_s:.0f} --csv > {GUEST_OUT}/report.csv")
+    files["scenario.yaml"] = yaml.safe_dump(inner_scenario(sc, level1), sort_keys=False).encode()
     return files
 
 

@@ -45,7 +45,7 @@ def ready(name: str, run_dir: Path, workload: bool = False) -> tuple[Backend, Ha
 
     sup = Supervisor()
     if probe.cached_verdict(backend, backend.probe_key()) is None:
-        sys.stderr.write(f"guestbench: checking {name} first: one probe launch (at most {backend.probe_timeout_s:g} "
+        sys.stderr.write(f"guestbench: checking {name} first: one probe launch (at most {backend.probe_timeout():g} "
                          "s), its verdict then cached for a week\n")
     try:
         with TrapSignals():

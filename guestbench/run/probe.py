@@ -101,7 +101,7 @@ def check(backend: Backend, executor: Executor, run_dir: Path, *, refresh: bool 
             return cached
     if defer:
         return Availability(True, DEFERRED, {**pre.details, "deferred": True})
-    limit = timeout or backend.probe_timeout_s
+    limit = timeout or backend.probe_timeout()
     av = launch_probe(backend, executor, run_dir, limit)
     av.details = {**pre.details, **av.details, "probe_timeout_s": limit}
     if not av.details.get("worker_crash"):  # a crash of guestbench's own is not the backend's verdict
