@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup run test check soak bench e1 doctor clean
+.PHONY: setup run test check soak bench e1 doctor docs clean
 
 setup:
 	@bash tools/setup.sh
@@ -15,8 +15,9 @@ run: setup
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The fast tier for a developer's loop: every test that launches no appliance (architecture limits,
-# scenario and results parsing, reports, the protocol), in about a minute.
+# The fast tier for a developer's loop: every test that launches no appliance and starts no hypervisor
+# (architecture limits, scenario and results parsing, reports and their HTML in headless Chromium, the
+# protocol, dry runs), in a few minutes. `make test` is the whole suite, what CI runs.
 check: setup
 	$(BIN)/python -m pytest -m "not launch" $(PYTEST_ARGS)
 
@@ -42,6 +43,10 @@ e1: setup
 
 doctor: setup
 	$(BIN)/guestbench doctor
+
+# Documents written from the code: the scenario reference (tests/test_docs.py fails when it is stale).
+docs: setup
+	$(BIN)/python -m guestbench.output.scenario_reference > docs/scenario-reference.md
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -23,8 +23,11 @@ from guestbench import __version__, ab, appliance, compare, host, report
 from guestbench.backends import BACKENDS
 from guestbench.errors import Interrupted, UserError, one_line as _one_line
 from guestbench.paths import make_run_dir, remove_tree, workdir_for
+from guestbench.reasons import short_reason
 from guestbench.results import load_results
 from guestbench.scenario import apply_overrides, help_text, load_scenario
+from guestbench.output import markdown, results_doc, terminal
+from guestbench.output.compare_doc import compare_document
 from guestbench.run import probe
 from guestbench.run.supervisor import Supervisor, TrapSignals
 
@@ -52,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run every measurement of a scenario on every selected, usable backend, save "
                        "every sample in results/, and print the comparison.", epilog=help_text())
     s.add_argument("file", help="scenario YAML file, e.g. scenarios/startup.yaml")
+    s.add_argument("--dry-run", action="store_true",
+                   help="validate, list the cells that would run with the backends' cached verdicts and an estimated "
+                   "duration from earlier results files (in --results); nothing is launched")
     _add_run_options(s)
 
     d = sub.add_parser("doctor", help="which backends work here, why not, versions, host fingerprint")
@@ -201,15 +207,19 @@ def _add_output(p: argparse.ArgumentParser, csv_header: str = report.CSV_HEADER)
     p.set_defaults(format="table")
 
 
+def _wide_console() -> Console:
+    return Console(width=max(Console().width, 160))
+
+
 def _print_report(doc: dict[str, Any], fmt: str) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps(report.to_summary_json(doc), indent=2, allow_nan=False) + "\n")
     elif fmt == "markdown":
-        sys.stdout.write(report.to_markdown(doc))
+        sys.stdout.write(markdown.to_markdown(results_doc.show_document(doc)))
     elif fmt == "csv":
         sys.stdout.write(report.to_csv(doc))
     else:
-        report.render(doc, Console(width=max(Console().width, 160)))
+        terminal.render(results_doc.show_document(doc, brief=True), _wide_console())
 
 
 def _scenario_from_args(args: argparse.Namespace) -> Any:
@@ -241,10 +251,28 @@ def _run(args: argparse.Namespace, sc: Any, console: Console) -> Any:
         raise e
 
 
+def _dry_run(sc: Any, args: argparse.Namespace) -> int:
+    from guestbench.run import dryrun
+
+    dr = dryrun.dry_run(sc, Path(args.results))
+    if args.format == "json":
+        sys.stdout.write(json.dumps(dryrun.to_dict(dr), indent=2) + "\n")
+    elif args.format == "markdown":
+        sys.stdout.write(markdown.to_markdown(dryrun.document(dr)))
+    elif args.format == "csv":
+        raise UserError("is not available with --dry-run; allowed: --json, --markdown or the table",
+                        source="command line", key="--csv")
+    else:
+        terminal.render(dryrun.document(dr), _wide_console())
+    return 0
+
+
 def cmd_scenario(args: argparse.Namespace) -> int:
     from guestbench.run.runner import exit_status
 
     sc = _scenario_from_args(args)
+    if args.dry_run:
+        return _dry_run(sc, args)
     err = Console(stderr=True)
     rf = _run(args, sc, err)
     doc = dict(rf.doc)
@@ -274,11 +302,11 @@ def cmd_ab(args: argparse.Namespace) -> int:
     if args.format == "json":
         sys.stdout.write(json.dumps(compare.to_summary_json([c], fail_above), indent=2, allow_nan=False) + "\n")
     elif args.format == "markdown":
-        sys.stdout.write(compare.to_markdown([c], fail_above))
+        sys.stdout.write(markdown.to_markdown(compare_document([c], fail_above)))
     elif args.format == "csv":
         sys.stdout.write(compare.to_csv([c], fail_above))
     else:
-        compare.render([c], fail_above, Console(width=max(Console().width, 160)))
+        terminal.render(compare_document([c], fail_above), _wide_console())
     err.print(f"results: {rf.path}", highlight=False)
     status = exit_status(rf.doc)
     return status or (1 if compare.regressions([c], fail_above) else 0)
@@ -321,24 +349,35 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"host": fp, "backends": verdicts, "nested": nested, "appliances": appliances}, indent=2))
     else:
-        _print_doctor(fp, verdicts)
+        _print_doctor(fp, verdicts, args.verbose)
         _print_appliances(appliances)
         Console().print(f"nested runs: {'possible' if nested['possible'] else 'not possible'} — {nested['reason']}; "
                         f"image: {nested.get('image_state') or 'n/a'}", highlight=False)
     return 0 if any(v["usable"] for v in verdicts.values()) else 1
 
 
-def _print_doctor(fp: dict[str, Any], verdicts: dict[str, Any]) -> None:
-    con = Console()
-    t = Table(title="backends", show_lines=False)
-    for c in ("backend", "usable", "why", "verdict from"):
-        t.add_column(c)
+def doctor_table(verdicts: dict[str, Any], verbose: bool) -> Table:
+    """The backends' verdicts; a reason is one short sentence unless `verbose` (the full text is in --json)."""
+    t = Table(title="backends", show_lines=verbose)
+    t.add_column("backend", no_wrap=True)
+    t.add_column("usable")
+    t.add_column("why")
+    t.add_column("verdict from", no_wrap=not verbose)
     for name, v in verdicts.items():
         d = v.get("details") or {}
-        origin = (f"cached probe {d.get('probed_utc', '')}" if d.get("cached")
-                  else "probe launch just now" if "probe_timeout_s" in d else "preconditions")
-        t.add_row(name, "[green]yes[/]" if v["usable"] else "[red]no[/]", v["reason"], origin)
-    con.print(t)
+        when = str(d.get("probed_utc") or "")
+        origin = (f"cached probe {when}" if verbose else f"cached {when[:16].replace('T', ' ')}") if d.get("cached") \
+            else "probe launch just now" if "probe_timeout_s" in d else "preconditions"
+        why = v["reason"] if verbose else short_reason(v["reason"])
+        t.add_row(name, "[green]yes[/]" if v["usable"] else "[red]no[/]", why, origin)
+    return t
+
+
+def _print_doctor(fp: dict[str, Any], verdicts: dict[str, Any], verbose: bool) -> None:
+    con = Console()
+    con.print(doctor_table(verdicts, verbose))
+    if not verbose and any(short_reason(v["reason"]) != v["reason"] for v in verdicts.values()):
+        con.print("(reasons shortened: the full text with -v or --json)", highlight=False)
     virt = fp.get("virtualization") or {}
     vers = fp.get("versions") or {}
     h = Table(title="host", show_header=False)
@@ -414,11 +453,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(compare.to_summary_json(comparisons, fail_above), indent=2, allow_nan=False)
                          + "\n")
     elif args.format == "markdown":
-        sys.stdout.write(compare.to_markdown(comparisons, fail_above))
+        sys.stdout.write(markdown.to_markdown(compare_document(comparisons, fail_above)))
     elif args.format == "csv":
         sys.stdout.write(compare.to_csv(comparisons, fail_above))
     else:
-        compare.render(comparisons, fail_above, Console(width=max(Console().width, 160)))
+        terminal.render(compare_document(comparisons, fail_above), _wide_console())
     found = compare.regressions(comparisons, fail_above)
     if found and args.format in ("json", "csv"):
         sys.stderr.write(f"guestbench: {len(found)} regression(s): {_one_line('; '.join(found))}\n")
@@ -426,12 +465,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from guestbench import htmlreport  # matplotlib: only this command pays for importing it
+    from guestbench.output import html  # matplotlib: only this command pays for importing it
 
     inputs = [(path, load_results(path)) for path in args.results]
-    written = htmlreport.write(inputs, Path(args.output))
+    written = html.write(inputs, Path(args.output))
     charts = len(written) - 2
-    print(f"report: {Path(args.output) / htmlreport.INDEX} and {Path(args.output) / htmlreport.MARKDOWN}, "
+    print(f"report: {Path(args.output) / html.INDEX} and {Path(args.output) / html.MARKDOWN}, "
           f"{charts // 2} chart(s) as PNG and SVG in {args.output}")
     return 0
 

@@ -17,14 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 from scipy import stats as scipy_stats
 
 from guestbench import host
 from guestbench.errors import UserError
-from guestbench.report import NONE, _cells, _md, _seconds, fmt_seconds, load_figures  # as `show` reads them
+from guestbench.report import NONE, doc_cells, fmt_seconds, load_figures, sample_seconds  # as `show` reads them
 from guestbench.results import figures as cell_figures
 from guestbench.results.figures import SECONDS, figures
 from guestbench.stats import PERMUTATION_METHOD, RATIO_CI_METHOD, permutation_p, ratio_ci
@@ -151,7 +148,7 @@ def _key(cell: dict[str, Any]) -> Key:
 def cells_by_key(doc: dict[str, Any], source: str | None = None) -> dict[Key, dict[str, Any]]:
     """Cells by (backend, placement, label); a key twice in one file is an error, as either could be meant."""
     out: dict[Key, dict[str, Any]] = {}
-    for cell in _cells(doc):
+    for cell in doc_cells(doc):
         key = _key(cell)
         if key in out:
             raise UserError(f"cell {cell_name(key)} appears twice; cannot tell which one to compare",
@@ -268,9 +265,9 @@ def unmatched(base: dict[str, Any], other: dict[str, Any]) -> tuple[list[str], l
     """Cells with samples on one side only (`uml/host/upload`, plus why the other side has none): not errors."""
     base_cells, other_cells = cells_by_key(base), cells_by_key(other)
     only_base = [f"{cell_name(k)} (other: {_absence(other_cells.get(k))})"
-                 for k, c in base_cells.items() if _seconds(c) and not _seconds(other_cells.get(k) or {})]
+                 for k, c in base_cells.items() if sample_seconds(c) and not sample_seconds(other_cells.get(k) or {})]
     only_other = [f"{cell_name(k)} (baseline: {_absence(base_cells.get(k))})"
-                  for k, c in other_cells.items() if _seconds(c) and not _seconds(base_cells.get(k) or {})]
+                  for k, c in other_cells.items() if sample_seconds(c) and not sample_seconds(base_cells.get(k) or {})]
     return only_base, only_other
 
 
@@ -375,13 +372,13 @@ def _fmt_value(r: ComparisonRow, x: float) -> str:
     return fmt_seconds(x) if r.figure == "seconds" else f"{x:.4g} {r.unit}".strip()
 
 
-def _cells_of(r: ComparisonRow) -> list[str]:
+def table_cells(r: ComparisonRow) -> list[str]:
     return [r.backend, r.placement or NONE, r.measurement, str(r.n_base), str(r.n_other),
             _fmt_value(r, r.median_base), _fmt_value(r, r.median_other), _fmt_ratio(r.ratio), _fmt_ci(r),
             _fmt_p(r), NONE if math.isnan(r.p_perm) else f"{r.p_perm:.2g}", r.verdict_text()]
 
 
-def _method_text(c: Comparison, fail_above_pct: float | None) -> str:
+def method_text(c: Comparison, fail_above_pct: float | None) -> str:
     noise = (f"Changes within ±{c.noise_pct:g}% (--noise) are no change whatever p says. " if c.noise_pct
              else "No noise threshold (--noise): any significant change is reported. ")
     return (f"Baseline {c.base_path}; other {c.other_path}. Ratio = median other / median baseline (> 1 is "
@@ -400,7 +397,7 @@ def _ungated_text(c: Comparison, fail_above_pct: float | None) -> str:
     return f"; {' and '.join(ungated)} are compared but not gated (--gate-resources gates them too)"
 
 
-def _notes(c: Comparison) -> list[str]:
+def notes(c: Comparison) -> list[str]:
     """Everything that is not a row but changes how to read the rows."""
     out = [f"host differs from the baseline (--force): {d}" for d in c.host_differences]
     out += [f"software changed since the baseline: {d}" for d in c.software_changes]
@@ -477,76 +474,7 @@ def to_summary_json(comparisons: Sequence[Comparison], fail_above_pct: float | N
     }
 
 
-# ---------------------------------------------------------------------------------------------- Markdown
-
-
-def to_markdown(comparisons: Sequence[Comparison], fail_above_pct: float | None) -> str:
-    """One table per OTHER file, its methods and notes, then the regressions."""
-    lines = ["# guestbench compare", ""]
-    for c in comparisons:
-        lines += [f"## {_md(c.other_path)} vs baseline {_md(c.base_path)}", ""]
-        if c.rows:
-            lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-            lines += ["| " + " | ".join(_md(x) for x in _row_markdown(r, fail_above_pct)) + " |" for r in c.rows]
-        else:
-            lines.append("No cell has samples in both files.")
-        lines += ["", _md(_method_text(c, fail_above_pct)), ""]
-        lines += [f"- {_md(n)}" for n in _notes(c)] + ([""] if _notes(c) else [])
-    found = regressions(comparisons, fail_above_pct)
-    lines += ["## Regressions", ""]
-    lines += [f"- **REGRESSION** {_md(x)}" for x in found] or [_md(_no_regression_text(fail_above_pct))]
-    return "\n".join(lines) + "\n"
-
-
-def _row_markdown(r: ComparisonRow, fail_above_pct: float | None) -> list[str]:
-    cells = _cells_of(r)
-    if r.is_regression(fail_above_pct):
-        cells[-1] = f"**REGRESSION** {cells[-1]}"
-    return cells
-
-
-def _no_regression_text(fail_above_pct: float | None) -> str:
+def no_regression_text(fail_above_pct: float | None) -> str:
     if fail_above_pct is None:
         return "None flagged: no --fail-above threshold given."
     return f"None: no ratio above {1 + fail_above_pct / 100:.4g}."
-
-
-# ---------------------------------------------------------------------------------------------- terminal
-
-
-def _rich_table(c: Comparison, fail_above_pct: float | None) -> Table:
-    table = Table(title=Text(f"{c.other_path} vs baseline {c.base_path}", style="bold"),
-                  caption=Text(_method_text(c, fail_above_pct)), caption_justify="left")
-    for i, name in enumerate(COLUMNS):
-        table.add_column(name, justify="left" if i < 3 or i == len(COLUMNS) - 1 else "right", overflow="fold")
-    for r in c.rows:
-        cells = [Text(x) for x in _cells_of(r)]
-        if r.is_regression(fail_above_pct):
-            cells[-1] = Text(f"REGRESSION; {r.verdict_text()}")
-            for t in cells:
-                t.stylize("bold red")
-        elif r.change == REGRESSION:
-            cells[-1].stylize("yellow")
-        elif r.change == IMPROVEMENT:
-            cells[-1].stylize("green")
-        table.add_row(*cells)
-    return table
-
-
-def render(comparisons: Sequence[Comparison], fail_above_pct: float | None, console: Console) -> None:
-    """The human report: a table per OTHER file with its notes, then the regressions, prominently."""
-    for c in comparisons:
-        console.print()
-        if c.rows:
-            console.print(_rich_table(c, fail_above_pct))
-        else:
-            console.print(Text(f"{c.other_path} vs baseline {c.base_path}: no cell has samples in both files.",
-                               style="yellow"))
-        for note in _notes(c):
-            console.print(Text(f"note: {note}", style="yellow"))
-    console.print()
-    found = regressions(comparisons, fail_above_pct)
-    for line in found:
-        console.print(Text(f"REGRESSION: {line}", style="bold red"))
-    if not found:
-        console.print(Text(_no_regression_text(fail_above_pct), style="green" if fail_above_pct else ""))

@@ -7,6 +7,7 @@ Every column says its backend and cache mode; every figure is a median with its 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ class MetricRow:
     higher_better: bool
     values: list[str]  # one per column
     medians: list[float | None]
+    spans: list[tuple[float, float, int] | None] = field(default_factory=list)  # min, max, n per column
 
 
 @dataclass
@@ -163,18 +165,21 @@ def _table(group: str, placement: str, cells: list[dict[str, Any]],
             declared.setdefault(mt["key"], mt)
     rows = []
     for key, mt in declared.items():
-        values, medians = [], []
+        values, medians, spans = [], [], []
         for col in columns:
             got = [s.get("metrics", {}).get(key) for s in _samples(col.cell)]
             got = [v for v in got if v is not None]
             text, med = figure(got) if got else (NONE if not col.status else "", None)
             values.append(text)
             medians.append(med)
-        rows.append(MetricRow(key, mt["label"], mt["unit"], bool(mt.get("higher_better", True)), values, medians))
+            spans.append(_span(got))
+        rows.append(MetricRow(key, mt["label"], mt["unit"], bool(mt.get("higher_better", True)), values, medians,
+                              spans))
     _add_aggregates(columns, rows)
-    walls = [figure([s.get("seconds") for s in _samples(col.cell)]) if col.cell else (NONE, None) for col in columns]
+    seconds = [[s.get("seconds") for s in _samples(col.cell)] if col.cell else [] for col in columns]
+    walls = [figure(w) if w else (NONE, None) for w in seconds]
     rows.append(MetricRow("wall_s", "wall time of the sample (what is timed, below)", "s", False,
-                          [w[0] for w in walls], [w[1] for w in walls]))
+                          [w[0] for w in walls], [w[1] for w in walls], [_span(w) for w in seconds]))
     if verdicts:  # a write figure beside its durability (E1's caveat), when this run measured it
         seen = [verdicts.get((c.get("backend"), c.get("cache_mode"), c.get("placement")), "not measured in this run")
                 if c else "" for c in (col.cell for col in columns)]
@@ -216,19 +221,34 @@ def _add_aggregates(columns: list[MetricColumn], rows: list[MetricRow]) -> None:
             total = sum(m for m in meds if m is not None) if r.unit in RATE_UNITS and None not in meds else None
             r.values.insert(at, f"{fmt(total)} (sum of medians)" if total is not None else NONE)
             r.medians.insert(at, None)
+            if r.spans:
+                r.spans.insert(at, None)
 
 
 def json_key(d: dict[str, Any]) -> str:
     return ",".join(f"{k}={d[k]}" for k in sorted(d))
 
 
+RANK_MIN_N = 3  # samples a column needs before its figure is called the best of a row
+
+
+def _span(values: list[Any]) -> tuple[float, float, int] | None:
+    nums = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return (min(nums), max(nums), len(nums)) if nums else None
+
+
 def best_marks(row: MetricRow) -> list[bool]:
-    """Which columns hold the best median of a row (for bold in tables)."""
-    nums = [m for m in row.medians if m is not None]
-    if len(nums) < 2:
-        return [False] * len(row.medians)
-    best = max(nums) if row.higher_better else min(nums)
-    return [m is not None and m == best for m in row.medians]
+    """Which column holds a row's best figure (bold in tables), only where the data supports a ranking: every
+    compared column has RANK_MIN_N samples or more and the best one's range is clear of every other's."""
+    none = [False] * len(row.medians)
+    ranked = [(i, m) for i, m in enumerate(row.medians) if m is not None]
+    spans = dict((i, row.spans[i] if i < len(row.spans) else None) for i, _ in ranked)
+    if len(ranked) < 2 or any(sp is None or sp[2] < RANK_MIN_N for sp in spans.values()):
+        return none
+    best_i = (max if row.higher_better else min)(ranked, key=lambda im: im[1])[0]
+    lo, hi, _ = spans[best_i]  # type: ignore[misc]
+    clear = all((lo > sp[1] if row.higher_better else hi < sp[0]) for i, sp in spans.items() if i != best_i and sp)
+    return [i == best_i for i in range(len(row.medians))] if clear else none
 
 
 def header_cells(t: MetricTable) -> list[str]:
@@ -237,3 +257,19 @@ def header_cells(t: MetricTable) -> list[str]:
 
 def row_cells(r: MetricRow) -> list[str]:
     return [f"{r.label} ({r.unit})", *r.values]
+
+
+def to_dicts(doc: dict[str, Any]) -> dict[str, Any]:
+    """The workload tools' figures and the durability verdicts for `--json`: the same tables `show` prints,
+    each figure as its median and its sample range (min, max, n) per column."""
+    tables = []
+    for mt in metric_tables(doc):
+        columns = [{"header": c.header, "backend": c.cell.get("backend"), "label": c.cell.get("label"), "n": c.n,
+                    "status": c.status or None} for c in mt.columns]
+        rows = [{"key": r.key, "label": r.label, "unit": r.unit, "higher_better": r.higher_better,
+                 "values": r.values, "medians": r.medians,
+                 "ranges": [list(sp) if sp else None for sp in r.spans] if r.spans else None}
+                for r in mt.rows]
+        tables.append({"group": mt.group, "placement": mt.placement, "measurement": mt.measurement,
+                       "caption": mt.caption, "notes": mt.notes, "columns": columns, "rows": rows})
+    return {"metrics": tables, "durability": [dataclasses.asdict(r) for r in durability_rows(doc)]}

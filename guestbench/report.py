@@ -15,9 +15,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from guestbench import cost, density_report, metrics_report, phases, units
 from guestbench.noise import BUSY_RULE
@@ -86,7 +83,7 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _seconds(cell: dict[str, Any]) -> list[float]:
+def sample_seconds(cell: dict[str, Any]) -> list[float]:
     out = []
     for sample in _list(cell.get("samples")):
         value = _number(_dict(sample).get("seconds"))
@@ -95,7 +92,7 @@ def _seconds(cell: dict[str, Any]) -> list[float]:
     return out
 
 
-def _load_figures(cell: dict[str, Any]) -> dict[str, Any]:
+def load_figures(cell: dict[str, Any]) -> dict[str, Any]:
     """How many samples were judged for host load, how many were busy, and the busiest one's other cores."""
     loads = [_dict(_dict(s).get("load")) for s in _list(cell.get("samples"))]
     judged = [ld for ld in loads if isinstance(ld.get("busy"), bool)]
@@ -119,12 +116,12 @@ def _first_failure(cell: dict[str, Any]) -> str | None:
     return str(reason) if reason else "no reason recorded"
 
 
-def _cells(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def doc_cells(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in _list(doc.get("cells")) if isinstance(c, dict)]
 
 
 def _row(cell: dict[str, Any]) -> Row:
-    seconds = _seconds(cell)
+    seconds = sample_seconds(cell)
     summary = summarize(seconds) if seconds else None
     nbytes = cell.get("bytes")
     nbytes = nbytes if isinstance(nbytes, int) and not isinstance(nbytes, bool) else None
@@ -152,14 +149,14 @@ def _row(cell: dict[str, Any]) -> Row:
         workload=bool(cell.get("metrics")),
         density=cell_figures.is_density(cell),
         precision=cell.get("precision") if isinstance(cell.get("precision"), dict) else None,
-        **_load_figures(cell),
+        **load_figures(cell),
         **_resource_figures(cell),
     )
 
 
 def rows(doc: dict[str, Any]) -> list[Row]:
     """One Row per cell, in file order, with ratios to the fastest median of the same label and placement."""
-    result = [_row(cell) for cell in _cells(doc)]
+    result = [_row(cell) for cell in doc_cells(doc)]
     fastest: dict[tuple[str, str], float] = {}
     for r in result:
         if r.summary is not None:
@@ -172,7 +169,7 @@ def rows(doc: dict[str, Any]) -> list[Row]:
     return result
 
 
-def _by_label(rs: Iterable[Row]) -> dict[str, list[Row]]:
+def by_label(rs: Iterable[Row]) -> dict[str, list[Row]]:
     """Rows grouped by measurement label, labels in order of first appearance."""
     groups: dict[str, list[Row]] = {}
     for r in rs:
@@ -196,7 +193,7 @@ def _group_names(rs: list[Row]) -> dict[int, str]:
             for r in rs}
 
 
-def _backend_names(group: list[Row]) -> list[str]:
+def backend_names(group: list[Row]) -> list[str]:
     """Backend names, qualified by cache mode when a backend appears twice in one comparison."""
     counts: dict[str, int] = {}
     for r in group:
@@ -226,7 +223,7 @@ def _verification_failed(cell: dict[str, Any]) -> str | None:
 
 def warnings(doc: dict[str, Any]) -> list[str]:
     """Every reason a reader should distrust or miss a figure: spread, failures, skips, interruptions."""
-    cells = _cells(doc)
+    cells = doc_cells(doc)
     rs = rows(doc)
     names = _group_names(rs)
     out: list[str] = []
@@ -235,7 +232,7 @@ def warnings(doc: dict[str, Any]) -> list[str]:
         # level (its level is judged as a whole in the density table)
         if group[0].workload or group[0].density:
             continue
-        summaries = {name: r.summary for name, r in zip(_backend_names(group), group) if r.summary is not None}
+        summaries = {name: r.summary for name, r in zip(backend_names(group), group) if r.summary is not None}
         out.extend(spread_warnings(names[id(group[0])], summaries))
     out.extend(_caveats(doc, cells, rs, names))
     for cell, r in zip(cells, rs):
@@ -271,11 +268,11 @@ def _caveats(doc: dict[str, Any], cells: list[dict[str, Any]], rs: list[Any], na
     return list(out)
 
 
-def _scenario_name(doc: dict[str, Any]) -> str:
+def scenario_name(doc: dict[str, Any]) -> str:
     return str(_dict(doc.get("scenario")).get("name") or "unnamed scenario")
 
 
-def _host_line(doc: dict[str, Any]) -> str:
+def host_line(doc: dict[str, Any]) -> str:
     host = _dict(doc.get("host"))
     cpu = host.get("cpu_model") or "unknown CPU"
     virt = _dict(host.get("virtualization")).get("summary") or "virtualization unknown"
@@ -323,7 +320,7 @@ def fmt_ratio(r: Row) -> str:
     return f"{r.ratio:.2f}×"
 
 
-def _no_data(r: Row) -> str:
+def no_data_text(r: Row) -> str:
     """What to show instead of numbers for a cell without samples: its status and why."""
     parts: list[str] = []
     if r.status in ("skipped", "unavailable"):
@@ -339,7 +336,7 @@ def _figures(r: Row) -> list[str]:
     """The numeric columns, median s through × fastest."""
     s = r.summary
     if s is None:
-        return [_no_data(r)] + [NONE] * 7
+        return [no_data_text(r)] + [NONE] * 7
     return [
         fmt_seconds(s.median),
         f"{fmt_seconds(s.mean)} ± {fmt_seconds(s.stdev)}",
@@ -352,7 +349,7 @@ def _figures(r: Row) -> list[str]:
     ]
 
 
-def _cells_of(r: Row) -> list[str]:
+def table_cells(r: Row) -> list[str]:
     return [r.backend, r.placement or NONE, r.cache_mode or NONE, str(r.n), str(r.failures), *_figures(r)]
 
 
@@ -450,7 +447,7 @@ def _order_text(doc: dict[str, Any]) -> str | None:
     return f"order {mode}"
 
 
-def _run_line(doc: dict[str, Any]) -> str:
+def run_line(doc: dict[str, Any]) -> str:
     parts = [f"results {doc.get('status') or 'unknown'}",
              f"started {doc.get('started_utc') or NONE}",
              f"finished {doc.get('finished_utc') or 'not finished'}"]
@@ -483,77 +480,6 @@ def to_csv(doc: dict[str, Any]) -> str:
     for r in rows(doc):
         writer.writerow(_csv_record(r))
     return buf.getvalue()
-
-
-# ---------------------------------------------------------------------------------------------- Markdown
-
-
-def _md(text: str) -> str:
-    """Keep user text from breaking table syntax."""
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _md_table(group: list[Row]) -> list[str]:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_md(c) for c in _cells_of(r)) + " |" for r in group]
-    return lines
-
-
-def _md_bullets(items: Iterable[str]) -> list[str]:
-    bullets = [f"- {_md(item)}" for item in items]
-    return bullets or ["None."]
-
-
-def to_markdown(doc: dict[str, Any]) -> str:
-    """A self-contained report: one table per measurement, what it timed, what is missing and why."""
-    lines = [f"# guestbench: {_md(_scenario_name(doc))}", "", f"Host: {_md(_host_line(doc))}  "]
-    nested, error = nested_line(doc), nested_error(doc)
-    lines += [f"Nested: {_md(nested)}  "] if nested else []
-    lines += [f"**Warning:** {_md(error)}  "] if error else []
-    lines += [_md(_run_line(doc)), ""]
-    groups = _by_label(r for r in rows(doc) if not r.workload and not r.density)
-    tables = metrics_report.metric_tables(doc)
-    if not groups and not tables and not metrics_report.durability_rows(doc) and not doc.get("density"):
-        lines += ["No measurements recorded.", ""]
-    for label, group in groups.items():
-        lines += [f"## {_md(label)}", "", *_md_table(group), "",
-                  f"{_md(_timed_text(group))} {_method_text()}{_md(_cold_text(group))}{_md(_precision_text(group))}{_md(_resources_text(group))}{_md(_load_text(group))}", ""]
-    for mt in tables:
-        head = metrics_report.header_cells(mt)
-        lines += [f"## {_md(mt.group)}" + (f" ({mt.placement})" if mt.placement != "host" else ""), "",
-                  "| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head),
-                  *("| " + " | ".join(_md(c) for c in metrics_report.row_cells(r)) + " |" for r in mt.rows),
-                  "", _md(mt.caption), "", *(f"- {_md(n)}" for n in mt.notes), ""]
-    durable = metrics_report.durability_rows(doc)
-    if durable:
-        head = metrics_report.DURABILITY_HEADER
-        lines += ["## durability", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-                  *("| " + " | ".join(_md(c) for c in metrics_report.durability_cells(r)) + " |" for r in durable),
-                  "", _md(metrics_report.DURABILITY_CAPTION), ""]
-    for pl in placement_tables(doc):
-        lines += [f"## {_md(pl.title)}", ""]
-        lines += ["| " + " | ".join(_md(h) for h in pl.header) + " |", "|" + "---|" * len(pl.header),
-                  *("| " + " | ".join(_md(c) for c in row) + " |" for row in pl.rows)] if pl.rows else [NO_PAIRS]
-        lines += ["", _md(pl.caption), ""]
-        lines += [*(f"- {_md(g.text)}" for g in pl.gaps), ""] if pl.gaps else []
-    for dt in density_report.tables(doc):
-        head = dt.header
-        lines += [f"## {_md(dt.title)}", "", "| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head),
-                  *("| " + " | ".join(_md(c) for c in row) + " |" for row in dt.rows), "", _md(dt.caption), ""]
-    prices = cost.prices_of(doc)
-    if cost_rows := cost.rows(doc, prices):
-        head = cost.header(prices)
-        lines += ["## what it costs", "", "| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head),
-                  *("| " + " | ".join(_md(c) for c in cost.cells(r, prices)) + " |" for r in cost_rows),
-                  "", _md(cost.caption(cost_rows, prices)), ""]
-    for pt in phase_tables(doc):
-        lines += [f"## {_md(pt.title)}", "", "| " + " | ".join(_md(h) for h in pt.header) + " |",
-                  "|" + "---|" * len(pt.header), *("| " + " | ".join(_md(c) for c in row) + " |" for row in pt.rows),
-                  "", _md(pt.caption), ""]
-    lines += ["## Backends not measured", "",
-              *_md_bullets(f"{name}: {reason}" for name, reason in unusable_backends(doc).items()), ""]
-    lines += ["## Warnings", "", *_md_bullets(warnings(doc)), ""]
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------- JSON
@@ -618,13 +544,14 @@ def _cost_dict(doc: dict[str, Any]) -> dict[str, Any]:
 def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
     """Recomputed summaries for machines; valid strict JSON (no NaN)."""
     return {
-        "scenario": _scenario_name(doc),
+        "scenario": scenario_name(doc),
         "status": doc.get("status"),
         "results_file": doc.get("_path"),
         **({"order": doc["order"]} if isinstance(doc.get("order"), dict) else {}),
         "host": _short_host(doc),
         "methods": {"ci": CI_METHOD, "outliers": OUTLIER_METHOD, "mb": "10^6 bytes"},
         "rows": [_row_dict(r) for r in rows(doc)],
+        **{k: v for k, v in metrics_report.to_dicts(doc).items() if v},  # present for workload runs only
         **_cost_dict(doc),
         **({"density": density_report.to_dicts(doc)} if doc.get("density") else {}),
         "phases": [{"label": pt.title, "backends": [_phase_dict(bp) for bp in pt.summaries]}
@@ -652,7 +579,7 @@ class PhaseTable:
 def phase_tables(doc: dict[str, Any]) -> list[PhaseTable]:
     """One table per measurement label whose cells recorded phases (see guestbench.phases)."""
     groups: dict[str, list[phases.BackendPhases]] = {}
-    for cell in _cells(doc):
+    for cell in doc_cells(doc):
         bp = phases.cell_phases(cell)
         if bp is not None:
             groups.setdefault(str(cell.get("label") or cell.get("measurement")), []).append(bp)
@@ -756,7 +683,7 @@ def _nested_info(doc: dict[str, Any]) -> dict[str, Any]:
 
 def has_nested(doc: dict[str, Any]) -> bool:
     """Whether the document says anything about a nested run (cells or a placements.nested record)."""
-    return bool(_nested_info(doc)) or any(c.get("placement") == "nested" for c in _cells(doc))
+    return bool(_nested_info(doc)) or any(c.get("placement") == "nested" for c in doc_cells(doc))
 
 
 def _vcpus_text(value: Any) -> str:
@@ -784,7 +711,7 @@ def nested_line(doc: dict[str, Any]) -> str | None:
     info = _nested_info(doc)
     if not info:
         return None
-    line = f"{_host_line({'host': info.get('host')})} · {_level1_text(doc)}"
+    line = f"{host_line({'host': info.get('host')})} · {_level1_text(doc)}"
     status = info.get("status")
     return line if status in (None, "complete") else f"{line} (nested run {status})"
 
@@ -811,7 +738,7 @@ def _unusable_reason(doc: dict[str, Any], placement: str, backend: str) -> str |
 
 def _gap_reason(doc: dict[str, Any], placement: str, backend: str, cell: dict[str, Any] | None) -> str:
     """The missing side's own account (cell status, skip reason, failures), then the backend's probe verdict."""
-    parts = [_no_data(_row(cell)) if cell is not None else "no cell recorded"]
+    parts = [no_data_text(_row(cell)) if cell is not None else "no cell recorded"]
     status = _nested_info(doc).get("status")
     if placement == "nested" and status not in (None, "complete"):
         parts.append(f"nested run {status}")
@@ -824,7 +751,7 @@ def _gap_reason(doc: dict[str, Any], placement: str, backend: str, cell: dict[st
 
 def placement_tables(doc: dict[str, Any]) -> list[PlacementTable]:
     """The host vs nested table, when the document has cells at both placements (else none)."""
-    cells = _cells(doc)
+    cells = doc_cells(doc)
     found = {c.get("placement") for c in cells}
     if not {"host", "nested"} <= found:
         return []
@@ -838,7 +765,7 @@ def placement_tables(doc: dict[str, Any]) -> list[PlacementTable]:
     gaps: list[PlacementGap] = []
     timed: dict[str, list[str]] = {}
     for (label, backend, cache_mode), by_placement in sides.items():
-        samples = {p: _seconds(c) for p, c in by_placement.items()}
+        samples = {p: sample_seconds(c) for p, c in by_placement.items()}
         present = [p for p in ("host", "nested") if samples.get(p)]
         if not present:
             continue  # no samples anywhere: the measurement table already says why
@@ -935,192 +862,12 @@ def _placements_json(doc: dict[str, Any]) -> dict[str, Any]:
             "level1": _level1_dict(doc)}
 
 
-# ---------------------------------------------------------------------------------------------- terminal
-
-
-def _rich_table(label: str, group: list[Row]) -> Table:
-    table = Table(title=Text(label, style="bold"),
-                  caption=Text(caption(group)),
-                  caption_justify="left")
-    for i, name in enumerate(COLUMNS):
-        table.add_column(name, justify="left" if i < 3 else "right", overflow="fold")
-    for r in group:
-        cells = [Text(c) for c in _cells_of(r)]
-        if r.summary is None:
-            cells[5].stylize("red")
-        elif r.ratio is not None and math.isclose(r.ratio, 1.0):
-            cells[-1].stylize("bold green")
-        table.add_row(*cells)
-    return table
-
-
-def _rich_phase_table(pt: PhaseTable) -> Table:
-    table = Table(title=Text(pt.title, style="bold"), caption=Text(pt.caption), caption_justify="left")
-    for i, name in enumerate(pt.header):
-        table.add_column(name, justify="left" if i == 0 else "right", overflow="fold")
-    for row in pt.rows:
-        table.add_row(*(Text(c) for c in row))
-    return table
-
-
-def _rich_placement_table(pl: PlacementTable) -> Table:
-    table = Table(title=Text(pl.title, style="bold"), caption=Text(pl.caption), caption_justify="left")
-    for i, name in enumerate(pl.header):
-        table.add_column(name, justify="left" if i < 3 else "right", overflow="fold")
-    for row in pl.rows:
-        table.add_row(*(Text(c) for c in row))
-    return table
-
-
-def _rich_metric_table(mt: metrics_report.MetricTable) -> Table:
-    title = mt.group + (f" ({mt.placement})" if mt.placement != "host" else "")
-    caption = " ".join([mt.caption, *mt.notes])
-    table = Table(title=Text(title, style="bold"), caption=Text(caption), caption_justify="left")
-    for i, name in enumerate(metrics_report.header_cells(mt)):
-        table.add_column(name, justify="left" if i == 0 else "right", overflow="fold")
-    for r in mt.rows:
-        cells = [Text(c) for c in metrics_report.row_cells(r)]
-        for i, best in enumerate(metrics_report.best_marks(r)):
-            if best:
-                cells[i + 1].stylize("bold green")
-        table.add_row(*cells)
-    return table
-
-
-def _unusable_table(unusable: dict[str, str]) -> Table:
-    table = Table(title=Text("Backends not measured", style="bold"))
-    table.add_column("backend")
-    table.add_column("reason", overflow="fold")
-    for name, reason in unusable.items():
-        table.add_row(Text(name), Text(reason))
-    return table
-
-
-def render(doc: dict[str, Any], console: Console) -> None:
-    """The human report: header, one table per measurement, host vs nested, unusable backends, warnings."""
-    console.print(Text.assemble(("guestbench: ", "bold"), (_scenario_name(doc), "bold cyan")))
-    console.print(Text(_run_line(doc)))
-    console.print(Text(f"host: {_host_line(doc)}"))
-    nested, error = nested_line(doc), nested_error(doc)
-    if nested:
-        console.print(Text(f"nested: {nested}"))
-    if error:
-        console.print(Text(f"warning: {error}", style="yellow"))
-    groups = _by_label(r for r in rows(doc) if not r.workload and not r.density)
-    tables = metrics_report.metric_tables(doc)
-    if not groups and not tables and not metrics_report.durability_rows(doc) and not doc.get("density"):
-        console.print(Text("No measurements recorded.", style="yellow"))
-    for label, group in groups.items():
-        console.print()
-        console.print(_rich_table(label, group))
-    for mt in tables:
-        console.print()
-        console.print(_rich_metric_table(mt))
-    durable = metrics_report.durability_rows(doc)
-    if durable:
-        table = Table(title=Text("durability", style="bold"), caption=Text(metrics_report.DURABILITY_CAPTION),
-                      caption_justify="left")
-        for name in metrics_report.DURABILITY_HEADER:
-            table.add_column(name, overflow="fold")
-        for r in durable:
-            cells = [Text(c) for c in metrics_report.durability_cells(r)]
-            cells[5].stylize("green" if r.verdict.startswith("honoured") else "red")
-            table.add_row(*cells)
-        console.print()
-        console.print(table)
-    for pl in placement_tables(doc):
-        console.print()
-        if pl.rows:
-            console.print(_rich_placement_table(pl))
-        else:
-            console.print(Text(f"{pl.title}: {NO_PAIRS} {pl.caption}"))
-        for gap in pl.gaps:
-            console.print(Text(f"{pl.title}: {gap.text}", style="yellow"))
-    for pt in phase_tables(doc):
-        console.print()
-        console.print(_rich_phase_table(pt))
-    for dt in density_report.tables(doc):
-        table = Table(title=Text(dt.title, style="bold"), caption=Text(dt.caption), caption_justify="left")
-        for i, name in enumerate(dt.header):
-            table.add_column(name, justify="right", overflow="fold")
-        for row in dt.rows:
-            table.add_row(*(Text(c) for c in row))
-        console.print()
-        console.print(table)
-    prices = cost.prices_of(doc)
-    if cost_rows := cost.rows(doc, prices):
-        table = Table(title=Text("what it costs", style="bold"), caption=Text(cost.caption(cost_rows, prices)),
-                      caption_justify="left")
-        for i, name in enumerate(cost.header(prices)):
-            table.add_column(name, justify="left" if i < 3 else "right", overflow="fold")
-        for r in cost_rows:
-            table.add_row(*(Text(c) for c in cost.cells(r, prices)))
-        console.print()
-        console.print(table)
-    unusable = unusable_backends(doc)
-    if unusable:
-        console.print()
-        console.print(_unusable_table(unusable))
-    notes = warnings(doc)
-    if notes:
-        console.print()
-    for note in notes:
-        console.print(Text(f"warning: {note}", style="yellow"))
-
-
-# ---------------------------------------------------------------------------------------------- shared helpers
-
-
-# Public names for the pieces above, so that other renderers (guestbench.htmlreport, guestbench.charts)
-# print the same cells, captions and names as the terminal and Markdown reports instead of re-deriving them.
-
-
-def cells_and_rows(doc: dict[str, Any]) -> list[tuple[dict[str, Any], Row]]:
-    """Each cell of the document with its Row, for renderers that also need the raw samples."""
-    return list(zip(_cells(doc), rows(doc)))
-
-
-def sample_seconds(cell: dict[str, Any]) -> list[float]:
-    """The measured samples' seconds of one cell (warm-ups excluded), as summarized into its Row."""
-    return _seconds(cell)
-
-
-def by_label(rs: Iterable[Row]) -> dict[str, list[Row]]:
-    return _by_label(rs)
-
-
-def backend_names(group: list[Row]) -> list[str]:
-    return _backend_names(group)
-
-
-def table_cells(r: Row) -> list[str]:
-    """One row of a measurement table, in COLUMNS order."""
-    return _cells_of(r)
-
-
 def caption(group: list[Row]) -> str:
     """What the clock covered, the methods, and the cold launches of one measurement's table."""
     return (f"{_timed_text(group)} {_method_text()}{_cold_text(group)}{_precision_text(group)}"
             f"{_resources_text(group)}{_load_text(group)}")
 
 
-def scenario_name(doc: dict[str, Any]) -> str:
-    return _scenario_name(doc)
-
-
-def run_line(doc: dict[str, Any]) -> str:
-    return _run_line(doc)
-
-
-def host_line(doc: dict[str, Any]) -> str:
-    return _host_line(doc)
-
-
-def load_figures(cell: dict[str, Any]) -> dict[str, Any]:
-    """A cell's host load: samples judged, samples busy, the busiest one's other cores (guestbench.noise)."""
-    return _load_figures(cell)
-
-
-def md_text(text: str) -> str:
-    """User text made safe inside a Markdown table cell."""
-    return _md(text)
+def cells_and_rows(doc: dict[str, Any]) -> list[tuple[dict[str, Any], Row]]:
+    """Each cell of the document with its Row, for renderers that also need the raw samples."""
+    return list(zip(doc_cells(doc), rows(doc)))

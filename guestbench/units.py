@@ -64,3 +64,10 @@ def format_size(nbytes: int) -> str:
 def mb_per_s(nbytes: int, seconds: float) -> float:
     """Throughput in MB/s, MB = 10^6 bytes (the unit every guestbench output uses)."""
     return nbytes / seconds / 1e6
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as a person plans with it: seconds under 90 s, minutes under 90 min, else hours."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from guestbench import appliance, charts, phases
+from guestbench import appliance, phases
+from guestbench.output import charts
 from guestbench.backends import BACKENDS, Backend
 from guestbench.measurements import get as get_measurement
 from guestbench.storage import host as host_storage
@@ -58,7 +59,7 @@ def test_charts_take_the_colour_from_the_backend(monkeypatch: pytest.MonkeyPatch
     assert charts.backend_colour("no-such-backend") == charts.OTHER_COLOUR  # an old file's retired backend
     doc = json.loads(RESULTS.read_text())
     doc["cells"][0]["backend"] = "no-such-backend"
-    measured, _ = charts.document_charts(doc)
+    measured = charts.document_charts(doc).measured
     svg = b"".join(c.svg for c in measured.values()).decode()
     assert "#0a0b0c" in svg and charts.OTHER_COLOUR in svg and BEFORE["uml"][0] not in svg
 

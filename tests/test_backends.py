@@ -34,6 +34,7 @@ def test_quirk_wrapper_rewrites_every_cpu_model_and_nothing_else(tmp_path: Path)
     assert wrapper.stat().st_mtime_ns == mtime, "unchanged wrapper is not rewritten (libguestfs caches probes by it)"
 
 
+@pytest.mark.launch  # starts qemu with KVM, paused, and quits it through QMP
 @pytest.mark.skipif(not Path("/dev/kvm").exists(), reason="no /dev/kvm on this machine")
 def test_msr_quirk_detection_matches_qemu() -> None:
     qemu = qemu_path()

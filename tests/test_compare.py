@@ -22,6 +22,8 @@ from rich.console import Console
 from guestbench import cli, compare, host, stats
 from guestbench.compare import CI_METHOD, CSV_HEADER, TEST_METHOD
 from guestbench.errors import UserError
+from guestbench.output import terminal
+from guestbench.output.compare_doc import compare_document
 from guestbench.results import ResultsFile, load_results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,9 +143,9 @@ def test_three_vs_three_notes_too_few_samples_but_threshold_still_fails(tmp_path
     assert "too few samples for the test to reach p<0.05" in out
     wide = Console(file=io.StringIO(), width=400)
     comparison = compare.build_comparison(load_results(base), load_results(other), str(base), str(other))
-    compare.render([comparison], 10.0, wide)
+    terminal.render(compare_document([comparison], 10.0), wide)
     table = wide.file.getvalue()
-    assert "REGRESSION; no significant change (too few samples for the test to reach p<0.05" in table
+    assert "REGRESSION: no significant change (too few samples for the test to reach p<0.05" in table
     assert "REGRESSION: tcg/host/startup" in table
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from guestbench import cost
 from guestbench.errors import UserError
-from guestbench.report import to_markdown, to_summary_json
+from guestbench.output import markdown, results_doc
+from guestbench.report import to_summary_json
 from guestbench.scenario import parse_scenario
 
 
@@ -70,3 +73,7 @@ def test_prices_survive_the_file_handed_to_the_level1_guest() -> None:
     sc = parse_scenario({"name": "c", "measurements": ["startup"],
                          "cost": {"instance_hour": 0.19, "vcpus": 4, "memory": "16GiB", "currency": "USD"}}, "s.yaml")
     assert parse_scenario(sc.to_file(), "inside.yaml").cost == sc.cost
+
+
+def to_markdown(doc: dict[str, Any]) -> str:
+    return markdown.to_markdown(results_doc.show_document(doc))

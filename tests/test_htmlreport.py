@@ -30,7 +30,8 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from guestbench import cli, htmlreport, phases, stats
+from guestbench import cli, phases, stats
+from guestbench.output import html, markdown, results_doc
 from guestbench.results import ResultsFile
 
 from test_phases import replay
@@ -197,7 +198,8 @@ class Page(HTMLParser):
 
 
 def md_tables(text: str) -> list[list[list[str]]]:
-    """Every Markdown table as rows of cells (header first, the --- line dropped), pipes unescaped."""
+    """Every Markdown table as rows of cells (header first, the --- line dropped), pipes unescaped, bold (a best
+    or a bad figure: a style, not text) removed."""
     tables: list[list[list[str]]] = []
     current: list[list[str]] | None = None
     for line in text.splitlines():
@@ -207,7 +209,7 @@ def md_tables(text: str) -> list[list[list[str]]]:
                 tables.append(current)
             if not re.fullmatch(r"\|(---\|)+", line):
                 cells = re.split(r"(?<!\\)\|", line.strip()[1:-1])
-                current.append([c.strip().replace("\\|", "|") for c in cells])
+                current.append([re.sub(r"^\*\*(.*)\*\*$", r"\1", c.strip()).replace("\\|", "|") for c in cells])
         else:
             current = None
     return tables
@@ -402,13 +404,13 @@ def test_every_figure_in_the_placement_table_is_recomputed_from_the_results(writ
 def test_level1_failure_is_a_header_warning_and_partial_nested_records_render(tmp_path: Path) -> None:
     doc = json.loads(nested_results(tmp_path).read_text())
     doc["placements"]["nested"]["level1"]["error"] = "level-1 guest did not boot within 900 s"
-    sections = htmlreport.build([("nested.json", doc)])
-    warning = "Warning: level-1 run failed: level-1 guest did not boot within 900 s"
-    assert f'<p class="warning">{warning}</p>' in htmlreport.to_html(sections)
-    assert f"**{warning}**" in htmlreport.to_markdown(sections)
+    document = results_doc.report_document([("nested.json", doc)])
+    warning = "level-1 run failed: level-1 guest did not boot within 900 s"
+    assert f'<p class="warning">Warning: {warning}</p>' in html.to_html(document)
+    assert f"**Warning:** {warning}" in markdown.to_markdown(document)
     doc["placements"] = {"nested": {"host": None, "backends": None, "level1": None, "status": None}}
     page = Page()
-    page.feed(htmlreport.to_html(htmlreport.build([("partial.json", doc)])))
+    page.feed(html.to_html(results_doc.report_document([("partial.json", doc)])))
     (section,) = page.sections
     assert [t.kind for t in section.tables].count("placements") == 1
     assert "nested-host" not in [t.kind for t in section.tables] and "Not recorded." in section.text

@@ -308,7 +308,7 @@ def test_a_large_item_takes_turns_in_parts_that_keep_a_variants_backends_togethe
 
 
 def test_the_run_line_says_when_an_item_took_turns_in_parts() -> None:
-    from guestbench.report import _run_line
+    from guestbench.report import run_line as _run_line
 
     doc = {"status": "complete", "order": {"mode": "interleaved", "block_cells": 8}}
     assert "order interleaved (cells of a measurement take turns, at most 8 cells at once)" in _run_line(doc)

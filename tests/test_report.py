@@ -14,7 +14,8 @@ import pytest
 from rich.console import Console
 
 from guestbench import report, stats
-from guestbench.report import CSV_HEADER, fmt_seconds, rows, to_csv, to_markdown, to_summary_json, warnings
+from guestbench.output import markdown, results_doc, terminal
+from guestbench.report import CSV_HEADER, fmt_seconds, rows, to_csv, to_summary_json, warnings
 from guestbench.results import ResultsFile, load_results
 
 MB500 = 500 * 10**6
@@ -75,8 +76,12 @@ def parse_csv(text: str) -> list[dict[str, str]]:
 
 def render_text(doc: dict[str, Any]) -> str:
     console = Console(record=True, width=200)
-    report.render(doc, console)
+    terminal.render(results_doc.show_document(doc, brief=True), console)
     return console.export_text()
+
+
+def to_markdown(doc: dict[str, Any]) -> str:
+    return markdown.to_markdown(results_doc.show_document(doc))
 
 
 def squash(text: str) -> str:
@@ -162,7 +167,7 @@ def test_markdown_has_every_median_timed_text_and_context() -> None:
     assert STARTUP_TIMED in md and UPLOAD_TIMED in md
     assert "95% CI of the mean (Student t)" in md
     assert "1.00 (fastest)" in md and "2.00×" in md
-    assert "## Backends not measured" in md and "uml: no UML kernel in /usr/lib/uml" in md
+    assert "## Backends not measured" in md and "| uml | no UML kernel in /usr/lib/uml |" in md
     assert "## startup" in md and "## upload" in md
 
 
@@ -413,11 +418,11 @@ def test_header_lines_and_unusable_backends_of_the_level1_guest(tmp_path: Path) 
     line = "QEMU TCG CPU version 2.5+ · QEMU guest (TCG), no /dev/kvm · level-1 on tcg, 2 vCPUs, 4096 MiB"
     assert report.nested_line(doc) == line
     text = render_text(doc)
-    assert f"nested: {line}" in text.splitlines()
-    assert text.splitlines().index(f"nested: {line}") == text.splitlines().index("host: AMD EPYC · KVM guest") + 1
+    assert f"Nested: {line}" in text.splitlines()
+    assert text.splitlines().index(f"Nested: {line}") == text.splitlines().index("Host: AMD EPYC · KVM guest") + 1
     assert f"Host: AMD EPYC · KVM guest  \nNested: {line}  \n" in to_markdown(doc)
     assert report.unusable_backends(doc) == {"tcg (nested)": TCG_NESTED_REASON}
-    assert "tcg (nested): " + TCG_NESTED_REASON in to_markdown(doc)
+    assert "| tcg (nested) | " + TCG_NESTED_REASON + " |" in to_markdown(doc)
     assert "level-1 run failed" not in text
     failed = nested_results(tmp_path, error="level-1 guest did not boot within 900 s")
     assert "warning: level-1 run failed: level-1 guest did not boot within 900 s" in render_text(failed)

@@ -85,7 +85,7 @@ class Backend:
     summary: str = ""
     phase_markers: str = "qemu"  # which boot markers its console prints (guestbench.phases.MARKERS)
     appliance_flavour: str = "qemu"  # which of guestbench's appliances it boots (guestbench.appliance.FLAVOURS)
-    # its bars in charts (guestbench.charts); the default is for names no longer registered (old results)
+    # its bars in charts (guestbench.output.charts); the default is for names no longer registered (old results)
     colour: str = "#937860"
     # the limit for its probe launch: a working backend launches in seconds with KVM, in under a minute with TCG
     probe_timeout_s: float = 240.0

@@ -27,6 +27,7 @@ from guestbench.nested import image as nested_image
 from guestbench.nested.image import GUEST_CACHE, GUEST_DATA
 from guestbench.results import ResultsFile
 from guestbench.scenario import Scenario
+from guestbench.units import format_duration
 
 # Time-outs inside the level-1 guest are the scenario's times this. Measured here with the level-1 guest on
 # TCG: UML start-up 107 s against 5.8 s on the host (18x); TCG inside TCG slower still.
@@ -62,14 +63,10 @@ class Level1:
         return (f"nested: level-1 guest on {accel}, {self.vcpus} vCPU{'s' if self.vcpus > 1 else ''}, {self.memory_mib} MiB; every time-out "
                 f"inside is ×{self.timeout_scale:g}: launch {self.launch_timeout_s:.0f} s, timed step "
                 f"{self.sample_timeout_s:.0f} s, backend probe {self.probe_timeout_s:.0f} s; the whole level-1 run "
-                f"is stopped after {_duration(self.deadline_s)}, or after {SILENCE_S:.0f} s without a word from it")
+                f"is stopped after {format_duration(self.deadline_s)}, or after {SILENCE_S:.0f} s without a word from it")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
 
 
 def plan(sc: Scenario, kvm: bool, probe_timeout: float | None) -> Level1:

@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from guestbench.backends import BACKENDS, Availability
+from guestbench.reasons import short_reason
 from guestbench.results import ResultsFile
 from guestbench.run import probe
 from guestbench.run.executor import Executor
@@ -24,8 +25,10 @@ class Gate:
     """The backend verdicts of one run. Thread-safe: concurrent appliances report their first launches."""
 
     def __init__(self, results: ResultsFile, console: Console, executor: Executor, run_dir: Path, *,
-                 reprobe: bool = False, probe_timeout: float | None = None, defer: bool = False) -> None:
+                 reprobe: bool = False, probe_timeout: float | None = None, defer: bool = False,
+                 verbose: bool = False) -> None:
         self.results = results
+        self.verbose = verbose  # full reasons on the console (the results file always has them)
         self.console = console
         self.executor = executor
         self.run_dir = run_dir
@@ -112,9 +115,10 @@ class Gate:
 
     def _say(self, name: str, av: Availability) -> None:
         cached = " (cached verdict)" if av.details.get("cached") else ""
+        reason = av.reason if self.verbose else short_reason(av.reason)
         if av.details.get("deferred"):
-            self.console.print(f"[yellow]?[/] {name}: probe ", av.reason, sep="", highlight=False)
+            self.console.print(f"[yellow]?[/] {name}: probe ", reason, sep="", highlight=False)
         elif av.usable:
-            self.console.print(f"[green]✓[/] {name}: usable — ", av.reason + cached, sep="", highlight=False)
+            self.console.print(f"[green]✓[/] {name}: usable — ", reason + cached, sep="", highlight=False)
         else:
-            self.console.print(f"[red]✗[/] {name}: not usable — ", av.reason + cached, sep="", highlight=False)
+            self.console.print(f"[red]✗[/] {name}: not usable — ", reason + cached, sep="", highlight=False)

@@ -71,7 +71,7 @@ class Runner:
         cgroups.sweep()  # and its workers' control groups
         run_dir = make_run_dir()
         gate = Gate(results, self.console, self.executor, run_dir, reprobe=self.opts.reprobe,
-                    probe_timeout=self.opts.probe_timeout, defer=self.opts.defer_probe)
+                    probe_timeout=self.opts.probe_timeout, defer=self.opts.defer_probe, verbose=self.opts.verbose)
         ctx = RunContext(self.sc, run_dir, gate, Recorder(results, self.console), self.stop, self.opts.verbose)
         with TrapSignals():
             try:

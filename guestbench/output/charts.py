@@ -27,6 +27,7 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from guestbench import density_report, phases, report  # noqa: E402
 from guestbench.backends import BACKENDS, Backend  # noqa: E402
+from guestbench.output.document import Chart, slug  # noqa: E402
 from guestbench.report import Row, fmt_mb_per_s, fmt_seconds  # noqa: E402
 
 OTHER_COLOUR = Backend.colour  # a backend a results file names that is not registered (any more)
@@ -36,27 +37,6 @@ APPLIANCE_COLOURS = ("#dd8452", "#4c72b0", "#55a868", "#c44e52", "#8172b3", "#93
                      "#64b5cd", "#2f4b7c")  # no greys: grey means host side
 WHISKERS = "whiskers: min–max of the samples"
 DPI = 150
-
-
-@dataclass(frozen=True)
-class Chart:
-    """One rendered figure: `name` is unique within a results file and becomes part of the file names."""
-
-    name: str
-    title: str
-    encoding: str  # what the marks mean (bar, whiskers, dots, hatching)
-    context: str  # what was timed, cache mode, methods: repeated by a report when no table above says it
-    png: bytes
-    svg: bytes
-
-    @property
-    def caption(self) -> str:
-        return f"{self.encoding} {self.context}"
-
-
-def slug(text: str) -> str:
-    """A file-name-safe form of a label or file stem."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "chart"
 
 
 def bar_names(group: list[Row]) -> list[str]:
@@ -103,7 +83,7 @@ def _cache_text(group: list[Row]) -> str:
 
 def _bar_text(r: Row) -> str:
     if r.summary is None:
-        why = report.table_cells(r)[5]
+        why = report.no_data_text(r)
         return f"no samples: {why if len(why) <= 70 else why[:69] + '…'}"
     text = f"{fmt_seconds(r.summary.median)} s · n={r.n}"
     if r.mb_per_s is not None:
@@ -263,14 +243,24 @@ def density_chart(scenario: str, rec: dict[str, Any]) -> Chart:
                  png=png, svg=svg)
 
 
-def document_charts(doc: dict[str, Any]) -> tuple[dict[str, Chart], list[tuple[report.PhaseTable, Chart]]]:
-    """Measurement charts by label, and each boot-phase table (`report.phase_tables`) with its chart; a density
-    item's appliances have the density chart instead (density_chart)."""
+@dataclass(frozen=True)
+class DocumentCharts:
+    """The charts of one results document: by measurement label, per density item, per boot-phase table (in
+    the order of `density_report.tables` and `report.phase_tables`)."""
+
+    measured: dict[str, Chart]
+    density: list[Chart]
+    phases: list[Chart]
+
+
+def document_charts(doc: dict[str, Any]) -> DocumentCharts:
+    """A chart for each timing table (a workload's figures and a density item's appliances have their own
+    tables), each density item and each boot-phase table."""
     scenario = report.scenario_name(doc)
     per_label: dict[str, list[tuple[dict[str, Any], Row]]] = {}
     for cell, r in report.cells_and_rows(doc):
-        if r.density:
-            continue
-        per_label.setdefault(r.label, []).append((cell, r))
-    measured = {label: measurement_chart(scenario, label, group) for label, group in per_label.items()}
-    return measured, [(pt, phase_chart(scenario, pt)) for pt in report.phase_tables(doc)]
+        if not r.density and not r.workload:
+            per_label.setdefault(r.label, []).append((cell, r))
+    return DocumentCharts({label: measurement_chart(scenario, label, group) for label, group in per_label.items()},
+                          [density_chart(scenario, rec) for rec in density_report.to_dicts(doc)],
+                          [phase_chart(scenario, pt) for pt in report.phase_tables(doc)])

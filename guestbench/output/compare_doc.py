@@ -1,0 +1,37 @@
+"""Build the document of `guestbench compare` (and `guestbench ab`): a table per OTHER file with its method
+and notes, then the regressions, so the terminal and Markdown print the same verdicts."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from guestbench import compare
+from guestbench.output.document import Bullets, Document, Heading, Para, Section, Table
+
+
+def compare_document(comparisons: Sequence[compare.Comparison], fail_above_pct: float | None) -> Document:
+    sections = [_section(c, fail_above_pct) for c in comparisons]
+    found = compare.regressions(comparisons, fail_above_pct)
+    tail = Section("", parts=[Bullets(found, title="Regressions", lead="REGRESSION", style="regression")] if found
+                   else [Heading("Regressions"),
+                         Para(compare.no_regression_text(fail_above_pct), "good" if fail_above_pct is not None else "")])
+    return Document("guestbench compare", sections=[*sections, tail])
+
+
+def _section(c: compare.Comparison, fail_above_pct: float | None) -> Section:
+    title = f"{c.other_path} vs baseline {c.base_path}"
+    verdict = len(compare.COLUMNS) - 1
+    rows, styles = [], {}
+    for i, r in enumerate(c.rows):
+        cells = compare.table_cells(r)
+        if r.is_regression(fail_above_pct):
+            cells[verdict] = f"REGRESSION: {cells[verdict]}"
+            styles.update({(i, j): "regression" for j in range(len(cells))})
+        elif r.change == compare.REGRESSION:
+            styles[(i, verdict)] = "warn"
+        elif r.change == compare.IMPROVEMENT:
+            styles[(i, verdict)] = "good"
+        rows.append(cells)
+    table = Table("comparison", title, list(compare.COLUMNS), rows, caption=compare.method_text(c, fail_above_pct),
+                  label=title, numeric_from=3, styles=styles, empty="No cell has samples in both files.")
+    return Section("", parts=[table, Bullets(compare.notes(c), lead="note", style="warn")])

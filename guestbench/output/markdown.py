@@ -1,0 +1,75 @@
+"""Render a document as Markdown: for issues, pull requests and report.md.
+
+An untitled single section sits under the document's `#` title and its tables get `##` headings; a
+document of titled sections (a report of several files, a comparison) puts each section under `##` and its
+tables under `###`. Header lines end in two spaces (a line break, not a new paragraph). Cells styled `bad`
+or `best` are bold; user text is escaped so it cannot break a table.
+"""
+
+from __future__ import annotations
+
+from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Table
+
+BOLD = ("bad", "best", "regression")
+
+
+def md_text(text: str) -> str:
+    """User text made safe inside a table cell or a list item."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(document: Document) -> str:
+    lines = [f"# {md_text(document.title)}", ""]
+    for p in document.intro:
+        lines += [*_part(p, 2), ""]
+    for s in document.sections:
+        level = 2
+        if s.title:
+            lines += [f"## {md_text(s.title)}", ""]
+            level = 3
+        meta = [p for p in s.parts if isinstance(p, Para) and p.kind in ("meta", "warning")]
+        # the header lines of a section form one paragraph: no blank line between them
+        for p in meta:
+            lines += _part(p, level)
+        if meta:
+            lines.append("")
+        for p in s.parts:
+            if p not in meta:
+                lines += [*_part(p, level), ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _part(p: Part, level: int) -> list[str]:
+    if isinstance(p, Table):
+        return _table(p, level)
+    if isinstance(p, Bullets):
+        head = [f"{'#' * level} {md_text(p.title)}", ""] if p.title else []
+        lead = f"**{md_text(p.lead)}** " if p.lead and p.style in BOLD else ""
+        items = [f"- {lead}{md_text(i)}" for i in p.items]
+        return head + (items or ([p.empty] if p.title else []))
+    if isinstance(p, Heading):
+        return [f"{'#' * (level + p.level - 1)} {md_text(p.text)}"]
+    if isinstance(p, Para):
+        if p.kind == "warning":
+            return [f"**Warning:** {md_text(p.text)}  "]
+        if p.kind == "meta":
+            return [f"{md_text(p.text)}  "]
+        return [f"**{md_text(p.text)}**" if p.kind == "bad" else md_text(p.text)]
+    if isinstance(p, Figure):
+        return [f"![{p.chart.title}]({p.png_name})", "", f"Chart: {md_text(p.caption)} (also {p.stem}.svg)"]
+    raise TypeError(f"not a document part: {p!r}")
+
+
+def _table(t: Table, level: int) -> list[str]:
+    lines = [f"{'#' * level} {md_text(t.title)}", ""]
+    if not t.rows:
+        return lines + [md_text(t.empty)] + (["", md_text(t.caption)] if t.caption else [])
+    lines += ["| " + " | ".join(md_text(h) for h in t.headers) + " |", "|" + "---|" * len(t.headers)]
+    for i, row in enumerate(t.rows):
+        cells = [f"**{md_text(c)}**" if t.styles.get((i, j)) in BOLD else md_text(c) for j, c in enumerate(row)]
+        lines.append("| " + " | ".join(cells) + " |")
+    if t.caption:
+        lines += ["", md_text(t.caption)]
+    if t.notes:
+        lines += ["", *(f"- {md_text(n)}" for n in t.notes)]
+    return lines

@@ -1,0 +1,171 @@
+"""Build the document of one or more results files: every table any format prints, in one place.
+
+The same parts go to the terminal (`show`, a scenario's final print), Markdown (`show --markdown`,
+report.md) and HTML (index.html), so the formats cannot drift: timing tables, workload tools' figures
+(fio, bonnie++, dbench, tar), durability verdicts, host vs nested, density, cost, boot phases, backends
+not measured, warnings. Only `guestbench report` adds charts and the full fingerprints (`full=True`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from guestbench import __version__, cost, density_report, metrics_report, report
+from guestbench.reasons import short_reason
+from guestbench.output.document import Bullets, Document, Figure, Para, Part, Section, Table, slug
+
+INTRO = ("One section per results file. Absolute seconds compare only within one run (same machine, same "
+         "time); across runs use guestbench compare, which tests the difference.")
+
+def show_document(doc: dict[str, Any], *, brief: bool = False) -> Document:
+    """What `show` prints: one results file, no charts. `brief` shortens reasons to a sentence (terminal)."""
+    return Document(f"guestbench: {report.scenario_name(doc)}", sections=[section(doc, brief=brief)])
+
+
+def report_document(inputs: list[tuple[str, dict[str, Any]]], *, charts: bool = True) -> Document:
+    """What `guestbench report` writes: a section per results file, with charts and fingerprints."""
+    taken: set[str] = set()
+    sections = []
+    for path, doc in inputs:
+        doc = dict(doc, _path=path)
+        stem = _unique_stem(path, taken)
+        sections.append(section(doc, title=f"{report.scenario_name(doc)} — {Path(path).name}", anchor=stem,
+                                full=True, stem=stem if charts else None))
+    intro = [Para(f"guestbench {__version__}, {len(sections)} results file(s). {INTRO}", "meta")]
+    return Document("guestbench report", intro, sections)
+
+
+def section(doc: dict[str, Any], *, title: str = "", anchor: str = "", brief: bool = False, full: bool = False,
+            stem: str | None = None) -> Section:
+    """Every table of one results file; `stem` (a file-name stem) adds the charts, `full` the fingerprints."""
+    drawn = _charts(doc, stem) if stem is not None else None
+    parts: list[Part] = [*_header(doc)]
+    timing = report.by_label(r for r in report.rows(doc) if not r.workload and not r.density)
+    metric_tables = metrics_report.metric_tables(doc)
+    durable = metrics_report.durability_rows(doc)
+    if not timing and not metric_tables and not durable and not doc.get("density"):
+        parts.append(Para("No measurements recorded."))
+    for label, group in timing.items():
+        parts.append(_timing_table(label, group))
+        if drawn is not None and label in drawn.measured:
+            parts.append(_figure(drawn.measured[label], stem))
+    parts += [_metric_table(mt) for mt in metric_tables]
+    parts += [_durability_table(durable)] if durable else []
+    for pl in report.placement_tables(doc):
+        parts.append(Table("placements", pl.title, pl.header, pl.rows, caption=pl.caption, label=pl.title,
+                           numeric_from=3, empty=report.NO_PAIRS))
+        parts += [Bullets([g.text for g in pl.gaps], lead=pl.title, style="warn")] if pl.gaps else []
+    for i, dt in enumerate(density_report.tables(doc)):
+        parts.append(Table("density", dt.title, dt.header, dt.rows, caption=dt.caption, label=dt.title,
+                           numeric_from=0))
+        if drawn is not None:
+            parts.append(_figure(drawn.density[i], stem))
+    parts += _cost_tables(doc)
+    for i, pt in enumerate(report.phase_tables(doc)):
+        parts.append(Table("phases", pt.title, pt.header, pt.rows, caption=pt.caption, label=pt.title,
+                           numeric_from=1))
+        if drawn is not None:
+            parts.append(_figure(drawn.phases[i], stem))
+    unusable = report.unusable_backends(doc)
+    parts.append(Table("unusable", "Backends not measured", ["backend", "reason"],
+                       [[name, short_reason(why) if brief else why] for name, why in unusable.items()],
+                       quiet_when_empty=True))
+    parts.append(Bullets(report.warnings(doc), title="Warnings", lead="warning", style="warn"))
+    if full:
+        parts += _fingerprints(doc)
+    return Section(title, anchor, parts)
+
+
+def _header(doc: dict[str, Any]) -> list[Para]:
+    out = [Para(report.run_line(doc), "meta"), Para(f"Host: {report.host_line(doc)}", "meta")]
+    nested, error = report.nested_line(doc), report.nested_error(doc)
+    out += [Para(f"Nested: {nested}", "meta")] if nested else []
+    out += [Para(error, "warning")] if error else []
+    return out
+
+
+def _timing_table(label: str, group: list[report.Row]) -> Table:
+    styles: dict[tuple[int, int], str] = {}
+    for i, r in enumerate(group):
+        if r.summary is None:
+            styles[(i, report.COLUMNS.index("median s"))] = "bad"
+        elif r.ratio is not None and math.isclose(r.ratio, 1.0):
+            styles[(i, len(report.COLUMNS) - 1)] = "best"
+    return Table("measurement", label, list(report.COLUMNS), [report.table_cells(r) for r in group],
+                 caption=report.caption(group), label=label, numeric_from=3, styles=styles)
+
+
+def _metric_table(mt: metrics_report.MetricTable) -> Table:
+    styles = {(i, j + 1): "best" for i, r in enumerate(mt.rows)
+              for j, best in enumerate(metrics_report.best_marks(r)) if best}
+    title = mt.group + (f" ({mt.placement})" if mt.placement != "host" else "")
+    return Table("metrics", title, metrics_report.header_cells(mt), [metrics_report.row_cells(r) for r in mt.rows],
+                 caption=mt.caption, notes=list(mt.notes), label=mt.group, numeric_from=1, styles=styles)
+
+
+def _durability_table(durable: list[metrics_report.DurabilityRow]) -> Table:
+    verdict = metrics_report.DURABILITY_HEADER.index("fsync after a power cut")
+    styles = {(i, verdict): "good" if r.verdict.startswith("honoured") else "bad" for i, r in enumerate(durable)}
+    return Table("durability", "durability", list(metrics_report.DURABILITY_HEADER),
+                 [metrics_report.durability_cells(r) for r in durable], caption=metrics_report.DURABILITY_CAPTION,
+                 label="durability", styles=styles)
+
+
+def _cost_tables(doc: dict[str, Any]) -> list[Table]:
+    prices = cost.prices_of(doc)
+    cost_rows = cost.rows(doc, prices)
+    if not cost_rows:
+        return []
+    return [Table("cost", "what it costs", cost.header(prices), [cost.cells(r, prices) for r in cost_rows],
+                  caption=cost.caption(cost_rows, prices), label="what it costs", numeric_from=3)]
+
+
+def _fingerprints(doc: dict[str, Any]) -> list[Part]:
+    host, nested_host = doc.get("host"), report.nested_host(doc)
+    parts: list[Part] = [Table("host", "Host fingerprint", ["key", "value"],
+                               host_rows(host) if isinstance(host, dict) and host else [], empty="Not recorded.")]
+    if nested_host is not None:
+        parts.append(Table("nested-host", "Level-1 guest fingerprint (placement nested)", ["key", "value"],
+                           host_rows(nested_host) if nested_host else [], empty="Not recorded."))
+    return parts
+
+
+def host_rows(value: Any, key: str = "") -> list[list[str]]:
+    """A fingerprint as (dotted key, value) rows, every leaf as recorded; bytes also in GiB."""
+    if isinstance(value, dict) and value:
+        return [row for k, v in value.items() for row in host_rows(v, f"{key}.{k}" if key else str(k))]
+    return [[key, _host_value(key, value)]]
+
+
+def _host_value(key: str, value: Any) -> str:
+    if value is None or value == [] or value == {}:
+        return report.NONE
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    if key.endswith("_bytes") and isinstance(value, int):
+        return f"{value} bytes ({value / 2**30:.1f} GiB)"
+    return str(value)
+
+
+def _charts(doc: dict[str, Any], stem: str) -> Any:  # a charts.DocumentCharts
+    from guestbench.output import charts  # matplotlib: only documents with charts pay for importing it
+
+    return charts.document_charts(doc)
+
+
+def _figure(chart: Any, stem: str | None) -> Figure:
+    return Figure(chart, f"{stem}-{chart.name}", chart.encoding)
+
+
+def _unique_stem(path: str, taken: set[str]) -> str:
+    base = slug(Path(path).stem)
+    stem, n = base, 1
+    while stem in taken:
+        n += 1
+        stem = f"{base}-{n}"
+    taken.add(stem)
+    return stem

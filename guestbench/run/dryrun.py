@@ -1,0 +1,177 @@
+"""`guestbench scenario FILE --dry-run`: what a run would do, and roughly how long it would take, with nothing
+launched.
+
+The cells come from the same plan the runner uses (run.plan), for every placement. The backends' verdicts are
+the cached ones only (a probe would launch): a backend without one is listed as 'would be probed'. The
+estimate of a cell is its iterations times the median sample of the same cell in earlier results files
+in the newest earlier results file that has one (same placement, backend, measurement and parameters; else the
+same measurement with other parameters, said so), plus one appliance start-up per cell where the measurement does not time the launch itself. A cell with
+no earlier figure has no estimate and is counted apart: the total never pretends to know it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from guestbench.backends import BACKENDS
+from guestbench.measurements import get as get_measurement
+from guestbench.output.document import Bullets, Document, Para, Section, Table
+from guestbench.reasons import short_reason
+from guestbench.report import sample_seconds
+from guestbench.run import plan as planner
+from guestbench.run import probe
+from guestbench.scenario import Scenario
+from guestbench.units import format_duration
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A backend's cached verdict, or none yet (its probe would launch it once, up to `probe_s`)."""
+
+    state: str  # usable, not usable, would be probed
+    reason: str
+    probe_s: float = 0.0  # the time a probe would add to the run
+
+
+@dataclass
+class PlannedCell:
+    placement: str
+    backend: str
+    label: str
+    measurement: str
+    params: dict[str, Any]
+    iterations: int  # launches of the cell: cold + warm-ups + repetitions (the cap, with a precision target)
+    estimate_s: float | None = None
+    basis: str = "no earlier figure"
+
+
+@dataclass
+class DryRun:
+    scenario: Scenario
+    verdicts: dict[str, Verdict]
+    cells: list[PlannedCell]
+    history: list[str] = field(default_factory=list)  # the earlier results files read
+
+    @property
+    def probe_s(self) -> float:
+        return sum(v.probe_s for v in self.verdicts.values())
+
+    @property
+    def estimated_s(self) -> float:
+        return self.probe_s + sum(c.estimate_s for c in self.cells if c.estimate_s is not None)
+
+    @property
+    def unknown(self) -> list[PlannedCell]:
+        return [c for c in self.cells if c.estimate_s is None]
+
+
+def verdict(name: str) -> Verdict:
+    """The cached verdict of a backend; never probes, never starts a daemon."""
+    backend = BACKENDS[name]
+    cached = probe.cached_verdict(backend, backend.probe_key())
+    if cached is None:
+        return Verdict("would be probed", "no cached verdict: the run probes it with one launch first",
+                       backend.probe_timeout())
+    return Verdict("usable" if cached.usable else "not usable", cached.reason)
+
+
+def history(results_dir: Path) -> tuple[list[str], list[dict[str, Any]]]:
+    """The readable results files in `results_dir` (others are passed over: a dry run reports, it does not judge)."""
+    names, cells = [], []
+    for path in sorted(results_dir.glob("*.json")) if results_dir.is_dir() else []:
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        found = [c for c in doc.get("cells") or [] if isinstance(c, dict) and sample_seconds(c)] \
+            if isinstance(doc, dict) else []
+        if found:
+            names.append(path.name)
+            cells += [dict(c, _file=path.name) for c in found]
+    return names, cells
+
+
+def _launch_s(backend: str, placement: str, earlier: list[dict[str, Any]]) -> float | None:
+    """An appliance start-up on this backend and placement, from earlier start-up cells."""
+    found = [s for c in earlier if c.get("backend") == backend and c.get("placement", "host") == placement
+             and c.get("measurement") == "startup" for s in sample_seconds(c)]
+    return statistics.median(found) if found else None
+
+
+def estimate(cell: PlannedCell, earlier: list[dict[str, Any]]) -> None:
+    """Fill in the cell's estimate and the figure it rests on, from the closest earlier cell."""
+    same = [c for c in earlier if c.get("backend") == cell.backend and c.get("measurement") == cell.measurement
+            and c.get("placement", "host") == cell.placement]
+    exact = [c for c in same if c.get("params") == cell.params]
+    if not (exact or same):
+        return
+    newest = (exact or same)[-1]["_file"]  # the newest file says most about this machine as it is now
+    pick = [c for c in exact or same if c["_file"] == newest]
+    per = statistics.median(s for c in pick for s in sample_seconds(c))
+    total = per * cell.iterations
+    basis = f"{cell.iterations} × median {per:.1f} s ({pick[-1]['_file']}{'' if exact else ', other parameters'})"
+    if not get_measurement(cell.measurement).times_launch:
+        launch = _launch_s(cell.backend, cell.placement, earlier)
+        if launch is None:
+            return  # its launches are part of the cost and nothing says how long they take
+        total += launch * cell.iterations
+        basis += f" + {cell.iterations} start-ups of {launch:.1f} s"
+    cell.estimate_s, cell.basis = total, basis
+
+
+def dry_run(sc: Scenario, results_dir: Path) -> DryRun:
+    names = list(sc.backends) if sc.backends is not None else list(BACKENDS)
+    verdicts = {n: verdict(n) for n in names}
+    runnable = [n for n in names if verdicts[n].state != "not usable"]
+    files, earlier = history(results_dir)
+    cells = []
+    for placement in sc.placements:
+        for group in planner.plan(sc, runnable):
+            for c in group.cells:
+                cells.append(PlannedCell(placement, c["backend"], c["label"], c["measurement"], c["params"],
+                                         len(group.iterations)))
+    for cell in cells:
+        estimate(cell, earlier)
+    return DryRun(sc, verdicts, cells, files)
+
+
+def to_dict(dr: DryRun) -> dict[str, Any]:
+    """The dry run for `--json`."""
+    return {"scenario": dr.scenario.name, "source": dr.scenario.source,
+            "backends": {n: dataclasses.asdict(v) for n, v in dr.verdicts.items()},
+            "cells": [dataclasses.asdict(c) for c in dr.cells], "estimated_s": dr.estimated_s, "probe_s": dr.probe_s,
+            "cells_without_estimate": len(dr.unknown), "history": dr.history}
+
+
+def document(dr: DryRun) -> Document:
+    """The dry run as a document: the backends' verdicts, the cells, the estimate and what it rests on."""
+    sc = dr.scenario
+    sampling = (f"{sc.repetitions} to {sc.rep_cap} repetitions (precision {sc.precision:.0%})" if sc.precision
+                else f"{sc.repetitions} repetitions") + f", {sc.warmup} warm-up(s)"
+    verdicts = Table("verdicts", "Backends (cached verdicts; nothing is probed by a dry run)",
+                     ["backend", "verdict", "reason"],
+                     [[n, v.state, short_reason(v.reason)] for n, v in dr.verdicts.items()])
+    rows = [[c.placement, c.backend, c.label, c.measurement, str(c.iterations),
+             format_duration(c.estimate_s) if c.estimate_s is not None else "?", c.basis] for c in dr.cells]
+    cells = Table("cells", f"Cells that would run ({len(dr.cells)})",
+                  ["placement", "backend", "label", "measurement", "launches", "estimate", "from"], rows,
+                  empty="no cell: no backend of the scenario is usable here")
+    known = dr.estimated_s - dr.probe_s
+    lines = [f"estimated duration: {format_duration(known)} for the {len(dr.cells) - len(dr.unknown)} cells with an "
+             "earlier figure" + (f", plus backend probes of up to {format_duration(dr.probe_s)} (their time-outs)"
+                                 if dr.probe_s else "")]
+    if dr.unknown:
+        lines.append(f"{len(dr.unknown)} of {len(dr.cells)} cells have no earlier figure and are not in the estimate")
+    if "nested" in sc.placements:
+        lines.append("the nested placement adds the level-1 guest's build (first time) and boot, not in the estimate")
+    lines.append(f"estimated from {len(dr.history)} earlier results file(s)" if dr.history
+                 else "no earlier results file to estimate from: run it once, then a dry run can say")
+    intro = [Para(f"{sc.source}: valid. {sampling}; placements {', '.join(sc.placements)}. Nothing was launched.",
+                  "meta")]
+    return Document(f"guestbench scenario --dry-run: {sc.name}", intro,
+                    [Section("", "", [verdicts, cells, Bullets(lines, title="Estimate")])])

@@ -1,0 +1,46 @@
+"""The documentation stays true: the scenario reference is what the validator accepts, the README stays short,
+and every relative link in README.md and docs/ points at a file that exists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from guestbench.output import scenario_reference
+
+ROOT = Path(__file__).resolve().parent.parent
+README_MAX_LINES = 300
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_the_scenario_reference_is_current() -> None:
+    path = ROOT / "docs" / "scenario-reference.md"
+    assert path.read_text() == scenario_reference.markdown(), "docs/scenario-reference.md is stale: run make docs"
+
+
+def test_every_measurement_parameter_and_key_is_in_the_reference() -> None:
+    from guestbench.measurements import MEASUREMENTS
+    from guestbench.scenario import TOP_KEYS
+
+    text = (ROOT / "docs" / "scenario-reference.md").read_text()
+    assert all(f"| `{k}` |" in text for k in TOP_KEYS)
+    assert all(f"### `{m.name}`" in text and all(f"| `{p.name}` |" in text for p in m.params)
+               for m in MEASUREMENTS.values())
+
+
+def test_the_readme_is_short_and_links_the_docs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= README_MAX_LINES
+    for page in ("docs/architecture.md", "docs/scenario-reference.md", "docs/results-format.md"):
+        assert page in readme, page
+
+
+def test_every_relative_link_in_the_docs_resolves() -> None:
+    broken = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for target in LINK.findall(page.read_text()):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            if not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, broken

@@ -1,0 +1,66 @@
+"""`guestbench scenario FILE --dry-run`: every shipped scenario lists its cells and an estimate, launching nothing."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, guestbench
+from guestbench.report import sample_seconds
+from guestbench.run import dryrun
+from guestbench.scenario import load_scenario
+
+SCENARIOS = sorted((ROOT / "scenarios").rglob("*.yaml"))
+HISTORY = ROOT / "tests" / "data" / "results"
+HYPERVISORS = ("qemu-system", "/linux", "vmlinux", "libvirtd", "virtqemud", "guestfish", "supermin")
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: str(p.relative_to(ROOT / "scenarios")))
+def test_dry_run_of_every_shipped_scenario_lists_its_cells_and_starts_no_hypervisor(path: Path, tmp_path: Path) -> None:
+    """Every program the dry run executes is recorded by strace: none may be a hypervisor or a daemon."""
+    trace = tmp_path / "execs"
+    proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(trace), sys.executable, "-m",
+                           "guestbench", "scenario", str(path), "--dry-run", "--json", "--results", str(HISTORY)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    sc = load_scenario(path)
+    assert out["cells"], out
+    assert {c["placement"] for c in out["cells"]} == set(sc.placements)
+    assert {c["measurement"] for c in out["cells"]} == {m.measurement for m in sc.measurements}
+    assert set(out["backends"]) == set(sc.backends or out["backends"])
+    assert out["estimated_s"] >= 0 and out["cells_without_estimate"] <= len(out["cells"])
+    execs = [line for line in trace.read_text().splitlines() if "execve(" in line and line.endswith("= 0")]
+    # a program asked for its version (qemu, supermin: the cached verdicts' key) is not started as a hypervisor
+    started = [e for e in execs if any(h in e.split("execve(", 1)[1].split(",", 1)[0] for h in HYPERVISORS)
+               and '"--version"]' not in e]
+    assert not started, started
+
+
+def test_the_estimate_is_the_earlier_runs_median_times_the_launches() -> None:
+    sc = load_scenario(ROOT / "scenarios" / "startup.yaml")
+    dr = dryrun.dry_run(sc, HISTORY)
+    newest = sorted(p for p in HISTORY.glob("*.json") if any(
+        c["backend"] == "tcg" and c["measurement"] == "startup" and c.get("placement", "host") == "host"
+        for c in json.loads(p.read_text())["cells"]))[-1]
+    earlier = json.loads(newest.read_text())
+    tcg = next(c for c in earlier["cells"] if c["backend"] == "tcg" and c["measurement"] == "startup")
+    cell = next(c for c in dr.cells if c.backend == "tcg")
+    assert cell.iterations == 1 + sc.warmup + sc.repetitions  # cold + warm-ups + repetitions
+    assert cell.estimate_s == pytest.approx(cell.iterations * statistics.median(sample_seconds(tcg)))
+    assert newest.name in cell.basis
+    assert dr.estimated_s >= cell.estimate_s
+
+
+def test_dry_run_prints_the_table_and_exits_0_and_bad_input_is_one_line(tmp_path: Path) -> None:
+    ok = guestbench("scenario", "scenarios/upload.yaml", "--dry-run", "--backend", "uml,tcg", "--results",
+                    str(HISTORY))
+    assert ok.returncode == 0, ok.stderr
+    assert "Cells that would run" in ok.stdout and "Nothing was launched" in ok.stdout
+    bad = guestbench("scenario", "scenarios/upload.yaml", "--dry-run", "--csv")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--csv" in bad.stderr
