@@ -12,11 +12,12 @@ from guestbench import host
 from guestbench.run import probe
 from guestbench.backends import BACKENDS
 from guestbench.backends.direct import MSR_QUIRK_FEATURE, msr_quirk_needed, write_quirk_wrapper
-from guestbench.backends.base import qemu_path
+from guestbench.backends.base import HandleConfig, qemu_path
 from guestbench.paths import make_run_dir, remove_tree
 from guestbench.run.supervisor import Supervisor
 
 from conftest import guestbench
+from test_supervisor import HV, ScriptBackend
 
 
 def test_quirk_wrapper_rewrites_every_cpu_model_and_nothing_else(tmp_path: Path) -> None:
@@ -64,6 +65,40 @@ def test_tcg_probe_launches_and_its_verdict_is_cached() -> None:
         assert second.usable and second.details.get("cached") is True
     finally:
         remove_tree(run_dir)
+
+
+class HangOnce(ScriptBackend):
+    """qemu TCG behind a program whose first launch hangs; the backend allows a second probe attempt."""
+
+    def __init__(self, mark: Path, attempts: int) -> None:
+        super().__init__(HV / "hang-once.sh")
+        self.mark, self.attempts = mark, attempts
+
+    def handle_config(self, cache_dir: Path, workload: bool = False) -> HandleConfig:
+        return HandleConfig("direct", ["force_tcg"], hv=str(self.script),
+                            env={"GUESTBENCH_TEST_HANG_MARK": str(self.mark)})
+
+    def probe_attempts(self) -> int:
+        return self.attempts
+
+
+@pytest.mark.launch
+@pytest.mark.parametrize("attempts", [1, 2])
+def test_a_probe_that_runs_out_of_time_is_tried_again_only_where_the_backend_allows(
+        attempts: int, tmp_path: Path, no_leftovers) -> None:
+    mark = tmp_path / "first-launch-hung"
+    run_dir = make_run_dir()
+    try:
+        av = probe.check(HangOnce(mark, attempts), Supervisor(), run_dir, refresh=True, timeout=45)
+    finally:
+        remove_tree(run_dir)
+    assert mark.exists()  # the first launch reached the hypervisor and hung there
+    if attempts == 1:
+        assert not av.usable and av.details["timed_out"] and "attempts" not in av.details, av
+    else:
+        assert av.usable and av.details["attempts"] == 2, av
+        assert av.details["earlier_attempts"] == ["probe launch did not finish within 45 s and was killed"]
+        assert av.reason.endswith("1 earlier attempt(s) did not finish within 45 s"), av.reason
 
 
 @pytest.mark.launch

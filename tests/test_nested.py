@@ -99,7 +99,8 @@ def test_kvm_inside_the_level1_guest_is_found_usable_by_its_own_probe(built: ima
     assert result.exit_status == 0, doc["backends"]
     assert doc["host"]["cpu_model"].startswith("QEMU TCG CPU")  # the guest's, not this host's
     kvm = doc["backends"]["kvm"]
-    assert kvm["usable"] is True and kvm["reason"].endswith("(probe)"), kvm
+    # one launch in a few stalls on this emulated AMD-V: the probe may take a second attempt, and says so
+    assert kvm["usable"] is True and kvm["reason"].startswith("launched in") and "(probe)" in kvm["reason"], kvm
     details = kvm["details"]
     assert details["kvm"]["flavour"] in ("kvm_amd", "kvm_intel") and details["msr_quirk"] == "not-needed"
     assert details["probe_timeout_s"] == EMULATED_KVM_PROBE_TIMEOUT_S

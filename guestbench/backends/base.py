@@ -118,6 +118,11 @@ class Backend:
         """The limit for its probe launch on this host (a backend may know the host is slow for it)."""
         return self.probe_timeout_s
 
+    def probe_attempts(self) -> int:
+        """How many probe launches may run out of time before the verdict is 'not usable' (1: the first decides;
+        a backend whose launches sometimes stall on this host allows a second)."""
+        return 1
+
     def probe_key(self) -> dict[str, Any]:
         """What a cached launch verdict depends on: when any of it changes, probe again."""
         return {}

@@ -11,7 +11,7 @@ from typing import Any
 
 from guestbench import host
 from guestbench.backends.base import Availability, Backend, HandleConfig, common_preconditions
-from guestbench.backends.direct import explain_kvm_failure, kvm_probe_timeout
+from guestbench.backends.direct import explain_kvm_failure, kvm_probe_attempts, kvm_probe_timeout
 
 URI = "qemu:///system"
 # libguestfs names its transient domains "guestfs-" + 16 random characters.
@@ -163,6 +163,9 @@ class LibvirtKvm(_LibvirtBackend):
 
     def probe_timeout(self) -> float:
         return kvm_probe_timeout(self.probe_timeout_s)
+
+    def probe_attempts(self) -> int:
+        return kvm_probe_attempts()
 
     def preconditions(self) -> Availability:
         dev = host.kvm_device()

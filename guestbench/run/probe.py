@@ -103,6 +103,15 @@ def check(backend: Backend, executor: Executor, run_dir: Path, *, refresh: bool 
         return Availability(True, DEFERRED, {**pre.details, "deferred": True})
     limit = timeout or backend.probe_timeout()
     av = launch_probe(backend, executor, run_dir, limit)
+    timed_out: list[str] = []  # the reasons of the attempts that ran out of time, before `av`
+    while not av.usable and av.details.get("timed_out") and len(timed_out) + 1 < backend.probe_attempts():
+        timed_out.append(av.reason)
+        av = launch_probe(backend, executor, run_dir, limit)
+    if timed_out:
+        av.details["attempts"] = len(timed_out) + 1
+        av.details["earlier_attempts"] = timed_out
+        if av.usable:
+            av.reason += f"; {len(timed_out)} earlier attempt(s) did not finish within {limit:g} s"
     av.details = {**pre.details, **av.details, "probe_timeout_s": limit}
     if not av.details.get("worker_crash"):  # a crash of guestbench's own is not the backend's verdict
         store_verdict(backend, key, av)
