@@ -67,38 +67,44 @@ def test_tcg_probe_launches_and_its_verdict_is_cached() -> None:
         remove_tree(run_dir)
 
 
-class HangOnce(ScriptBackend):
-    """qemu TCG behind a program whose first launch hangs; the backend allows a second probe attempt."""
+class BadFirstLaunch(ScriptBackend):
+    """qemu TCG behind a program whose first launch hangs or fails at once; the backend allows `attempts`."""
 
-    def __init__(self, mark: Path, attempts: int) -> None:
-        super().__init__(HV / "hang-once.sh")
-        self.mark, self.attempts = mark, attempts
+    def __init__(self, mark: Path, how: str, attempts: int) -> None:
+        super().__init__(HV / "bad-first-launch.sh")
+        self.mark, self.how, self.attempts = mark, how, attempts
 
     def handle_config(self, cache_dir: Path, workload: bool = False) -> HandleConfig:
         return HandleConfig("direct", ["force_tcg"], hv=str(self.script),
-                            env={"GUESTBENCH_TEST_HANG_MARK": str(self.mark)})
+                            env={"GUESTBENCH_TEST_HANG_MARK": str(self.mark), "GUESTBENCH_TEST_FIRST_LAUNCH": self.how})
 
     def probe_attempts(self) -> int:
         return self.attempts
 
 
 @pytest.mark.launch
-@pytest.mark.parametrize("attempts", [1, 2])
-def test_a_probe_that_runs_out_of_time_is_tried_again_only_where_the_backend_allows(
-        attempts: int, tmp_path: Path, no_leftovers) -> None:
-    mark = tmp_path / "first-launch-hung"
+@pytest.mark.parametrize("how,attempts", [("hang", 1), ("hang", 2), ("fail", 3)])
+def test_a_probe_launch_that_hangs_or_fails_is_tried_again_only_where_the_backend_allows(
+        how: str, attempts: int, tmp_path: Path, no_leftovers) -> None:
+    mark = tmp_path / "first-launch-done"
     run_dir = make_run_dir()
     try:
-        av = probe.check(HangOnce(mark, attempts), Supervisor(), run_dir, refresh=True, timeout=45)
+        av = probe.check(BadFirstLaunch(mark, how, attempts), Supervisor(), run_dir, refresh=True, timeout=45)
     finally:
         remove_tree(run_dir)
-    assert mark.exists()  # the first launch reached the hypervisor and hung there
+    assert mark.exists()  # the first launch reached the hypervisor and went wrong there
     if attempts == 1:
         assert not av.usable and av.details["timed_out"] and "attempts" not in av.details, av
-    else:
-        assert av.usable and av.details["attempts"] == 2, av
-        assert av.details["earlier_attempts"] == ["probe launch did not finish within 45 s and was killed"]
-        assert av.reason.endswith("1 earlier attempt(s) did not finish within 45 s"), av.reason
+        return
+    # the second attempt boots: usable, and the verdict keeps what went wrong before
+    assert av.usable and av.details["attempts"] == 2, av
+    earlier = av.details["earlier_attempts"]
+    assert len(earlier) == 1, earlier
+    if how == "hang":
+        assert earlier == ["probe launch did not finish within 45 s and was killed"]
+    else:  # the failure quotes what the hypervisor said: probe launches are verbose
+        assert earlier[0].startswith("probe launch failed") and "kvm run failed Input/output error (test: first launch)" in earlier[0], earlier
+    assert av.reason.startswith("launched in") and "; 1 earlier attempt(s) did not launch (probe launch" in av.reason
 
 
 @pytest.mark.launch

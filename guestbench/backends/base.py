@@ -119,8 +119,8 @@ class Backend:
         return self.probe_timeout_s
 
     def probe_attempts(self) -> int:
-        """How many probe launches may run out of time before the verdict is 'not usable' (1: the first decides;
-        a backend whose launches sometimes stall on this host allows a second)."""
+        """How many probe launches may fail or run out of time before the verdict is 'not usable' (1: the first
+        decides; a backend whose launches sometimes stall or crash on this host allows more)."""
         return 1
 
     def probe_key(self) -> dict[str, Any]:

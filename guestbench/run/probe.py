@@ -56,7 +56,8 @@ def launch_probe(backend: Backend, executor: Executor, run_dir: Path, timeout: f
     workdir = workdir_for(run_dir, f"probe-{backend.name}")
     request = Request(measurement="startup", params=get_measurement("startup").defaults(), iterations=["cold"],
                       backend=backend.handle_config(cache_dir()).to_dict(), workdir=str(workdir),
-                      timeout=timeout, sample_timeout=timeout, verbose=executor.verbose, verify=False)
+                      timeout=timeout, sample_timeout=timeout, verify=False,
+                      verbose=True)  # the console is the evidence when a probe launch fails (see worker.failure_reason)
     got: dict[str, Any] = {}
 
     def on_message(msg: Message) -> None:
@@ -103,15 +104,15 @@ def check(backend: Backend, executor: Executor, run_dir: Path, *, refresh: bool 
         return Availability(True, DEFERRED, {**pre.details, "deferred": True})
     limit = timeout or backend.probe_timeout()
     av = launch_probe(backend, executor, run_dir, limit)
-    timed_out: list[str] = []  # the reasons of the attempts that ran out of time, before `av`
-    while not av.usable and av.details.get("timed_out") and len(timed_out) + 1 < backend.probe_attempts():
-        timed_out.append(av.reason)
+    earlier: list[str] = []  # why the attempts before `av` did not launch
+    while not av.usable and not av.details.get("worker_crash") and len(earlier) + 1 < backend.probe_attempts():
+        earlier.append(av.details.get("failure", av.reason))
         av = launch_probe(backend, executor, run_dir, limit)
-    if timed_out:
-        av.details["attempts"] = len(timed_out) + 1
-        av.details["earlier_attempts"] = timed_out
+    if earlier:
+        av.details["attempts"] = len(earlier) + 1
+        av.details["earlier_attempts"] = earlier
         if av.usable:
-            av.reason += f"; {len(timed_out)} earlier attempt(s) did not finish within {limit:g} s"
+            av.reason += f"; {len(earlier)} earlier attempt(s) did not launch ({earlier[-1]})"
     av.details = {**pre.details, **av.details, "probe_timeout_s": limit}
     if not av.details.get("worker_crash"):  # a crash of guestbench's own is not the backend's verdict
         store_verdict(backend, key, av)

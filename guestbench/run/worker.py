@@ -99,7 +99,7 @@ class Appliance:
             if self.phase_markers:
                 self.events.append(ln)
             source, line = ln.source, ln.text
-            if line.strip():
+            if line.strip() and source != "trace":  # the call trace is no evidence of what the hypervisor did
                 self.console.append(line)
                 if self.verbose:
                     sys.stderr.write(f"[{source}] {line}\n")
@@ -129,7 +129,8 @@ def failure_reason(exc: BaseException, appliance: Appliance | None) -> str:
     if advice > 0:
         msg = msg[:advice]
     if appliance is not None:
-        tail = [" ".join(ln.split()) for ln in appliance.console_tail(40)]
+        # the hypervisor's command line as libguestfs prints it ("-append ... panic=1 ...") says nothing of what went wrong
+        tail = [" ".join(ln.split()) for ln in appliance.console_tail(40) if not ln.lstrip().startswith("-")]
         telling = [ln for ln in tail if any(k in ln.lower() for k in
                                             ("error", "fail", "assert", "abort", "panic", "killed", "crash"))]
         shown = (telling or tail)[-3:]
