@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -29,7 +30,6 @@ from guestbench.scenario import apply_overrides, help_text, load_scenario
 from guestbench.output import markdown, results_doc, terminal
 from guestbench.output.compare_doc import compare_document
 from guestbench.run import probe
-from guestbench.run.supervisor import Supervisor, TrapSignals
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70
@@ -59,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="validate, list the cells that would run with the backends' cached verdicts and an estimated "
                    "duration from earlier results files (in --results); nothing is launched")
     _add_run_options(s)
+    s.add_argument("--cluster", metavar="ADDRESS",
+                   help="run on the hosts of a Dask cluster (tcp://HOST:8786) whose workers are 'guestbench worker's; "
+                   "one results file here, each cell naming its host")
+    s.add_argument("--hosts", metavar="NAMES", help="with --cluster: comma-separated worker names, or all (default)")
+    s.add_argument("--exit-with-stdin", action="store_true", help=argparse.SUPPRESS)  # a fleet host's run
+    _add_fleet(sub)
 
     d = sub.add_parser("doctor", help="which backends work here, why not, versions, host fingerprint")
     d.add_argument("--json", action="store_true", help="print JSON")
@@ -147,6 +153,26 @@ def _add_run_options(s: argparse.ArgumentParser) -> None:
                    help="show the appliance console and the exact hypervisor command line")
 
 
+def _add_fleet(sub: Any) -> None:
+    w = sub.add_parser("worker", help="join a fleet: check the backends, then serve a Dask scheduler's fleet runs",
+                       description="Check this host's backends as doctor does, then run a Dask worker (one thread) "
+                       "that offers the usable ones to the scheduler; one fleet measurement at a time. When the "
+                       "worker ends, however it ends, what it started is stopped and removed.")
+    w.add_argument("address", help="the Dask scheduler's address, e.g. tcp://10.0.0.1:8786 (tls:// with TLS)")
+    w.add_argument("--backend", help=f"comma-separated backends to offer ({', '.join(BACKENDS)}; default: every "
+                   "usable one)")
+    w.add_argument("--name", help="this host's name in results (default: the host name)")
+    w.add_argument("--refresh", action="store_true", help="probe again instead of reusing cached verdicts")
+    w.add_argument("--probe-timeout", type=float, help="limit for a backend's probe launch, seconds")
+    w.add_argument("-v", "--verbose", action="store_true", help="show probe launches' console")
+    f = sub.add_parser("fleet", help="fleet helpers: a scheduler and workers on this machine")
+    fsub = f.add_subparsers(dest="fleet_command", required=True, parser_class=_Parser)
+    fl = fsub.add_parser("local", help="start a Dask scheduler and N guestbench workers here; print the address; "
+                         "stop them on Ctrl-C")
+    fl.add_argument("workers", type=int, help="how many workers (0: the scheduler alone)")
+    fl.add_argument("--backend", help="comma-separated backends each worker offers (default: every usable one)")
+
+
 def _add_gate_resources(parser: Any) -> None:
     parser.add_argument("--gate-resources", action="store_true",
                         help="let --fail-above act on CPU s and peak MiB too (by default they are compared but do not "
@@ -213,7 +239,12 @@ def _wide_console() -> Console:
 
 def _print_report(doc: dict[str, Any], fmt: str) -> None:
     if fmt == "json":
-        sys.stdout.write(json.dumps(report.to_summary_json(doc), indent=2, allow_nan=False) + "\n")
+        summary = report.to_summary_json(doc)
+        if "hosts" in summary:  # a fleet run: and the hosts side by side
+            from guestbench import fleet_report
+
+            summary["fleet"] = {"tables": fleet_report.to_json(doc), "warnings": fleet_report.warnings(doc)}
+        sys.stdout.write(json.dumps(summary, indent=2, allow_nan=False) + "\n")
     elif fmt == "markdown":
         sys.stdout.write(markdown.to_markdown(results_doc.show_document(doc)))
     elif fmt == "csv":
@@ -251,6 +282,84 @@ def _run(args: argparse.Namespace, sc: Any, console: Console) -> Any:
         raise e
 
 
+def _exit_with_stdin() -> None:
+    """Stop as on SIGTERM when stdin closes: a fleet host's run ends with the Dask worker that started it."""
+    import signal
+    import threading
+
+    def watch() -> None:
+        while sys.stdin.buffer.read(4096):
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="exit-with-stdin", daemon=True).start()
+
+
+def _run_fleet(args: argparse.Namespace, sc: Any, console: Console) -> Any:
+    from guestbench.run.fleet.coordinator import FleetOptions, run_fleet
+
+    hosts = None
+    if args.hosts and args.hosts != "all":
+        hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+        if not hosts:
+            raise UserError("names no host; allowed: comma-separated worker names, or all", source="command line",
+                            key=f"--hosts {args.hosts}")
+    child = [*(["--reprobe"] if args.reprobe else []), *(["--defer-probe"] if args.defer_probe else []),
+             *(["--probe-timeout", str(args.probe_timeout)] if args.probe_timeout else [])]
+    opts = FleetOptions(address=args.cluster, hosts=hosts, child_options=child, command=("guestbench", *sys.argv[1:]))
+    try:
+        return run_fleet(sc, opts, Path(args.results), console)
+    except Interrupted:
+        console.print("[yellow]interrupted[/]: the hosts were stopped; samples taken so far are kept in the "
+                      "results file (status 'interrupted')")
+        raise
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from guestbench.run.fleet import worker
+
+    _check_probe_timeout(args)
+    names = list(BACKENDS)
+    if args.backend:
+        from guestbench.scenario import Checker
+
+        names = list(Checker("command line").backends("--backend", args.backend))
+    err = Console(stderr=True)
+    with err.status("") as status:
+        checked = probe.check_all(names, refresh=args.refresh, timeout=args.probe_timeout, verbose=args.verbose,
+                                  on_checking=lambda name: status.update(f"checking {name}"))
+    for name, av in checked.items():
+        err.print(f"{'[green]✓[/]' if av.usable else '[yellow]–[/]'} {name}: {short_reason(av.reason or '')}",
+                  highlight=False)
+    import socket
+
+    name = args.name or socket.gethostname().split(".")[0]
+    return worker.serve(args.address, [n for n, av in checked.items() if av.usable], name,
+                        lambda line: err.print(line, highlight=False, markup=False))
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    from guestbench.run.fleet.local import LocalCluster
+
+    if args.workers < 0:
+        raise UserError("is negative; allowed: a number of workers >= 0", source="command line",
+                        key=f"fleet local {args.workers}")
+    if args.backend:
+        from guestbench.scenario import Checker
+
+        Checker("command line").backends("--backend", args.backend)
+    err = Console(stderr=True)
+    cluster = LocalCluster(args.workers, args.backend, lambda line: err.print(line, highlight=False))
+    try:
+        print(cluster.address, flush=True)
+        err.print(f"fleet local: scheduler {cluster.address}, {args.workers} worker(s) starting; Ctrl-C stops them",
+                  highlight=False)
+        cluster.wait()
+    finally:
+        cluster.close()
+    return 0
+
+
 def _dry_run(sc: Any, args: argparse.Namespace) -> int:
     from guestbench.run import dryrun
 
@@ -271,10 +380,17 @@ def cmd_scenario(args: argparse.Namespace) -> int:
     from guestbench.run.runner import exit_status
 
     sc = _scenario_from_args(args)
+    if args.hosts and not args.cluster:
+        raise UserError("needs --cluster ADDRESS", source="command line", key="--hosts")
     if args.dry_run:
+        if args.cluster:
+            raise UserError("is not available with --cluster (each host's gate decides there)",
+                            source="command line", key="--dry-run")
         return _dry_run(sc, args)
+    if args.exit_with_stdin:
+        _exit_with_stdin()
     err = Console(stderr=True)
-    rf = _run(args, sc, err)
+    rf = _run_fleet(args, sc, err) if args.cluster else _run(args, sc, err)
     doc = dict(rf.doc)
     doc["_path"] = str(rf.path)
     _print_report(doc, args.format)
@@ -327,21 +443,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
         names = list(Checker("command line").backends("--backend", args.backend))
     fp = host.fingerprint()
-    verdicts: dict[str, Any] = {}
-    run_dir = make_run_dir()
-    err = Console(stderr=True)
-    sup = Supervisor(verbose=args.verbose)
-    try:
-        with TrapSignals(), err.status("") as status:
-            for name in names:
-                status.update(f"checking {name}")
-                verdicts[name] = probe.check(BACKENDS[name], sup, run_dir, refresh=args.refresh,
-                                             timeout=args.probe_timeout).to_dict()
-    except Interrupted:
-        sup.abort()
-        raise
-    finally:
-        remove_tree(run_dir)
+    with Console(stderr=True).status("") as status:
+        checked = probe.check_all(names, refresh=args.refresh, timeout=args.probe_timeout, verbose=args.verbose,
+                                  on_checking=lambda name: status.update(f"checking {name}"))
+    verdicts: dict[str, Any] = {name: av.to_dict() for name, av in checked.items()}
     from guestbench.nested import image as nested_image
 
     nested = nested_image.status(bool(verdicts.get("kvm", {}).get("usable")))
@@ -548,7 +653,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return {"scenario": cmd_scenario, "doctor": cmd_doctor, "show": cmd_show,
                 "compare": cmd_compare, "report": cmd_report, "nested": cmd_nested, "export": cmd_export,
-                "import": cmd_import, "env": cmd_env, "exec": cmd_exec, "ab": cmd_ab}[args.command](args)
+                "import": cmd_import, "env": cmd_env, "exec": cmd_exec, "ab": cmd_ab, "worker": cmd_worker,
+                "fleet": cmd_fleet}[args.command](args)
     except UserError as e:
         sys.stderr.write(f"guestbench: {_one_line(str(e))}\n")
         return e.exit_status

@@ -19,6 +19,7 @@ from typing import Any
 from guestbench import cost, density_report, metrics_report, phases, units
 from guestbench.noise import BUSY_RULE
 from guestbench.results import figures as cell_figures
+from guestbench.results import hosts as fleet_hosts
 from guestbench.stats import (CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary, ratio_ci, spread_warnings,
                               summarize)
 
@@ -473,12 +474,19 @@ def _csv_record(r: Row) -> list[str]:
 
 
 def to_csv(doc: dict[str, Any]) -> str:
-    """Header `CSV_HEADER` plus one line per cell; empty fields where a figure does not exist."""
+    """Header `CSV_HEADER` plus one line per cell; empty fields where a figure does not exist. A fleet run's
+    lines end with the host's name, under an added last column `host`."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_HEADER.split(","))
-    for r in rows(doc):
-        writer.writerow(_csv_record(r))
+    if not fleet_hosts.is_fleet(doc):
+        writer.writerow(CSV_HEADER.split(","))
+        for r in rows(doc):
+            writer.writerow(_csv_record(r))
+        return buf.getvalue()
+    writer.writerow([*CSV_HEADER.split(","), "host"])
+    for name in fleet_hosts.names(doc):
+        for r in rows(fleet_hosts.view(doc, name)):
+            writer.writerow([*_csv_record(r), name])
     return buf.getvalue()
 
 
@@ -542,7 +550,12 @@ def _cost_dict(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
-    """Recomputed summaries for machines; valid strict JSON (no NaN)."""
+    """Recomputed summaries for machines; valid strict JSON (no NaN). A fleet run: each host's summary under
+    `hosts` (the host × backend tables are guestbench.fleet_report's)."""
+    if fleet_hosts.is_fleet(doc):
+        return {"scenario": scenario_name(doc), "status": doc.get("status"), "results_file": doc.get("_path"),
+                "host": _short_host(doc),
+                "hosts": {n: _host_summary(fleet_hosts.view(doc, n)) for n in fleet_hosts.names(doc)}}
     return {
         "scenario": scenario_name(doc),
         "status": doc.get("status"),
@@ -560,6 +573,10 @@ def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
         "warnings": warnings(doc),
         **_placements_json(doc),
     }
+
+
+def _host_summary(view: dict[str, Any]) -> dict[str, Any]:
+    return {**to_summary_json(view), "fleet_host": view["fleet_host"]}
 
 
 # ---------------------------------------------------------------------------------------------- phases

@@ -143,7 +143,7 @@ CASES: dict[str, Case] = {
     "show-binary": Case(("show", "{d}/binary.json"), ("{d}/binary.json: not valid JSON",)),
     "show-not-results": Case(("show", "{d}/other.json"), ("{d}/other.json: not a guestbench results file",
                                                           "'guestbench-results'")),
-    "show-future-version": Case(("show", "{d}/future.json"), ("{d}/future.json: schema_version 3 is not supported",
+    "show-future-version": Case(("show", "{d}/future.json"), ("{d}/future.json: schema_version 4 is not supported",
                                                               "reads version 1")),
 }
 
@@ -163,7 +163,7 @@ def _prepare(d: Path) -> None:
     (d / "text.json").write_text("this is not JSON\n")
     (d / "binary.json").write_bytes(bytes(range(128, 256)) * 8)
     (d / "other.json").write_text(json.dumps({"name": "something else", "cells": []}))
-    (d / "future.json").write_text(json.dumps({"schema": "guestbench-results", "schema_version": 3, "cells": []}))
+    (d / "future.json").write_text(json.dumps({"schema": "guestbench-results", "schema_version": 4, "cells": []}))
     (d / "good.json").write_text(json.dumps({"schema": "guestbench-results", "schema_version": 1,
                                              "status": "complete", "scenario": {"name": "good"}, "cells": []}))
 

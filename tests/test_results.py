@@ -41,7 +41,7 @@ def test_create_writes_a_valid_running_file_at_once(tmp_path: Path) -> None:
     assert rf.path == path
     doc = read(path)
     assert doc["schema"] == SCHEMA == "guestbench-results"
-    assert doc["schema_version"] == SCHEMA_VERSION == 2  # version 2 since the typed model (issue 13)
+    assert doc["schema_version"] == SCHEMA_VERSION == 3  # 2 since the typed model (issue 13), 3 since fleet hosts
     assert doc["status"] == "running"
     assert doc["finished_utc"] is None
     assert doc["started_utc"].endswith("Z") and doc["started_utc"][:2] == "20"
@@ -287,7 +287,7 @@ def test_load_results_not_a_results_file(tmp_path: Path, doc: object) -> None:
     assert "'guestbench-results'" in msg
 
 
-@pytest.mark.parametrize("version", [3, 99, 0, None, "1", "2", True, 1.5])  # 2 is read since issue 13
+@pytest.mark.parametrize("version", [4, 99, 0, None, "1", "2", True, 1.5])  # 2 is read since issue 13, 3 since 19
 def test_load_results_unsupported_schema_version(tmp_path: Path, version: object) -> None:
     p = tmp_path / "x.json"
     p.write_text(json.dumps({"schema": SCHEMA, "schema_version": version, "cells": []}))

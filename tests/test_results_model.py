@@ -1,7 +1,7 @@
-"""The typed results model (schema_version 2): lossless v1 → model → v2, refusal of doctored files, the JSON Schema.
+"""The typed results model (schema_version 3): lossless v1 → model → v3, refusal of doctored files, the JSON Schema.
 
 See docs/results-format.md. Every real results file kept with the tests (and any in results/) must read, upgrade
-to version 2 without losing or inventing a key, and match schema-v2.json; a file with values no run can have
+to version 3 without losing or inventing a key, and match schema-v3.json; a file with values no run can have
 written (negative or non-finite seconds, a sample without its fields, an unknown status) is refused with one
 line naming the file and the field, and `guestbench show` exits 2 on it.
 """
@@ -36,7 +36,7 @@ SECONDS = "allowed: a finite number of seconds >= 0"
 
 
 def schema_validator() -> jsonschema.protocols.Validator:
-    schema = json.loads(resources.files("guestbench.results").joinpath("schema-v2.json").read_text())
+    schema = json.loads(resources.files("guestbench.results").joinpath("schema-v3.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)
 
@@ -52,8 +52,8 @@ def schema_errors(doc: dict[str, Any]) -> list[str]:
 def test_v1_file_round_trips_to_v2_without_losing_or_inventing_a_key(path: Path) -> None:
     raw = json.loads(path.read_text())
     doc = load_results(path)
-    assert doc["schema_version"] == SCHEMA_VERSION == 2
-    expected = dict(raw, schema_version=2)
+    assert doc["schema_version"] == SCHEMA_VERSION == 3
+    expected = dict(raw, schema_version=3)
     assert doc == expected
     # byte for byte the same JSON but for the version: key order and null-versus-absent kept at every level
     assert json.dumps(doc) == json.dumps(expected)
@@ -66,7 +66,7 @@ def test_v1_file_round_trips_to_v2_without_losing_or_inventing_a_key(path: Path)
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
 def test_model_gives_typed_objects(path: Path) -> None:
     run = Run.from_dict(json.loads(path.read_text()))
-    assert run.schema == SCHEMA and run.schema_version == 2 and run.status == "complete"
+    assert run.schema == SCHEMA and run.schema_version == 3 and run.status == "complete"
     assert run.cells and all(isinstance(c, Cell) for c in run.cells)
     for cell in run.cells:
         verdicts = run.placements[cell.placement].backends if cell.placement in run.placements else run.backends
@@ -105,7 +105,7 @@ def test_unknown_keys_survive_at_every_level(tmp_path: Path) -> None:
     assert run.cells[0].failures[0].extra and run.placements["nested"].extra
     path = tmp_path / "future.json"
     path.write_text(json.dumps(doc))
-    assert load_results(path) == dict(doc, schema_version=2)
+    assert load_results(path) == dict(doc, schema_version=3)
     assert schema_errors(load_results(path)) == []  # unknown keys are allowed by the schema too
 
 
@@ -115,7 +115,7 @@ def test_null_and_absent_optional_fields_come_back_as_they_were() -> None:
              {"backend": "uml", "label": "b"}]
     doc = {"schema": SCHEMA, "schema_version": 1, "status": "complete", "cells": cells}
     out = Run.from_dict(doc).to_dict()
-    assert out == dict(doc, schema_version=2)
+    assert out == dict(doc, schema_version=3)
     assert out["cells"][1] == {"backend": "uml", "label": "b"}  # no defaults invented
     assert out["cells"][0]["samples"][0]["seconds"] == 2 and isinstance(out["cells"][0]["samples"][0]["seconds"], int)
 
@@ -244,7 +244,7 @@ def _doctored(tmp_path: Path, name: str) -> tuple[Path, dict[str, Any]]:
 def test_the_base_document_is_accepted(tmp_path: Path) -> None:
     path = tmp_path / "base.json"
     path.write_text(json.dumps(_base()))
-    assert load_results(path) == dict(_base(), schema_version=2)
+    assert load_results(path) == dict(_base(), schema_version=3)
     assert schema_errors(load_results(path)) == []
 
 
@@ -266,7 +266,7 @@ def test_doctored_file_is_refused_in_one_line_naming_file_and_field(tmp_path: Pa
 @pytest.mark.parametrize("name", [n for n, (*_, schema) in REFUSALS.items() if schema])
 def test_the_json_schema_refuses_them_too(tmp_path: Path, name: str) -> None:
     _, doc = _doctored(tmp_path, name)
-    doc["schema_version"] = 2
+    doc["schema_version"] = 3
     assert schema_errors(doc), name
 
 
@@ -280,12 +280,12 @@ def test_guestbench_show_exits_2_on_a_doctored_file(tmp_path: Path) -> None:
                                         f"{SECONDS}"]
 
 
-def test_versions_other_than_1_and_2_are_refused(tmp_path: Path) -> None:
-    for version in (3, 0):
+def test_versions_other_than_1_to_3_are_refused(tmp_path: Path) -> None:
+    for version in (4, 0):
         path = tmp_path / f"v{version}.json"
         path.write_text(json.dumps(dict(_base(), schema_version=version)))
         with pytest.raises(UserError, match=f"schema_version {version} is not supported; this guestbench reads "
-                                            "version 1 or 2"):
+                                            "version 1, 2 or 3"):
             load_results(path)
 
 
@@ -336,7 +336,7 @@ def _full_run(path: Path) -> ResultsFile:
 def test_a_freshly_written_file_validates_against_the_published_schema(tmp_path: Path) -> None:
     rf = _full_run(tmp_path / "run.json")
     written = json.loads(rf.path.read_text())
-    assert written["schema_version"] == 2
+    assert written["schema_version"] == 3
     assert schema_errors(written) == []
     assert load_results(rf.path) == written  # and the model reads it back unchanged
 
@@ -347,7 +347,7 @@ def test_every_save_is_validated_in_the_tests(tmp_path: Path) -> None:
     rf = _full_run(tmp_path / "run.json")
     before = rf.path.read_bytes()
     rf.doc["cells"][0]["samples"].append({"rep": 2, "seconds": -1.0, "utc": "u"})
-    with pytest.raises(SchemaViolation, match=r"run\.json: not a valid results document \(schema-v2\.json\): "
+    with pytest.raises(SchemaViolation, match=r"run\.json: not a valid results document \(schema-v3\.json\): "
                                               r"cells\[0\]\.samples\[1\]\.seconds: -1\.0 is less than the minimum"):
         rf.save()
     assert rf.path.read_bytes() == before  # nothing invalid reached the file
@@ -381,4 +381,4 @@ def test_the_format_document_names_every_field() -> None:
     for cls in (Run, Cell, Sample, Failure, BackendVerdict, Placement):
         for name in cls.FIELDS:
             assert f"`{name}`" in text, (cls.__name__, name)
-    assert "schema-v2.json" in text and "## History" in text
+    assert "schema-v3.json" in text and "## History" in text

@@ -71,7 +71,7 @@ def test_bytes_really_arrived(e1_run) -> None:
 
 def test_results_keep_raw_samples_and_fingerprint(e1_run) -> None:
     _, doc, _ = e1_run
-    assert doc["schema"] == "guestbench-results" and doc["schema_version"] == 2
+    assert doc["schema"] == "guestbench-results" and doc["schema_version"] == 3
     host = doc["host"]
     for key in ("cpu_model", "cores", "memory_bytes", "kernel", "virtualization", "versions", "guestbench"):
         assert key in host

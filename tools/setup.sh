@@ -31,6 +31,6 @@ if [[ ! -x $VENV/bin/python ]] || ! "$VENV/bin/python" -c 'import guestfs' 2>/de
     /usr/bin/python3 -m venv --system-site-packages "$VENV"
 fi
 if [[ ! -f $STAMP || setup.cfg -nt $STAMP || pyproject.toml -nt $STAMP ]]; then
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]' </dev/null
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,fleet]' </dev/null
     touch "$STAMP"
 fi

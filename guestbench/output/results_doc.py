@@ -12,15 +12,18 @@ import math
 from pathlib import Path
 from typing import Any
 
-from guestbench import __version__, cost, density_report, metrics_report, report
+from guestbench import __version__, cost, density_report, fleet_report, metrics_report, report
 from guestbench.reasons import short_reason
 from guestbench.output.document import Bullets, Document, Figure, Para, Part, Section, Table, slug
+from guestbench.results import hosts as fleet_hosts
 
 INTRO = ("One section per results file. Absolute seconds compare only within one run (same machine, same "
          "time); across runs use guestbench compare, which tests the difference.")
 
 def show_document(doc: dict[str, Any], *, brief: bool = False) -> Document:
     """What `show` prints: one results file, no charts. `brief` shortens reasons to a sentence (terminal)."""
+    if fleet_hosts.is_fleet(doc):
+        return Document(f"guestbench: {report.scenario_name(doc)}", sections=fleet_sections(doc, brief=brief))
     return Document(f"guestbench: {report.scenario_name(doc)}", sections=[section(doc, brief=brief)])
 
 
@@ -31,10 +34,36 @@ def report_document(inputs: list[tuple[str, dict[str, Any]]], *, charts: bool = 
     for path, doc in inputs:
         doc = dict(doc, _path=path)
         stem = _unique_stem(path, taken)
-        sections.append(section(doc, title=f"{report.scenario_name(doc)} — {Path(path).name}", anchor=stem,
-                                full=True, stem=stem if charts else None))
+        title = f"{report.scenario_name(doc)} — {Path(path).name}"
+        if fleet_hosts.is_fleet(doc):
+            sections += fleet_sections(doc, title=title, anchor=stem, full=True, stem=stem if charts else None)
+        else:
+            sections.append(section(doc, title=title, anchor=stem, full=True, stem=stem if charts else None))
     intro = [Para(f"guestbench {__version__}, {len(sections)} results file(s). {INTRO}", "meta")]
     return Document("guestbench report", intro, sections)
+
+
+def fleet_sections(doc: dict[str, Any], *, title: str = "", anchor: str = "", brief: bool = False,
+                   full: bool = False, stem: str | None = None) -> list[Section]:
+    """A fleet run: the hosts side by side (host × backend per measurement), then each host's own tables."""
+    names = fleet_hosts.names(doc)
+    hosts = doc.get("hosts") or {}
+    state = ", ".join(f"{n} ({(hosts[n] or {}).get('status') or 'not run'})" for n in names)
+    parts: list[Part] = [Para(report.run_line(doc), "meta"), Para(f"Fleet: {len(names)} host(s): {state}", "meta"),
+                         Para(f"Run from: {report.host_line(doc)}", "meta")]
+    for t in fleet_report.tables(doc):
+        styles = {(i, fleet_report.HEADER.index("× fastest")): "best"
+                  for i, c in enumerate(t.combos) if t.fastest is not None and c is t.fastest}
+        parts.append(Table("fleet", t.title, list(fleet_report.HEADER), [fleet_report.cells(t, c) for c in t.combos],
+                           caption=t.caption, label=t.label, numeric_from=4, styles=styles))
+    parts.append(Bullets(fleet_report.warnings(doc), title="Fleet warnings", lead="warning", style="warn"))
+    out = [Section(title or "hosts", anchor or "fleet", parts)]
+    for name in names:
+        sub = slug(name)
+        out.append(section(fleet_hosts.view(doc, name), title=f"host {name}" + (f" — {title}" if title else ""),
+                           anchor=f"{anchor or 'fleet'}-{sub}", brief=brief, full=full,
+                           stem=f"{stem}-{sub}" if stem is not None else None))
+    return out
 
 
 def section(doc: dict[str, Any], *, title: str = "", anchor: str = "", brief: bool = False, full: bool = False,
@@ -80,6 +109,8 @@ def section(doc: dict[str, Any], *, title: str = "", anchor: str = "", brief: bo
 
 def _header(doc: dict[str, Any]) -> list[Para]:
     out = [Para(report.run_line(doc), "meta"), Para(f"Host: {report.host_line(doc)}", "meta")]
+    fleet = doc.get("fleet_host") or {}
+    out += [Para(f"host {fleet['name']} ({fleet.get('status')}): {fleet['error']}", "warning")] if fleet.get("error") else []
     nested, error = report.nested_line(doc), report.nested_error(doc)
     out += [Para(f"Nested: {nested}", "meta")] if nested else []
     out += [Para(error, "warning")] if error else []

@@ -1,7 +1,7 @@
 """Results files on disk: every raw sample, written atomically after each one, and read back through the model.
 
 The layout of a results file, field by field, and the history of its versions are in docs/results-format.md;
-the JSON Schema of the version written here is schema-v2.json next to this module. Summaries are not stored:
+the JSON Schema of the version written here is schema-v3.json next to this module. Summaries are not stored:
 they are recomputed from the raw samples by ``stats``.
 """
 
@@ -76,7 +76,7 @@ class ResultsFile:
     """The results document of one run, rewritten atomically whenever something is added.
 
     `doc` is a plain dict that the run edits in place (under `lock`) and then saves; with
-    GUESTBENCH_VALIDATE_RESULTS=1 (the test suite sets it) every save is checked against schema-v2.json and the
+    GUESTBENCH_VALIDATE_RESULTS=1 (the test suite sets it) every save is checked against schema-v3.json and the
     model first, so a writer that drifts from the documented format fails where it writes.
     """
 
@@ -161,7 +161,7 @@ def read_json(path: str | Path, what: str, expected: str) -> Any:
 
 
 def load_results(path: str | Path) -> dict[str, Any]:
-    """Read a results file of any readable version as a version-2 document (a plain dict), refusing what no run
+    """Read a results file of any readable version as a current-version document (a plain dict), refusing what no run
     can have written (negative or non-finite seconds, a sample without rep, an unknown status, ...); any
     problem is a one-line UserError naming the file and the field."""
     p = Path(path)
@@ -171,7 +171,7 @@ def load_results(path: str | Path) -> dict[str, Any]:
     version = doc.get("schema_version")
     if type(version) is not int or version not in READABLE_VERSIONS:
         raise UserError(f"schema_version {version!r} is not supported; this guestbench reads version "
-                        f"{' or '.join(map(str, READABLE_VERSIONS))}", source=str(p))
+                        f"{', '.join(map(str, READABLE_VERSIONS[:-1]))} or {READABLE_VERSIONS[-1]}", source=str(p))
     if not isinstance(doc.get("cells"), list):
         raise UserError("key 'cells' is missing or not a list", source=str(p))
     try:

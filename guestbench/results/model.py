@@ -22,11 +22,12 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any, Callable, ClassVar, TypeVar
 
 SCHEMA = "guestbench-results"
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 CELL_STATUSES = ("pending", "running", "done", "skipped", "unavailable", "interrupted")
 RUN_STATUSES = ("running", "complete", "interrupted", "failed")
 PLACEMENT_STATUSES = ("starting", "running", "complete", "interrupted", "failed")
+HOST_STATUSES = (*PLACEMENT_STATUSES, "lost")  # a fleet host whose worker went away mid-run
 ITERATION_KINDS = ("cold", "warmup", "rep")
 ORDERS = ("interleaved", "random", "sequential")
 PRECISION_STOPS = ("target", "cap", "ended")
@@ -349,6 +350,7 @@ class Cell(Record):
     label: str
     measurement: str | None = None
     placement: str | None = None  # "host" or "nested"
+    host: str | None = None  # a fleet run: the host (a key of Run.hosts) that ran it
     group: str | None = None  # the scenario item's label (cells of one matrix item share it)
     variant: dict[str, Any] | None = None  # the matrix values of this cell (and "guest" with concurrency)
     instance: int | None = None  # concurrency: N — which of the N guests, from 1
@@ -381,7 +383,7 @@ class Cell(Record):
                                           "label": "the cell's label, a string"}
     FIELDS: ClassVar[dict[str, Parser]] = {
         "backend": _text, "label": _text, "measurement": _nullable(_text), "placement": _nullable(_text),
-        "group": _nullable(_text), "variant": _nullable(_mapping), "instance": _nullable(_count),
+        "host": _nullable(_text), "group": _nullable(_text), "variant": _nullable(_mapping), "instance": _nullable(_count),
         "concurrency": _nullable(_count), "params": _nullable(_mapping), "timed": _nullable(_text),
         "cache_mode": _nullable(_text), "bytes": _nullable(_amount), "what": _nullable(_text),
         "metrics": _nullable(_objects), "phases": _nullable(_flag), "phase_markers": _nullable(_text),
@@ -413,6 +415,31 @@ class Placement(Record):
     }
 
 
+@dataclass
+class FleetHost(Record):
+    """A host of a fleet run (scenario --cluster): what its own run said of itself, less its cells (those are in
+    Run.cells, each naming the host)."""
+
+    address: str | None = None  # its Dask worker's address
+    host: dict[str, Any] | None = None  # its fingerprint
+    backends: dict[str, BackendVerdict] = field(default_factory=dict)
+    resources: dict[str, Any] | None = None  # what its worker advertised to the scheduler
+    placements: dict[str, Placement] = field(default_factory=dict)
+    order: dict[str, Any] | None = None
+    status: str | None = None  # "starting", its run's status, or "lost" (its worker went away)
+    started_utc: str | None = None
+    finished_utc: str | None = None
+    guestbench: dict[str, Any] | None = None
+    error: str | None = None  # why it ended early
+
+    FIELDS: ClassVar[dict[str, Parser]] = {
+        "address": _nullable(_text), "host": _nullable(_mapping), "backends": _map_of(BackendVerdict),
+        "resources": _nullable(_mapping), "placements": _map_of(Placement), "order": _nullable(_mapping),
+        "status": _nullable(_one_of(HOST_STATUSES, "host status")), "started_utc": _nullable(_text),
+        "finished_utc": _nullable(_text), "guestbench": _nullable(_mapping), "error": _nullable(_text),
+    }
+
+
 def _order(value: Any, key: str) -> dict[str, Any]:
     _mapping(value, key)
     _one_of(ORDERS, "order")(value.get("mode"), _at(key, "mode"))
@@ -433,7 +460,7 @@ def _version(value: Any, key: str) -> int:
 
 @dataclass
 class Run(Record):
-    """The whole results document of one run. from_dict reads versions 1 and 2; the object is always version 2."""
+    """The whole results document of one run. from_dict reads versions 1 to 3; the object is always version 3."""
 
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION
@@ -448,9 +475,10 @@ class Run(Record):
     cells: list[Cell] = field(default_factory=list)
     placements: dict[str, Placement] = field(default_factory=dict)
     order: dict[str, Any] | None = None  # {"mode": interleaved | random | sequential, "seed": for random}
+    hosts: dict[str, FleetHost] = field(default_factory=dict)  # a fleet run: its hosts by name
 
     WHAT: ClassVar[str] = "a guestbench results document"
-    REQUIRED: ClassVar[dict[str, str]] = {"schema": repr(SCHEMA), "schema_version": "1 or 2",
+    REQUIRED: ClassVar[dict[str, str]] = {"schema": repr(SCHEMA), "schema_version": "1, 2 or 3",
                                           "cells": "a list of cells"}
     FIELDS: ClassVar[dict[str, Parser]] = {
         "schema": _one_of((SCHEMA,), "guestbench results file"), "schema_version": _version,
@@ -458,11 +486,14 @@ class Run(Record):
         "started_utc": _nullable(_text), "finished_utc": _nullable(_text), "command": _nullable(_texts),
         "scenario": _nullable(_mapping), "host": _nullable(_mapping), "backends": _map_of(BackendVerdict),
         "cells": _list_of(Cell), "placements": _map_of(Placement), "order": _nullable(_order),
+        "hosts": _map_of(FleetHost),
     }
 
     @classmethod
     def from_dict(cls, value: Any, key: str = "") -> Run:
-        """Version 1 documents are version 2 documents with fewer fields documented: only the number changes."""
+        """Older documents are version 3 documents with fewer fields (version 2 added nothing a reader must know;
+        version 3 added hosts, which a version 2 reader would have mixed into one machine's figures): only the
+        number changes."""
         run = cls(**cls.parse_fields(value, key))
         run.schema_version = SCHEMA_VERSION
         return run
@@ -470,4 +501,4 @@ class Run(Record):
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "READABLE_VERSIONS", "CELL_STATUSES", "RUN_STATUSES", "PLACEMENT_STATUSES",
            "ITERATION_KINDS", "ORDERS", "PRECISION_STOPS", "ModelError", "Record", "Run", "Cell", "Sample", "Failure",
-           "BackendVerdict", "Placement", "Precision"]
+           "BackendVerdict", "Placement", "Precision", "FleetHost", "HOST_STATUSES"]

@@ -1,4 +1,4 @@
-"""Checking written documents against the published JSON Schema (schema-v2.json) and the model.
+"""Checking written documents against the published JSON Schema (schema-v3.json) and the model.
 
 Off unless GUESTBENCH_VALIDATE_RESULTS=1: the test suite sets it (tests/conftest.py), so every results file a
 test or a `guestbench scenario` under test writes is checked where it is written. jsonschema is imported only
@@ -16,7 +16,7 @@ from typing import Any
 from guestbench.results.model import ModelError, Run
 
 ENV = "GUESTBENCH_VALIDATE_RESULTS"
-SCHEMA_FILE = "schema-v2.json"
+SCHEMA_FILE = "schema-v3.json"
 
 
 class SchemaViolation(AssertionError):
@@ -57,7 +57,7 @@ def problems(doc: Any) -> list[str]:
 
 
 def check(doc: Any, where: str) -> None:
-    """Raise SchemaViolation naming `where` and the first offending field when `doc` is not a valid v2 document."""
+    """Raise SchemaViolation naming `where` and the first offending field when `doc` is not a valid document of the current version."""
     found = problems(doc)
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""

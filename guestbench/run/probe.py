@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from guestbench.backends import Availability, Backend
+from guestbench.errors import Interrupted
 from guestbench.measurements import get as get_measurement
 from guestbench.paths import cache_dir, workdir_for
 from guestbench.results import atomic_write_json, utc_now
@@ -133,3 +134,28 @@ def decided(backend: Backend, deferred: Availability, launch_s: float | None, fa
         return Availability(False, why, {**details, "failure": why})
     store_verdict(backend, backend.probe_key(), av)
     return av
+
+
+def check_all(names: list[str], *, refresh: bool = False, timeout: float | None = None, verbose: bool = False,
+              on_checking: Callable[[str], None] | None = None) -> dict[str, Availability]:
+    """Each named backend's verdict, one after another, as `doctor` and a fleet worker ask for them; a signal
+    kills the probe under way (and raises Interrupted)."""
+    from guestbench.backends import BACKENDS
+    from guestbench.paths import make_run_dir, remove_tree
+    from guestbench.run.supervisor import Supervisor, TrapSignals
+
+    verdicts: dict[str, Availability] = {}
+    run_dir = make_run_dir()
+    sup = Supervisor(verbose=verbose)
+    try:
+        with TrapSignals():
+            for name in names:
+                if on_checking is not None:
+                    on_checking(name)
+                verdicts[name] = check(BACKENDS[name], sup, run_dir, refresh=refresh, timeout=timeout)
+    except Interrupted:
+        sup.abort()
+        raise
+    finally:
+        remove_tree(run_dir)
+    return verdicts

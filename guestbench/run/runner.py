@@ -25,6 +25,7 @@ from guestbench.nested.job import exit_problem
 from guestbench.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.results import ResultsFile, results_path
 from guestbench.results import figures as cell_figures
+from guestbench.results import hosts as fleet_hosts
 from guestbench.run import lockstep
 from guestbench.run.cell import CellRun, RunContext
 from guestbench.run.executor import Executor, local
@@ -185,7 +186,13 @@ def run_scenario(sc: Scenario, opts: RunOptions, console: Console | None = None,
 
 
 def exit_status(doc: dict[str, Any]) -> int:
-    """0 when every measured cell has samples; 1 when some usable backend produced none or the level-1 run failed."""
+    """0 when every measured cell has samples; 1 when some usable backend produced none, the level-1 run failed,
+    or (a fleet run) a host was lost or its run failed."""
+    if fleet_hosts.is_fleet(doc):
+        views = [fleet_hosts.view(doc, n) for n in fleet_hosts.names(doc)]
+        ran = [v for v in views if v["cells"] or v["fleet_host"]["status"] is not None]
+        lost = any(v["fleet_host"]["status"] in ("lost", "failed") for v in ran)
+        return max([1 if lost else 0, *(exit_status(v) for v in ran)])
     if exit_problem(doc):
         return 1
     unusable = {name for name, av in doc.get("backends", {}).items() if av.get("usable") is False}

@@ -210,10 +210,16 @@ def _shm_tmpdir() -> str | None:
     return None
 
 
+SUN_PATH_MAX = 108  # bytes in an AF_UNIX socket address, its final NUL included
+
+
 def run(args: list[str]) -> int:
     launch = parse(args)
     channel = os.environ.get(CHANNEL_ENV, "virtio")
-    tmp = Path(tempfile.mkdtemp(prefix="uml-", dir=os.environ.get(WORKDIR_ENV) or "/var/tmp"))
+    base = os.environ.get(WORKDIR_ENV) or "/var/tmp"
+    if len(base) + len("/uml-12345678/vhost.sock") >= SUN_PATH_MAX:  # a deep work dir (a fleet worker's, a long label)
+        base = "/tmp"  # the vhost socket must fit in an AF_UNIX address; the guardian removes this dir as any
+    tmp = Path(tempfile.mkdtemp(prefix="uml-", dir=base))
     peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server = None
     stop = threading.Event()

@@ -1,0 +1,338 @@
+"""`guestbench scenario FILE --cluster ADDRESS`: the scenario on every selected host of a Dask cluster, one
+results file on this machine, each cell naming its host.
+
+Each host gets one task (guestbench.run.fleet.task.host_share) pinned to its worker, asking for `bench` and the
+backends it will launch. Snapshots of each host's own results file arrive as Dask events and are merged here
+as they come (every sample is on disk here within a second of being taken there). A worker that leaves the
+cluster mid-run makes its host 'lost': what it sent is kept, its unfinished iterations become failures with the
+reason, and the others go on. A signal sets the run's cancel event: each host stops as on Ctrl-C and sends its
+last snapshot, and the file is closed as 'interrupted'.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+
+from guestbench import host as host_info
+from guestbench.backends import BACKENDS
+from guestbench.errors import Interrupted, UserError
+from guestbench.measurements import get as get_measurement
+from guestbench.results import Failure, ResultsFile, results_path, utc_now
+from guestbench.run.fleet import resources, task
+from guestbench.run.record import progress_display
+from guestbench.run.supervisor import TrapSignals
+from guestbench.scenario import Scenario
+
+CONNECT_TIMEOUT_S = 20.0
+CANCEL_WAIT_S = 180.0  # after a signal, how long the hosts may take to stop and send their last samples
+LIVENESS_EVERY_S = 1.0
+HOST_FIELDS = ("host", "backends", "placements", "order", "status", "started_utc", "finished_utc", "guestbench")
+ENDED = ("done", "skipped", "unavailable")
+
+
+@dataclass
+class FleetOptions:
+    address: str
+    hosts: list[str] | None = None  # names; None: every worker
+    child_options: list[str] = field(default_factory=list)  # passed to each host's `guestbench scenario`
+    command: tuple[str, ...] = ()
+
+
+@dataclass
+class HostPlan:
+    name: str
+    address: str
+    resources: dict[str, Any]
+    backends: list[str]  # what it will launch: the scenario's backends it can launch
+
+
+def connect(address: str) -> Any:
+    """A Dask client, or one line saying why there is none."""
+    from distributed import Client
+
+    try:
+        return Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+    except (OSError, TimeoutError) as e:
+        raise UserError(f"cannot reach a Dask scheduler there ({type(e).__name__}: {e}); start one with "
+                        "'dask scheduler' (or 'guestbench fleet local N') and give its address",
+                        source="command line", key=f"--cluster {address}") from None
+
+
+def workers(client: Any) -> dict[str, dict[str, Any]]:
+    """The cluster's workers by name: {"address", "resources"}."""
+    out: dict[str, dict[str, Any]] = {}
+    for addr, w in client.scheduler_info(n_workers=-1)["workers"].items():
+        out[str(w.get("name", addr))] = {"address": addr, "resources": dict(w.get("resources") or {})}
+    return out
+
+
+def choose(sc: Scenario, cluster: dict[str, dict[str, Any]], wanted: list[str] | None,
+           address: str) -> tuple[list[HostPlan], dict[str, str]]:
+    """The hosts that will run, and those that will not with why."""
+    if not cluster:
+        raise UserError("the scheduler has no workers; start 'guestbench worker ADDRESS' on each host",
+                        source="command line", key=f"--cluster {address}")
+    names = list(cluster) if wanted is None else wanted
+    unknown = [n for n in names if n not in cluster]
+    if unknown:
+        raise UserError(f"no worker named {', '.join(unknown)}; the cluster has {', '.join(sorted(cluster))}",
+                        source="command line", key="--hosts")
+    plans: list[HostPlan] = []
+    idle: dict[str, str] = {}
+    for name in sorted(names):
+        w = cluster[name]
+        offers = resources.backends_of(w["resources"])
+        if resources.BENCH not in w["resources"]:
+            idle[name] = "it is not a guestbench worker (no 'bench' resource)"
+            continue
+        selected = [b for b in (sc.backends or list(BACKENDS)) if b in offers]
+        if not selected:
+            idle[name] = (f"it can launch {', '.join(offers) or 'no backend'}, none of the scenario's "
+                          f"({', '.join(sc.backends or BACKENDS)})")
+            continue
+        plans.append(HostPlan(name, w["address"], w["resources"], selected))
+    return plans, idle
+
+
+class FleetRun:
+    """One scenario across the chosen hosts; the results file here, rewritten on every snapshot."""
+
+    def __init__(self, sc: Scenario, opts: FleetOptions, console: Console) -> None:
+        self.sc = sc
+        self.opts = opts
+        self.console = console
+        self.run_id = uuid.uuid4().hex[:12]
+        self.inbox: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.results: ResultsFile | None = None
+        self.futures: dict[str, Any] = {}  # host name -> its task's future
+
+    def run(self, results_dir: Any) -> ResultsFile:
+        from distributed import Event
+
+        client = connect(self.opts.address)
+        try:
+            plans, idle = choose(self.sc, workers(client), self.opts.hosts, self.opts.address)
+            if not plans:
+                raise UserError("no selected host can launch any of the scenario's backends: "
+                                + "; ".join(f"{n}: {why}" for n, why in idle.items()),
+                                source="command line", key=f"--cluster {self.opts.address}")
+            fp = host_info.fingerprint()
+            self.results = rf = ResultsFile.create(
+                results_path(results_dir, self.sc.name), scenario=self.sc.to_dict(), host=fp,
+                command=list(self.opts.command), guestbench=fp["guestbench"])
+            with rf.lock:
+                rf.doc["hosts"] = {p.name: {"address": p.address, "resources": p.resources, "status": "starting"}
+                                   for p in plans}
+                for name, why in idle.items():
+                    rf.doc["hosts"][name] = {"address": None, "status": None, "error": f"not run: {why}"}
+                rf.save()
+            for name, why in idle.items():
+                self.console.print(f"[yellow]–[/] host {name}: not run: {why}", highlight=False)
+            cancel = Event(task.cancel_event_name(self.run_id), client=client)
+            client.subscribe_topic(task.topic(self.run_id), lambda event: self.inbox.put(event[1]))
+            with TrapSignals():
+                try:
+                    self._run(client, plans)
+                    rf.finish("complete")
+                except Interrupted:
+                    self._cancel(cancel)
+                    rf.finish("interrupted")
+                    raise
+                except BaseException:
+                    self._cancel(cancel)
+                    rf.finish("failed")
+                    raise
+            return rf
+        finally:
+            try:
+                client.unsubscribe_topic(task.topic(self.run_id))
+            except Exception:
+                pass
+            client.close()
+
+    # ------------------------------------------------------------------ the run
+    def _run(self, client: Any, plans: list[HostPlan]) -> None:
+        self.futures = {p.name: self._submit(client, p) for p in plans}
+        pending = dict(self.futures)
+        with progress_display(self.console, open_ended=True) as progress:
+            bars = {p.name: progress.add_task(f"{p.name} · starting", total=None) for p in plans}
+            next_check = 0.0
+            while pending:
+                self._drain(progress, bars, timeout=0.2)
+                for name, fut in list(pending.items()):
+                    if fut.done():
+                        self._ended(name, fut)
+                        del pending[name]
+                if pending and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + LIVENESS_EVERY_S
+                    alive = {w["address"] for w in workers(client).values()}
+                    for p in plans:
+                        if p.name in pending and p.address not in alive:
+                            pending.pop(p.name).cancel()
+                            self._lost(p)
+            self._drain(progress, bars, timeout=0)
+
+    def _submit(self, client: Any, p: HostPlan) -> Any:
+        scenario_file = self.sc.to_file(backends=p.backends)
+        return client.submit(task.host_share, self.run_id, p.name, scenario_file, self.opts.child_options,
+                             key=f"guestbench-{self.run_id}-{p.name}", workers=[p.address],
+                             allow_other_workers=False, resources=resources.asked(p.backends), pure=False,
+                             retries=0)
+
+    def _drain(self, progress: Any, bars: dict[str, Any], timeout: float) -> None:
+        try:
+            first = self.inbox.get(timeout=timeout) if timeout else self.inbox.get_nowait()
+        except queue.Empty:
+            return
+        batch = [first]
+        while True:
+            try:
+                batch.append(self.inbox.get_nowait())
+            except queue.Empty:
+                break
+        latest: dict[str, dict[str, Any]] = {}
+        for msg in batch:  # only the newest snapshot of each host counts
+            if isinstance(msg, dict) and isinstance(msg.get("doc"), dict):
+                latest[str(msg.get("host"))] = msg["doc"]
+        for name, doc in latest.items():
+            self.merge(name, doc)
+            if name in bars:
+                done, total = self._progress(name)
+                progress.update(bars[name], completed=done, total=total,
+                                description=f"{name} · {self._host(name).get('status')}")
+
+    def merge(self, name: str, doc: dict[str, Any]) -> None:
+        """The host's newest results document replaces what it sent before."""
+        rf = self._rf()
+        if name not in rf.doc.get("hosts", {}):
+            return
+        cells = doc.get("cells")
+        with rf.lock:
+            info = rf.doc["hosts"][name]
+            if info.get("status") == "lost":
+                return  # a late snapshot from a host already written off changes nothing
+            for k in HOST_FIELDS:
+                if k in doc:
+                    info[k] = doc[k]
+            if isinstance(cells, list):
+                kept = [c for c in rf.doc["cells"] if c.get("host") != name]
+                rf.doc["cells"] = kept + [{**c, "host": name} for c in cells if isinstance(c, dict)]
+            rf.save()
+
+    def _ended(self, name: str, fut: Any) -> None:
+        """A host's task returned (or raised): take its final document, say how it ended."""
+        try:
+            out = fut.result()
+        except Exception as e:  # the task itself broke on the worker (not a failed sample: those are in its doc)
+            self._host_error(name, f"its task failed on the worker: {type(e).__name__}: {e}")
+            return
+        if isinstance(out.get("doc"), dict):
+            self.merge(name, out["doc"])
+        status = self._host(name).get("status")
+        if out.get("doc") is None:
+            last = " / ".join((out.get("stderr") or "").strip().splitlines()[-2:])
+            self._host_error(name, f"its run wrote no results (exit status {out.get('exit')}): {last}")
+        elif out.get("exit") not in (0, 1):
+            last = " / ".join((out.get("stderr") or "").strip().splitlines()[-1:])
+            self._host_error(name, f"its run ended with exit status {out.get('exit')} ({status}): {last}")
+        else:
+            self.console.print(f"[green]✓[/] host {name}: {status}", highlight=False)
+
+    def _host_error(self, name: str, error: str) -> None:
+        rf = self._rf()
+        with rf.lock:
+            info = rf.doc["hosts"][name]
+            info["error"] = error
+            if info.get("status") in (None, "starting", "running"):
+                info["status"] = "failed"
+            rf.save()
+        self.console.print(f"[red]✗[/] host {name}: {error}", highlight=False)
+
+    def _lost(self, p: HostPlan) -> None:
+        """The host's worker left mid-run: its unfinished iterations are failures with the reason."""
+        rf = self._rf()
+        why = f"host {p.name} lost: its worker ({p.address}) left the cluster mid-run at {utc_now()}"
+        with rf.lock:
+            info = rf.doc["hosts"][p.name]
+            info["status"], info["error"] = "lost", why
+            for cell in rf.doc["cells"]:
+                if cell.get("host") != p.name or cell.get("status") in ENDED:
+                    continue
+                left = self._planned(cell) - _ended_iterations(cell)
+                reps = len(cell.get("samples") or []) + sum(1 for f in cell.get("failures") or []
+                                                             if f.get("kind") in (None, "rep"))
+                for k in range(left):
+                    cell["failures"].append(Failure(kind="rep", rep=reps + k + 1, reason=why,
+                                                    utc=utc_now()).to_dict())
+                cell["status"] = "interrupted"
+            rf.save()
+        self.console.print(f"[red]✗[/] {why}; its samples until then are kept", highlight=False)
+
+    def _cancel(self, cancel: Any) -> None:
+        """Ask every host to stop; wait (bounded) for their last snapshots and final documents."""
+        try:
+            cancel.set()
+        except Exception:  # the scheduler is gone: the hosts stop on their own (task.host_share)
+            return
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        running = {n: f for n, f in self.futures.items() if self._host(n).get("status") != "lost"}
+        while running and time.monotonic() < deadline:
+            self._take_inbox()
+            for name, fut in list(running.items()):
+                if fut.done():
+                    del running[name]
+                    try:
+                        out = fut.result(timeout=5)
+                    except Exception:
+                        continue
+                    if isinstance(out.get("doc"), dict):
+                        self.merge(name, out["doc"])
+            time.sleep(0.2)
+        self._take_inbox()
+
+    def _take_inbox(self) -> None:
+        while True:
+            try:
+                msg = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(msg, dict) and isinstance(msg.get("doc"), dict):
+                self.merge(str(msg.get("host")), msg["doc"])
+
+    # ------------------------------------------------------------------ helpers
+    def _rf(self) -> ResultsFile:
+        assert self.results is not None
+        return self.results
+
+    def _host(self, name: str) -> dict[str, Any]:
+        return self._rf().doc["hosts"][name]  # type: ignore[no-any-return]
+
+    def _planned(self, cell: dict[str, Any]) -> int:
+        return len(self.sc.iterations(get_measurement(str(cell.get("measurement"))).times_launch))
+
+    def _progress(self, name: str) -> tuple[int, int | None]:
+        cells = [c for c in self._rf().doc["cells"] if c.get("host") == name]
+        if not cells:
+            return 0, None
+        done = total = 0
+        for c in cells:
+            planned = self._planned(c)
+            total += planned
+            done += planned if c.get("status") in ("skipped", "unavailable") else min(planned, _ended_iterations(c))
+        return done, total
+
+
+def _ended_iterations(cell: dict[str, Any]) -> int:
+    m = get_measurement(str(cell.get("measurement")))
+    return (len(cell.get("samples") or []) + len(cell.get("warmups") or []) + len(cell.get("failures") or [])
+            + int(m.times_launch and cell.get("cold_s") is not None))
+
+
+def run_fleet(sc: Scenario, opts: FleetOptions, results_dir: Any, console: Console) -> ResultsFile:
+    return FleetRun(sc, opts, console).run(results_dir)

@@ -1,0 +1,95 @@
+"""`guestbench fleet local N`: a Dask scheduler and N guestbench workers on this machine, as subprocesses, until a
+signal. For trying fleet runs on one machine (and for the tests): the workers share this host, so their samples
+are taken on a busy host whenever two measure at once, and the results say so (busy check)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from guestbench.errors import UserError
+from guestbench.paths import remove_tree
+
+START_S = 60.0  # how long the scheduler may take to write its address
+STOP_S = 200.0  # how long the workers may take to stop (their keeper waits for host runs to clean up)
+
+
+class LocalCluster:
+    """The scheduler and workers as child processes; `close` stops them all and waits for them."""
+
+    def __init__(self, workers: int, backends: str | None, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.dir = Path(tempfile.mkdtemp(prefix="guestbench-fleet-local-"))
+        self.procs: list[subprocess.Popen[bytes]] = []
+        sched_file = self.dir / "scheduler.json"
+        self.scheduler = self._start([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                                      "--port", "0", "--no-dashboard", "--scheduler-file", str(sched_file)])
+        self.address = self._address(sched_file)
+        host = _hostname()
+        for i in range(1, workers + 1):
+            cmd = [sys.executable, "-m", "guestbench", "worker", self.address, "--name", f"{host}-{i}"]
+            if backends:
+                cmd += ["--backend", backends]
+            self._start(cmd)
+
+    def _start(self, cmd: list[str]) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=open(self.dir / f"{len(self.procs)}.log", "wb"))
+        self.procs.append(proc)
+        return proc
+
+    def _address(self, sched_file: Path) -> str:
+        deadline = time.monotonic() + START_S
+        while time.monotonic() < deadline:
+            if self.scheduler.poll() is not None:
+                self.close()
+                raise UserError(f"the Dask scheduler ended at start (exit status {self.scheduler.returncode})",
+                                source="guestbench fleet local")
+            try:
+                return str(json.loads(sched_file.read_text())["address"])
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.1)
+        self.close()
+        raise UserError(f"the Dask scheduler did not start within {START_S:g} s", source="guestbench fleet local")
+
+    def wait(self) -> None:
+        """Until a signal, or until the scheduler ends."""
+        stop = {"now": False}
+
+        def on_signal(signum: int, frame: object) -> None:
+            stop["now"] = True
+
+        old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        try:
+            while not stop["now"] and self.scheduler.poll() is None:
+                time.sleep(0.2)
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def close(self) -> None:
+        """Workers first (each keeper cleans up after its worker), then the scheduler."""
+        workers = [p for p in self.procs if p is not self.scheduler]
+        for group in (workers, [self.scheduler]):
+            for p in group:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + STOP_S
+            for p in group:
+                try:
+                    p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        remove_tree(self.dir)
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname().split(".")[0] or "local"

@@ -1,0 +1,115 @@
+"""What a fleet host runs: its share of the scenario, as `guestbench scenario` on this machine, in a child process.
+
+The child is the one-machine run unchanged (gate, blocks, supervisor, clean-up, its own results file). It exits
+on its own when its stdin closes (`--exit-with-stdin`): if the Dask worker that started it dies, even by
+SIGKILL, the child stops as on Ctrl-C, kills its hypervisors, removes what it made and closes its results file
+as 'interrupted'. This function runs in a Dask worker thread: it sends every new version of the child's
+results file to the coordinator (`Worker.log_event`), stops the child when the coordinator sets the run's
+cancel event, and returns the final document.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+POLL_S = 0.25  # how often the child's results file is looked at
+STOP_GRACE_S = 120.0  # after SIGTERM, how long the child may take to clean up before SIGKILL
+
+
+def topic(run_id: str) -> str:
+    """The event topic on which a run's hosts send their results snapshots."""
+    return f"guestbench-fleet-{run_id}"
+
+
+def cancel_event_name(run_id: str) -> str:
+    return f"guestbench-fleet-cancel-{run_id}"
+
+
+def host_share(run_id: str, host: str, scenario_file: dict[str, Any], options: list[str]) -> dict[str, Any]:
+    """Run on the worker of `host`: the scenario (already limited to the host's backends), `options` passed to
+    `guestbench scenario`. Returns {"host", "exit", "doc", "stderr"}."""
+    from distributed import Event, get_worker
+
+    worker = get_worker()
+    cancel = Event(cancel_event_name(run_id))
+
+    def send(doc: dict[str, Any]) -> None:
+        worker.log_event(topic(run_id), {"host": host, "doc": doc})
+
+    def cancelled() -> bool:
+        try:
+            return bool(cancel.is_set())
+        except Exception:  # the scheduler is gone: nobody is left to receive samples
+            return True
+
+    return run_child(host, scenario_file, options, send, cancelled)
+
+
+def run_child(host: str, scenario_file: dict[str, Any], options: list[str], send: Callable[[dict[str, Any]], None],
+              cancelled: Callable[[], bool]) -> dict[str, Any]:
+    """The child run, its results file sent on each change; stopped (SIGTERM, then SIGKILL) when `cancelled`."""
+    work = Path(tempfile.mkdtemp(prefix="guestbench-fleet-host-"))
+    try:
+        (work / "scenario.yaml").write_text(yaml.safe_dump(scenario_file, sort_keys=False))
+        results = work / "results"
+        stderr = open(work / "stderr", "wb")
+        proc = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(work / "scenario.yaml"),
+                                 "--results", str(results), "--exit-with-stdin", "--json", *options],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr,
+                                env={**os.environ, "GUESTBENCH_FLEET_HOST": host})
+        stderr.close()
+        seen: tuple[float, int] | None = None
+        doc: dict[str, Any] | None = None
+        stop_at: float | None = None
+        while True:
+            ended = proc.poll() is not None
+            path = _results_file(results)
+            if path is not None:
+                st = path.stat()
+                if (st.st_mtime, st.st_size) != seen:
+                    seen = (st.st_mtime, st.st_size)
+                    fresh = _read(path)
+                    if fresh is not None:
+                        doc = fresh
+                        send(doc)
+            if ended:
+                break
+            if stop_at is None and cancelled():
+                proc.send_signal(signal.SIGTERM)  # as Ctrl-C: samples kept, status 'interrupted'
+                stop_at = time.monotonic() + STOP_GRACE_S
+            elif stop_at is not None and time.monotonic() > stop_at:
+                proc.kill()
+            time.sleep(POLL_S)
+        if proc.stdin is not None:
+            proc.stdin.close()
+        tail = (work / "stderr").read_bytes()[-4000:].decode("utf-8", "replace")
+        return {"host": host, "exit": proc.returncode, "doc": doc, "stderr": tail}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _results_file(results: Path) -> Path | None:
+    try:
+        found = sorted(results.glob("*.json"))
+    except OSError:
+        return None
+    return found[-1] if found else None
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None

@@ -1,0 +1,146 @@
+"""`guestbench worker SCHEDULER_ADDRESS`: this host joins a fleet.
+
+It checks the backends as `doctor` does, then runs a Dask worker (one thread) in a child process that
+advertises `bench` and the usable backends as resources. This process stays as its keeper: it is the
+child subreaper of everything the worker starts, so when the worker dies, however it dies (SIGKILL included),
+the host runs it started (which stop by themselves when their worker's pipe closes) get time to clean up, and
+whatever is still alive after that is killed; then libvirt domains with disks in the worker's directory, host
+storage and control groups left by dead owners are removed, and the worker's directory with them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from guestbench.errors import UserError
+from guestbench.paths import remove_tree, temp_root
+from guestbench.run.fleet import resources
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+SETTLE_S = 150.0  # how long the worker's host runs may take to stop and clean up after the worker died
+DEATH_TIMEOUT_S = 60  # a worker that cannot reach its scheduler for this long gives up
+
+
+def _prctl(option: int, value: int) -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def _die_with_parent() -> None:
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def serve(address: str, usable: list[str], name: str, say: Callable[[str], None]) -> int:
+    """Run the Dask worker until it ends; clean up after it; its exit status (0 when stopped by a signal)."""
+    if not usable:
+        raise UserError("no backend is usable on this host, so it has nothing to offer a fleet; "
+                        "'guestbench doctor' says why", source="guestbench worker")
+    home = Path(tempfile.mkdtemp(prefix="gbw-", dir=temp_root()))  # short: sockets live below it
+    os.chmod(home, 0o755)  # libvirt's qemu user reaches disk images in run directories below it
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    env = {**os.environ, "GUESTBENCH_TMPDIR": str(home)}
+    child = subprocess.Popen([sys.executable, "-m", "guestbench.run.fleet.daskworker", address, name,
+                              json.dumps(resources.advertised(usable)), str(home / "dask")],
+                             env=env, preexec_fn=_die_with_parent)
+    say(f"worker {name}: pid {child.pid}, offering {', '.join(usable)} to {address}; its files in {home}")
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        try:
+            child.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        status = child.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, signal.SIG_IGN if s != signal.SIGHUP else h)
+        for line in clean_up(home):
+            say(f"worker {name}: {line}")
+        for s, h in old.items():
+            signal.signal(s, h)
+    if status < 0:
+        say(f"worker {name}: the Dask worker ended by signal {-status}")
+        return 0 if stopping else 1
+    return status
+
+
+def clean_up(home: Path) -> list[str]:
+    """After the worker: its descendants (ours now, as subreaper) stopped, then what they left removed."""
+    from guestbench import cgroups
+    from guestbench.backends.libvirt import destroy_domains, guestfs_domains
+    from guestbench.storage.host import sweep_stale
+
+    done: list[str] = []
+    deadline = time.monotonic() + SETTLE_S
+    while _descendants() and time.monotonic() < deadline:
+        _reap()
+        time.sleep(0.2)
+    left = _descendants()
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if left:
+        done.append(f"killed {len(left)} process(es) still running {SETTLE_S:g} s after the worker ended")
+    end = time.monotonic() + 10
+    while _descendants() and time.monotonic() < end:
+        _reap()
+        time.sleep(0.1)
+    _reap()
+    try:
+        done += [f"destroyed libvirt domain {d}" for d in destroy_domains(guestfs_domains(home))]
+    except Exception as e:  # no libvirt here: nothing of it to clean
+        done.append(f"libvirt not checked: {e}")
+    done += sweep_stale(home) + cgroups.sweep()
+    remove_tree(home)
+    return done
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _descendants() -> list[int]:
+    """Every process below this one (its children's children are reparented here when their parent dies)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if fields and fields[0] != "Z":
+            parents[int(entry)] = int(fields[1])
+    me = os.getpid()
+    out = []
+    for pid in parents:
+        p, hops = parents.get(pid), 0
+        while p is not None and p > 1 and hops < 64:
+            if p == me:
+                out.append(pid)
+                break
+            p, hops = parents.get(p), hops + 1
+    return sorted(out)

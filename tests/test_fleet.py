@@ -1,0 +1,259 @@
+"""Fleet runs on a real Dask scheduler and two real `guestbench worker`s (subprocesses on this machine), each
+offering a different backend: one results file with both hosts' cells, a worker SIGKILLed mid-run, Ctrl-C of
+the run, and `guestbench fleet local`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from conftest import ROOT, guestbench, processes_mentioning, session_tmp_path, write_scenario
+
+pytestmark = pytest.mark.launch
+
+TMP = session_tmp_path() / "tmp"
+START_S = 300.0  # a worker probes its backends first (cached verdicts make that quick)
+
+
+def _wait(what: str, check: Any, timeout: float, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def _cluster_workers(address: str) -> dict[str, dict[str, Any]]:
+    from distributed import Client
+
+    with Client(address, timeout=20, set_as_default=False) as c:
+        return {str(w["name"]): {"address": a, "resources": w["resources"], "pid": w.get("pid")}
+                for a, w in c.scheduler_info(n_workers=-1)["workers"].items()}
+
+
+def _daskworker_pid(name: str) -> int | None:
+    for line in processes_mentioning("guestbench.run.fleet.daskworker"):
+        pid, cmd = line.split(": ", 1)
+        if f" {name} " in cmd:
+            return int(pid)
+    return None
+
+
+class Fleet:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        sched_file = tmp / "scheduler.json"
+        self.scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
+                                           "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file",
+                                           str(sched_file)], stdin=subprocess.DEVNULL,
+                                          stderr=open(tmp / "scheduler.log", "wb"))
+        self.address = _wait("the scheduler's address", lambda: _address(sched_file), 60)
+
+    def start_worker(self, name: str, backend: str) -> None:
+        self.procs[name] = subprocess.Popen([sys.executable, "-m", "guestbench", "worker", self.address, "--backend",
+                                             backend, "--name", name], cwd=ROOT, stdin=subprocess.DEVNULL,
+                                            stderr=open(self.tmp / f"{name}.log", "wb"))
+        _wait(f"worker {name} to join", lambda: name in _cluster_workers(self.address) or self._died(name), START_S,
+              every=1.0)
+        assert self.procs[name].poll() is None, (self.tmp / f"{name}.log").read_text()
+
+    def _died(self, name: str) -> bool:
+        return self.procs[name].poll() is not None
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text(errors="replace")
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=200)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.scheduler.terminate()
+        self.scheduler.wait(timeout=30)
+
+
+def _address(path: Path) -> str | None:
+    try:
+        return str(json.loads(path.read_text())["address"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    f = Fleet(tmp_path_factory.mktemp("fleet"))
+    try:
+        f.start_worker("alpha", "uml")
+        f.start_worker("beta", "tcg")
+        yield f
+    finally:
+        f.close()
+    assert _worker_homes() == [], "a worker's directory was left behind"
+
+
+def _worker_homes() -> list[Path]:
+    return sorted(TMP.glob("gbw-*"))
+
+
+def _hypervisors() -> list[str]:
+    """Processes of ours other than the Dask workers themselves (whose command line names their directory)."""
+    return [p for p in processes_mentioning(str(TMP)) if "guestbench.run.fleet.daskworker" not in p]
+
+
+def _results(tmp: Path) -> dict[str, Any]:
+    files = list((tmp / "r").glob("*.json"))
+    assert len(files) == 1, files
+    return json.loads(files[0].read_text())
+
+
+SCENARIO = "name: fleet\nrepetitions: {reps}\nwarmup: 0\nbackends: [uml, tcg]\nmeasurements: [startup]\n"
+
+
+def test_one_scenario_on_two_hosts_gives_one_results_file_with_both_named(fleet: Fleet, tmp_path: Path) -> None:
+    workers = _cluster_workers(fleet.address)
+    assert workers["alpha"]["resources"] == {"bench": 1, "uml": 1}
+    assert workers["beta"]["resources"] == {"bench": 1, "tcg": 1}
+    sc = write_scenario(tmp_path / "s.yaml", SCENARIO.format(reps=3))
+    proc = guestbench("scenario", str(sc), "--cluster", fleet.address, "--results", str(tmp_path / "r"), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = _results(tmp_path)
+    assert doc["status"] == "complete" and doc["schema_version"] == 3
+    assert set(doc["hosts"]) == {"alpha", "beta"}
+    for name, backend in (("alpha", "uml"), ("beta", "tcg")):
+        info = doc["hosts"][name]
+        assert info["status"] == "complete" and info["address"] == workers[name]["address"]
+        assert info["host"]["cpu_model"] and info["backends"][backend]["usable"] is True, info["backends"]
+        cells = [c for c in doc["cells"] if c["host"] == name]
+        assert [c["backend"] for c in cells] == [backend], cells  # each host ran only what it offers
+        assert len(cells[0]["samples"]) == 3 and all(s["seconds"] > 0 for s in cells[0]["samples"])
+    # show: the hosts side by side, then each host's own tables
+    shown = guestbench("show", str(next((tmp_path / "r").glob("*.json"))))
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
+    assert "startup: host × backend" in out and "host alpha" in out and "host beta" in out, out
+    for host, backend in (("alpha", "uml"), ("beta", "tcg")):
+        assert any(host in ln and backend in ln for ln in out.splitlines()), out
+    summary = json.loads(guestbench("show", "--json", str(next((tmp_path / "r").glob("*.json")))).stdout)
+    rows = {(r["host"], r["backend"]): r for r in summary["fleet"]["tables"][0]["rows"]}
+    assert set(rows) == {("alpha", "uml"), ("beta", "tcg")} and all(r["n"] == 3 for r in rows.values())
+    # report: the same tables on the page
+    rep = guestbench("report", str(next((tmp_path / "r").glob("*.json"))), "-o", str(tmp_path / "rep"))
+    assert rep.returncode == 0, rep.stderr
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "host × backend" in page and "host alpha" in page and "host beta" in page
+    assert _hypervisors() == []
+
+
+def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(tmp_path: Path) -> None:
+    """A fleet of its own (the worker it kills is gone for good): beta is SIGKILLed after its first sample."""
+    f = Fleet(tmp_path)
+    try:
+        f.start_worker("alpha", "uml")
+        f.start_worker("beta", "tcg")
+        sc = write_scenario(tmp_path / "s.yaml", SCENARIO.format(reps=4))
+        run = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--cluster", f.address,
+                                "--results", str(tmp_path / "r")], cwd=ROOT, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        def beta_sampled() -> bool:
+            try:
+                doc = _results(tmp_path)
+            except (AssertionError, ValueError):
+                return False
+            return any(c.get("host") == "beta" and c["samples"] for c in doc["cells"])
+
+        _wait("beta's first sample", beta_sampled, 600, every=0.5)
+        pid = _daskworker_pid("beta")
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        out, err = run.communicate(timeout=900)
+        assert run.returncode == 1, err[-3000:]  # samples failed: beta's
+        doc = _results(tmp_path)
+        assert doc["status"] == "complete"
+        assert doc["hosts"]["beta"]["status"] == "lost" and "left the cluster" in doc["hosts"]["beta"]["error"]
+        alpha = [c for c in doc["cells"] if c["host"] == "alpha"]
+        assert len(alpha) == 1 and len(alpha[0]["samples"]) == 4 and alpha[0]["status"] == "done"
+        beta = [c for c in doc["cells"] if c["host"] == "beta"][0]
+        assert 1 <= len(beta["samples"]) < 4
+        assert beta["failures"] and all("host beta lost" in x["reason"] for x in beta["failures"])
+        assert len(beta["samples"]) + len(beta["failures"]) >= 4
+        assert "host beta" in err and "lost" in err
+        # beta's keeper cleaned up after its worker: no hypervisor, no directory, and it exited
+        f.procs["beta"].wait(timeout=300)
+        assert "the Dask worker ended by signal 9" in f.log("beta")
+        _wait("beta's hypervisors to be gone", lambda: not [p for p in _hypervisors() if "beta" in p], 30)
+    finally:
+        f.close()
+    assert _worker_homes() == [] and _hypervisors() == []
+
+
+def test_ctrl_c_of_a_cluster_run_stops_the_hosts_and_keeps_every_sample(fleet: Fleet, tmp_path: Path) -> None:
+    sc = write_scenario(tmp_path / "s.yaml", SCENARIO.format(reps=20))
+    run = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--cluster", fleet.address,
+                            "--results", str(tmp_path / "r")], cwd=ROOT, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def sampled() -> bool:
+        try:
+            doc = _results(tmp_path)
+        except (AssertionError, ValueError):
+            return False
+        return sum(len(c["samples"]) for c in doc["cells"]) >= 2
+
+    _wait("two samples", sampled, 600, every=0.5)
+    run.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    out, err = run.communicate(timeout=300)
+    took = time.monotonic() - t0
+    assert run.returncode == 130, err[-3000:]
+    doc = _results(tmp_path)
+    assert doc["status"] == "interrupted", doc["status"]
+    assert {doc["hosts"][n]["status"] for n in ("alpha", "beta")} <= {"interrupted", "complete"}
+    kept = sum(len(c["samples"]) for c in doc["cells"])
+    assert 2 <= kept < 40
+    assert took < 120, f"the hosts took {took:.0f} s to stop"
+    # the workers are still there, idle and clean: no host run, no hypervisor
+    _wait("the hosts' runs to end", lambda: not _hypervisors(), 60)
+    assert set(_cluster_workers(fleet.address)) == {"alpha", "beta"}
+
+
+def test_fleet_local_starts_a_scheduler_and_workers_and_stops_them_on_ctrl_c(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "guestbench", "fleet", "local", "2", "--backend", "uml"], cwd=ROOT,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        address = proc.stdout.readline().strip()
+        assert address.startswith("tcp://127.0.0.1:"), address
+        workers = _wait("two workers", lambda: (w := _cluster_workers(address)) and len(w) == 2 and w, START_S,
+                        every=1.0)
+        assert all(w["resources"] == {"bench": 1, "uml": 1} for w in workers.values())
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=300)
+    assert proc.returncode == 0
+    assert processes_mentioning("guestbench.run.fleet") == [] and _worker_homes() == []
+
+
+def test_bad_cluster_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    sc = write_scenario(tmp_path / "s.yaml", SCENARIO.format(reps=1))
+    for args, expect in ((["--cluster", "tcp://127.0.0.1:1"], "cannot reach a Dask scheduler"),
+                         (["--hosts", "a"], "--hosts: needs --cluster ADDRESS"),
+                         (["--cluster", "tcp://127.0.0.1:1", "--dry-run"], "--dry-run: is not available with --cluster")):
+        proc = guestbench("scenario", str(sc), *args, "--results", str(tmp_path / "r"), timeout=120)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and expect in proc.stderr, proc.stderr
