@@ -288,7 +288,7 @@ def _exit_with_stdin() -> None:
     import threading
 
     def watch() -> None:
-        while sys.stdin.buffer.read(4096):
+        while os.read(0, 4096):  # the raw fd: a daemon thread in a buffered read aborts the interpreter's exit
             pass
         os.kill(os.getpid(), signal.SIGTERM)
 
