@@ -41,10 +41,11 @@ def _cluster_workers(address: str) -> dict[str, dict[str, Any]]:
                 for a, w in c.scheduler_info(n_workers=-1)["workers"].items()}
 
 
-def _daskworker_pid(name: str) -> int | None:
+def _daskworker_pid(address: str, name: str) -> int | None:
+    """The Dask worker process of worker `name` of the scheduler at `address` (other fleets may have a `name`)."""
     for line in processes_mentioning("guestbench.run.fleet.daskworker"):
         pid, cmd = line.split(": ", 1)
-        if f" {name} " in cmd:
+        if f" {address} {name} " in cmd:
             return int(pid)
     return None
 
@@ -161,6 +162,7 @@ def test_one_scenario_on_two_hosts_gives_one_results_file_with_both_named(fleet:
 
 def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(tmp_path: Path) -> None:
     """A fleet of its own (the worker it kills is gone for good): beta is SIGKILLed after its first sample."""
+    homes = _worker_homes()  # the module's fleet may be up: its workers' directories are not this test's
     f = Fleet(tmp_path)
     try:
         f.start_worker("alpha", "uml")
@@ -178,7 +180,7 @@ def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(t
             return any(c.get("host") == "beta" and c["samples"] for c in doc["cells"])
 
         _wait("beta's first sample", beta_sampled, 600, every=0.5)
-        pid = _daskworker_pid("beta")
+        pid = _daskworker_pid(f.address, "beta")
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         out, err = run.communicate(timeout=900)
@@ -199,7 +201,7 @@ def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(t
         _wait("beta's hypervisors to be gone", lambda: not [p for p in _hypervisors() if "beta" in p], 30)
     finally:
         f.close()
-    assert _worker_homes() == [] and _hypervisors() == []
+    assert _worker_homes() == homes and _hypervisors() == []
 
 
 def test_ctrl_c_of_a_cluster_run_stops_the_hosts_and_keeps_every_sample(fleet: Fleet, tmp_path: Path) -> None:
@@ -233,6 +235,7 @@ def test_ctrl_c_of_a_cluster_run_stops_the_hosts_and_keeps_every_sample(fleet: F
 
 
 def test_fleet_local_starts_a_scheduler_and_workers_and_stops_them_on_ctrl_c(tmp_path: Path) -> None:
+    homes = _worker_homes()
     proc = subprocess.Popen([sys.executable, "-m", "guestbench", "fleet", "local", "2", "--backend", "uml"], cwd=ROOT,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -246,7 +249,7 @@ def test_fleet_local_starts_a_scheduler_and_workers_and_stops_them_on_ctrl_c(tmp
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=300)
     assert proc.returncode == 0
-    assert processes_mentioning("guestbench.run.fleet") == [] and _worker_homes() == []
+    assert processes_mentioning(address) == [] and _worker_homes() == homes  # other fleets may be up
 
 
 def test_bad_cluster_input_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ backend), then times, side by side in one run:
      (the round trip a task pays) and all at once (the scheduler's throughput under guestbench's resources);
   2. M results snapshots sent from a worker with Worker.log_event and merged here as the coordinator does,
      for a document the size of a real run's (the cost of streaming samples back).
+  3. the rewrite of the merged results file (once per batch of snapshots) for 2, 20 and 200 hosts.
 Prints one line per figure with n, median and spread. Usage: python tools/fleet_overhead.py [N] [M] [CELLS]
 """
 
@@ -21,28 +22,28 @@ import time
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def noop(i: int) -> int:
     return i
 
 
-def send_snapshots(topic: str, doc: dict[str, Any], m: int) -> int:
+def send_snapshots(topic: str, host: str, doc_text: str, m: int) -> int:
+    """What a host share sends on every change of its results file (guestbench.run.fleet.task), `m` times."""
     from distributed import get_worker
 
     w = get_worker()
-    for i in range(m):
-        w.log_event(topic, {"host": w.name, "doc": {**doc, "seq": i}})
+    for _ in range(m):
+        w.log_event(topic, {"host": host, "doc": doc_text})
     return m
 
 
-def fake_doc(cells: int) -> dict[str, Any]:
-    """A results document of `cells` cells with 10 samples each, shaped like a start-up run's."""
-    cell = {"backend": "uml", "label": "startup", "measurement": "startup", "placement": "host", "status": "done",
-            "params": {}, "timed": "launch", "samples": [{"rep": i, "seconds": 5.1 + i / 100,
-                                                           "utc": "2026-11-25T04:00:00.000000Z", "seq": i,
-                                                           "load": {"other_cores": 0.1, "busy": False}}
-                                                          for i in range(1, 11)], "warmups": [], "failures": []}
-    return {"status": "running", "host": {"cpu_model": "x"}, "backends": {}, "cells": [dict(cell) for _ in range(cells)]}
+def host_doc(cells: int) -> dict[str, Any]:
+    """A host's results document of `cells` cells: the cells of a real start-up run (tests/data) repeated."""
+    real = json.loads((ROOT / "tests/data/results/20261121T211449Z-startup.json").read_text())
+    real_cells = [c for c in real["cells"] if c.get("samples")]
+    return {**real, "cells": [dict(real_cells[i % len(real_cells)]) for i in range(cells)]}
 
 
 def spread(xs: list[float]) -> str:
@@ -92,29 +93,59 @@ def main() -> int:
         client.gather(futs)
         total = time.perf_counter() - t0
         print(f"{n} tasks at once over 2 workers: {total:.2f} s, {total / n * 1e3:.2f} ms per task")
-        # 2: snapshots through log_event, merged as the coordinator merges them
-        doc = fake_doc(cells)
-        size = len(json.dumps(doc))
+        # 2: snapshots through log_event as JSON text, parsed and merged into a real results file as the
+        # coordinator does (guestbench.run.fleet.coordinator: _snapshot, FleetRun.merge, which rewrites the file)
+        from rich.console import Console
+
+        from guestbench.results import ResultsFile
+        from guestbench.run.fleet import coordinator
+        from guestbench.scenario import parse_scenario
+
+        doc = host_doc(cells)
+        text = json.dumps(doc)
+        sc = parse_scenario(doc["scenario"], "overhead")
+        run = coordinator.FleetRun(sc, coordinator.FleetOptions(address=address), Console(stderr=True))
+        run.results = ResultsFile.create(tmp / "merged.json", scenario=doc["scenario"], host=doc["host"],
+                                         command=["fleet_overhead"], guestbench=doc["guestbench"])
+        run.results.doc["hosts"] = {"w1": {"address": by_name["w1"], "status": "running"}}
         got: list[float] = []
+        merge_s: list[float] = []
         done = threading.Event()
-        merged: dict[str, Any] = {"cells": []}
 
         def on_event(event: Any) -> None:
-            msg = event[1]
-            merged["cells"] = [c for c in merged["cells"] if c.get("host") != msg["host"]] + [
-                {**c, "host": msg["host"]} for c in msg["doc"]["cells"]]
-            json.dumps(merged)  # the coordinator rewrites its results file on each merge
-            got.append(time.perf_counter())
+            t0 = time.perf_counter()
+            msg = coordinator._snapshot(event[1])
+            run.merge(str(msg["host"]), msg["doc"])
+            now = time.perf_counter()
+            merge_s.append(now - t0)
+            got.append(now)
             if len(got) == m:
                 done.set()
 
         client.subscribe_topic("overhead", on_event)
         t0 = time.perf_counter()
-        client.submit(send_snapshots, "overhead", doc, m, workers=[by_name["w1"]], pure=False).result()
-        done.wait(120)
+        client.submit(send_snapshots, "overhead", "w1", text, m, workers=[by_name["w1"]], pure=False).result()
+        done.wait(300)
         total = (got[-1] - t0) if got else float("nan")
-        print(f"{len(got)} snapshots of a {cells}-cell document ({size / 1024:.0f} KiB) sent and merged: "
-              f"{total:.2f} s, {total / max(1, len(got)) * 1e3:.2f} ms per snapshot")
+        merged = json.loads((tmp / "merged.json").read_text())
+        assert len(merged["cells"]) == cells, "every cell merged"
+        print(f"{len(got)} snapshots of a {cells}-cell host document ({len(text) / 1024:.0f} KiB JSON) sent and "
+              f"merged into the results file: {total:.2f} s in all, {total / max(1, len(got)) * 1e3:.2f} ms each; "
+              f"the merge alone: {spread(merge_s)}")
+        # 3: the coordinator's rewrite of the merged file, once per batch of snapshots, as hosts are added
+        for hosts in (2, 20, 200):
+            rf = ResultsFile.create(tmp / f"merged-{hosts}.json", scenario=doc["scenario"], host=doc["host"],
+                                    command=["fleet_overhead"], guestbench=doc["guestbench"])
+            rf.doc["hosts"] = {f"h{i}": {"address": None, "status": "running"} for i in range(hosts)}
+            rf.doc["cells"] = [{**c, "host": f"h{i}"} for i in range(hosts) for c in doc["cells"]]
+            took = []
+            for _ in range(20 if hosts < 200 else 5):
+                t0 = time.perf_counter()
+                rf.save()
+                took.append(time.perf_counter() - t0)
+            size = (tmp / f"merged-{hosts}.json").stat().st_size
+            print(f"rewrite of the merged results file, {hosts} hosts x {cells} cells ({size / 2**20:.1f} MiB): "
+                  f"{spread(took)}")
         client.close()
     finally:
         for p in reversed(procs):

@@ -11,6 +11,7 @@ last snapshot, and the file is closed as 'interrupted'.
 
 from __future__ import annotations
 
+import json
 import queue
 import time
 import uuid
@@ -135,7 +136,7 @@ class FleetRun:
             for name, why in idle.items():
                 self.console.print(f"[yellow]–[/] host {name}: not run: {why}", highlight=False)
             cancel = Event(task.cancel_event_name(self.run_id), client=client)
-            client.subscribe_topic(task.topic(self.run_id), lambda event: self.inbox.put(event[1]))
+            client.subscribe_topic(task.topic(self.run_id), lambda event: self.inbox.put(_snapshot(event[1])))
             with TrapSignals():
                 try:
                     self._run(client, plans)
@@ -201,14 +202,18 @@ class FleetRun:
             if isinstance(msg, dict) and isinstance(msg.get("doc"), dict):
                 latest[str(msg.get("host"))] = msg["doc"]
         for name, doc in latest.items():
-            self.merge(name, doc)
+            self.merge(name, doc, save=False)
+        if latest:
+            self._rf().save()  # once per batch: with many hosts, rewriting the file is the coordinator's cost
+        for name in latest:
             if name in bars:
                 done, total = self._progress(name)
                 progress.update(bars[name], completed=done, total=total,
                                 description=f"{name} · {self._host(name).get('status')}")
 
-    def merge(self, name: str, doc: dict[str, Any]) -> None:
-        """The host's newest results document replaces what it sent before."""
+    def merge(self, name: str, doc: dict[str, Any], save: bool = True) -> None:
+        """The host's newest results document replaces what it sent before (the file rewritten unless `save`
+        is False: the caller saves once for several hosts)."""
         rf = self._rf()
         if name not in rf.doc.get("hosts", {}):
             return
@@ -223,7 +228,8 @@ class FleetRun:
             if isinstance(cells, list):
                 kept = [c for c in rf.doc["cells"] if c.get("host") != name]
                 rf.doc["cells"] = kept + [{**c, "host": name} for c in cells if isinstance(c, dict)]
-            rf.save()
+            if save:
+                rf.save()
 
     def _ended(self, name: str, fut: Any) -> None:
         """A host's task returned (or raised): take its final document, say how it ended."""
@@ -326,6 +332,15 @@ class FleetRun:
             total += planned
             done += planned if c.get("status") in ("skipped", "unavailable") else min(planned, _ended_iterations(c))
         return done, total
+
+
+def _snapshot(msg: Any) -> dict[str, Any]:
+    """A host's event as {"host", "doc"}; a message that is not one has no doc (and is ignored)."""
+    try:
+        doc = json.loads(msg["doc"])
+        return {"host": str(msg["host"]), "doc": doc if isinstance(doc, dict) else None}
+    except (TypeError, KeyError, ValueError):
+        return {"host": None, "doc": None}
 
 
 def _ended_iterations(cell: dict[str, Any]) -> int:

@@ -44,8 +44,8 @@ def host_share(run_id: str, host: str, scenario_file: dict[str, Any], options: l
     worker = get_worker()
     cancel = Event(cancel_event_name(run_id))
 
-    def send(doc: dict[str, Any]) -> None:
-        worker.log_event(topic(run_id), {"host": host, "doc": doc})
+    def send(doc: dict[str, Any]) -> None:  # as JSON text: Dask's msgpack would hand lists back as tuples
+        worker.log_event(topic(run_id), {"host": host, "doc": json.dumps(doc)})
 
     def cancelled() -> bool:
         try:
