@@ -24,6 +24,7 @@ from guestbench.errors import UserError
 from guestbench.report import NONE, doc_cells, fmt_seconds, load_figures, sample_seconds  # as `show` reads them
 from guestbench.results import figures as cell_figures
 from guestbench.results.figures import SECONDS, figures
+from guestbench.results import hosts as fleet_hosts
 from guestbench.stats import PERMUTATION_METHOD, RATIO_CI_METHOD, permutation_p, ratio_ci
 
 ALPHA = 0.05
@@ -141,8 +142,13 @@ def cell_name(key: Key) -> str:
 
 
 def _key(cell: dict[str, Any]) -> Key:
+    """(backend, placement, label); a fleet run's cell names its host in the placement (`host@alpha`), so two
+    fleet runs are compared host by host."""
     measurement = str(cell.get("measurement") or "?")
-    return (str(cell.get("backend") or "?"), str(cell.get("placement") or ""), str(cell.get("label") or measurement))
+    placement = str(cell.get("placement") or "")
+    if cell.get("host"):
+        placement = f"{placement or 'host'}@{cell['host']}"
+    return (str(cell.get("backend") or "?"), placement, str(cell.get("label") or measurement))
 
 
 def cells_by_key(doc: dict[str, Any], source: str | None = None) -> dict[Key, dict[str, Any]]:
@@ -272,12 +278,19 @@ def unmatched(base: dict[str, Any], other: dict[str, Any]) -> tuple[list[str], l
 
 
 def _differences(base: dict[str, Any], other: dict[str, Any], key: Any) -> list[str]:
-    def key_of(doc: dict[str, Any]) -> dict[str, Any]:
-        fp = doc.get("host")
+    """What differs between the machines that ran the two sides; for two fleet runs, host by host (for the
+    hosts both ran), each line naming its host."""
+    def key_of(fp: Any) -> dict[str, Any]:
         return key(fp if isinstance(fp, dict) else {})  # type: ignore[no-any-return]
 
-    a, b = key_of(base), key_of(other)
-    return [f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    def diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
+        return [f"{prefix}{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+    if fleet_hosts.is_fleet(base) and fleet_hosts.is_fleet(other):
+        both = [n for n in fleet_hosts.names(base) if n in fleet_hosts.names(other)]
+        return [line for n in both for line in diff(key_of((base["hosts"][n] or {}).get("host")),
+                                                     key_of((other["hosts"][n] or {}).get("host")), f"host {n}: ")]
+    return diff(key_of(base.get("host")), key_of(other.get("host")))
 
 
 def check_hosts(base: dict[str, Any], other: dict[str, Any]) -> list[str]:

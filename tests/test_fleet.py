@@ -157,6 +157,12 @@ def test_one_scenario_on_two_hosts_gives_one_results_file_with_both_named(fleet:
     assert rep.returncode == 0, rep.stderr
     page = (tmp_path / "rep" / "index.html").read_text()
     assert "host × backend" in page and "host alpha" in page and "host beta" in page
+    # compare: two fleet runs are matched host by host (here the run against itself: no change)
+    path = str(next((tmp_path / "r").glob("*.json")))
+    cmp = guestbench("compare", path, path, "--json")
+    assert cmp.returncode == 0, cmp.stderr
+    compared = {(r["backend"], r["placement"]) for c in json.loads(cmp.stdout)["comparisons"] for r in c["rows"]}
+    assert compared == {("uml", "host@alpha"), ("tcg", "host@beta")}, cmp.stdout
     assert _hypervisors() == []
 
 

@@ -1,0 +1,142 @@
+"""Fleet pieces that need no cluster: which hosts run what, how a lost host's iterations are written off, how
+snapshots are read, and how show/compare read hosts. The documents are built from a real start-up run's samples
+(tests/data), split across two named hosts as a fleet run records them."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from guestbench import compare, fleet_report
+from guestbench.errors import UserError
+from guestbench.results import load_results
+from guestbench.results.hosts import differences, names, view
+from guestbench.run.fleet import coordinator, resources
+from guestbench.scenario import parse_scenario
+
+from conftest import ROOT
+
+REAL = ROOT / "tests/data/results/20261121T211449Z-startup.json"
+
+
+def fleet_doc(split: dict[str, list[str]], **fingerprint: Any) -> dict[str, Any]:
+    """The real run's cells, each host keeping those of its backends; `fingerprint` changes host beta's."""
+    one = load_results(REAL)
+    doc = {k: v for k, v in one.items() if k != "cells"}
+    doc["hosts"], doc["cells"] = {}, []
+    for name, backends in split.items():
+        fp = copy.deepcopy(one["host"])
+        if name == "beta":
+            fp.update(fingerprint)
+        doc["hosts"][name] = {"address": f"tcp://10.0.0.{len(doc['hosts']) + 1}:4000", "host": fp,
+                              "backends": {b: one["backends"][b] for b in backends}, "status": "complete"}
+        doc["cells"] += [{**copy.deepcopy(c), "host": name} for c in one["cells"] if c["backend"] in backends]
+    return doc
+
+
+def test_resources_a_worker_offers_and_a_host_share_asks_for() -> None:
+    offered = resources.advertised(["uml", "tcg"])
+    assert offered == {"bench": 1, "uml": 1, "tcg": 1}
+    assert sorted(resources.backends_of(offered)) == ["tcg", "uml"]
+    assert resources.asked(["tcg"]) == {"bench": 1, "tcg": 1}  # one measurement per host at a time
+
+
+def test_choose_runs_each_host_on_what_it_offers_and_says_why_others_sit_out() -> None:
+    sc = parse_scenario({"name": "x", "backends": ["uml", "tcg"], "measurements": ["startup"]}, "t")
+    cluster = {"alpha": {"address": "a", "resources": {"bench": 1, "uml": 1}},
+               "beta": {"address": "b", "resources": {"bench": 1, "kvm": 1}},
+               "gamma": {"address": "c", "resources": {"GPU": 1}}}
+    plans, idle = coordinator.choose(sc, cluster, None, "tcp://s:1")
+    assert [(p.name, p.backends) for p in plans] == [("alpha", ["uml"])]
+    assert "can launch kvm, none of the scenario's (uml, tcg)" in idle["beta"]
+    assert "not a guestbench worker" in idle["gamma"]
+    with pytest.raises(UserError, match="no worker named delta; the cluster has alpha, beta, gamma"):
+        coordinator.choose(sc, cluster, ["delta"], "tcp://s:1")
+    with pytest.raises(UserError, match="the scheduler has no workers"):
+        coordinator.choose(sc, {}, None, "tcp://s:1")
+
+
+def test_a_snapshot_is_json_text_and_anything_else_is_ignored() -> None:
+    doc = {"status": "running", "cells": [{"samples": [1, 2]}]}
+    got = coordinator._snapshot({"host": "alpha", "doc": json.dumps(doc)})
+    assert got == {"host": "alpha", "doc": doc} and isinstance(got["doc"]["cells"], list)
+    for bad in ({"host": "alpha", "doc": "{not json"}, {"host": "alpha"}, "text", {"host": "a", "doc": "[1]"}):
+        assert coordinator._snapshot(bad)["doc"] is None
+
+
+def test_a_lost_host_keeps_its_samples_and_its_unfinished_iterations_become_failures(tmp_path: Path) -> None:
+    from guestbench.results import ResultsFile
+
+    doc = fleet_doc({"alpha": ["uml"], "beta": ["tcg"]})
+    real = next(c for c in doc["cells"] if c["backend"] == "tcg")  # the scenario the real run had
+    sc = parse_scenario({"name": "t", "backends": ["uml", "tcg"], "repetitions": len(real["samples"]),
+                         "warmup": len(real["warmups"]), "measurements": ["startup"]}, "t")
+    run = coordinator.FleetRun(sc, coordinator.FleetOptions(address="tcp://s:1"), Console(file=open("/dev/null", "w")))
+    run.results = ResultsFile.create(tmp_path / "r.json", scenario=doc["scenario"], host=doc["host"],
+                                     command=["t"], guestbench=doc["guestbench"])
+    run.results.doc["hosts"] = {n: {"address": h["address"], "status": "starting"} for n, h in doc["hosts"].items()}
+    beta_doc = fleet_doc({"beta": ["tcg"]})
+    cell = beta_doc["cells"][0]
+    planned = len(cell["samples"]) + len(cell["warmups"]) + 1  # + the cold launch
+    cell["samples"] = cell["samples"][:2]
+    cell["status"] = "running"
+    run.merge("beta", {**beta_doc, "status": "running"})
+    run._lost(coordinator.HostPlan("beta", "tcp://10.0.0.2:4000", {}, ["tcg"]))
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["hosts"]["beta"]["status"] == "lost" and "left the cluster mid-run" in saved["hosts"]["beta"]["error"]
+    (beta,) = [c for c in saved["cells"] if c["host"] == "beta"]
+    assert len(beta["samples"]) == 2 and beta["status"] == "interrupted"
+    assert coordinator._ended_iterations(beta) == run._planned(beta) == planned
+    assert all(f["reason"].startswith("host beta lost") for f in beta["failures"])
+    run.merge("beta", beta_doc)  # a late snapshot from a host written off changes nothing
+    assert json.loads((tmp_path / "r.json").read_text()) == saved
+
+
+def test_show_names_the_fastest_combination_only_when_every_other_ratio_ci_is_above_one() -> None:
+    doc = fleet_doc({"alpha": ["uml"], "beta": ["tcg", "libvirt-tcg"]})
+    (t,) = fleet_report.tables(doc)
+    assert {(c.host, c.row.backend) for c in t.combos} == {("alpha", "uml"), ("beta", "tcg"), ("beta", "libvirt-tcg")}
+    medians = {c.row.backend: c.row.summary.median for c in t.combos if c.row.summary}
+    others = [c for c in t.combos if c is not min(t.combos, key=lambda c: c.row.summary.median)]
+    if all(c.ratio_ci and c.ratio_ci[0] > 1 for c in others):
+        assert t.fastest is not None and t.fastest.row.backend == min(medians, key=medians.get)
+        assert "Fastest:" in t.caption
+    else:
+        assert t.fastest is None and "No combination is clearly fastest" in t.caption
+    # the same cell on both hosts, one host's samples doubled: the ratio is about 2 and beta is not fastest
+    same = fleet_doc({"alpha": ["uml"], "beta": ["uml"]})
+    for c in same["cells"]:
+        if c["host"] == "beta":
+            for s in c["samples"]:
+                s["seconds"] *= 2
+    (t2,) = fleet_report.tables(same)
+    assert t2.fastest is not None and t2.fastest.host == "alpha", t2.caption
+    (slow,) = [c for c in t2.combos if c.host == "beta"]
+    assert slow.row.ratio == pytest.approx(2.0) and slow.ratio_ci is not None and slow.ratio_ci[0] > 1
+    assert fleet_report.to_json(same)[0]["fastest"] == {"host": "alpha", "backend": "uml"}
+
+
+def test_hosts_that_differ_in_what_moves_figures_are_warned_about() -> None:
+    doc = fleet_doc({"alpha": ["uml"], "beta": ["tcg"]}, cpu_model="Other CPU", cores=64)
+    what = dict(differences(doc))
+    assert set(what) >= {"CPU model", "cores"} and what["cores"]["beta"] == 64
+    warned = fleet_report.warnings(doc)
+    assert any(w.startswith("hosts differ in CPU model (alpha: ") for w in warned), warned
+    assert fleet_report.warnings(fleet_doc({"alpha": ["uml"], "beta": ["tcg"]})) == []
+    assert names(doc) == ["alpha", "beta"] and view(doc, "beta")["host"]["cores"] == 64
+
+
+def test_compare_matches_two_fleet_runs_host_by_host() -> None:
+    base = fleet_doc({"alpha": ["uml"], "beta": ["uml"]})
+    other = fleet_doc({"alpha": ["uml"], "beta": ["uml"]}, kernel="6.99")
+    keys = set(compare.cells_by_key(base))
+    assert keys == {("uml", "host@alpha", "startup"), ("uml", "host@beta", "startup")}
+    rows = compare.compare_docs(base, other)
+    assert sorted(f"{r.backend}/{r.placement}/{r.measurement}" for r in rows) == ["uml/host@alpha/startup", "uml/host@beta/startup"]
+    assert compare.check_hosts(base, other) == []
+    assert compare.software_changes(base, other) == [f"host beta: kernel: {base['host']['kernel']!r} vs '6.99'"]
