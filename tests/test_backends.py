@@ -95,6 +95,8 @@ def test_a_probe_launch_that_hangs_or_fails_is_tried_again_only_where_the_backen
     assert mark.exists()  # the first launch reached the hypervisor and went wrong there
     if attempts == 1:
         assert not av.usable and av.details["timed_out"] and "attempts" not in av.details, av
+        # where it hung: the last lines the launch printed, kept as the evidence
+        assert any("stalled before the kernel (test: first launch)" in ln for ln in av.details["last_output"]), av
         return
     # the second attempt boots: usable, and the verdict keeps what went wrong before
     assert av.usable and av.details["attempts"] == 2, av
@@ -102,6 +104,7 @@ def test_a_probe_launch_that_hangs_or_fails_is_tried_again_only_where_the_backen
     assert len(earlier) == 1, earlier
     if how == "hang":
         assert earlier == ["probe launch did not finish within 45 s and was killed"]
+        assert any("stalled before the kernel" in ln for ln in av.details["earlier_last_output"][0]), av.details
     else:  # the failure quotes what the hypervisor said: probe launches are verbose
         assert earlier[0].startswith("probe launch failed") and "kvm run failed Input/output error (test: first launch)" in earlier[0], earlier
     assert av.reason.startswith("launched in") and "; 1 earlier attempt(s) did not launch (probe launch" in av.reason

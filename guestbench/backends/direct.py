@@ -87,6 +87,7 @@ class Kvm(Backend):
 # KVM whose AMD-V is itself emulated (a level-1 guest on qemu TCG): launches of the stock appliance took 27-44 s
 # there (2026-11-24), against a few seconds on hardware; the probe keeps the same 5x margin over them as tcg's
 EMULATED_KVM_PROBE_TIMEOUT_S = 240.0
+EMULATED_KVM_PROBE_ATTEMPTS = 3
 
 
 def kvm_probe_timeout(hardware_s: float) -> float:
@@ -97,10 +98,10 @@ def kvm_probe_timeout(hardware_s: float) -> float:
 
 def kvm_probe_attempts() -> int:
     """Three where the CPU offering KVM is emulated: in a level-1 guest on TCG most launches boot in 25-36 s
-    (8 of 8 on 2026-11-25), but CI runs saw one launch never finish and another fail at once with no console
-    output, each followed by launches that boot; one bad launch there says little about the backend. On
+    (12 of 12 by hand), but CI runs saw one launch never finish, another fail at once with no console output,
+    and once every attempt of one level-1 boot stall; one bad launch there says little about the backend. On
     hardware a hang is the host's nature (PVM), and the first attempt decides."""
-    return 3 if host.cpu_is_emulated() else 1
+    return EMULATED_KVM_PROBE_ATTEMPTS if host.cpu_is_emulated() else 1
 
 
 def explain_kvm_failure(reason: str, timed_out: bool) -> str:

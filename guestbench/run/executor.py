@@ -4,7 +4,8 @@ and hands back the worker's messages as they come, then how the worker ended.
 The runner knows nothing else about where a worker runs. The local executor is the supervisor (a worker
 process on this machine, its deadlines enforced, its process tree killed on overrun or signal); a scheduler
 that interleaves cells, or one that sends them to other hosts, is another class with these four methods and
-the `verbose` flag (probes ask for the console with it).
+the `verbose` flag (whether a worker's own output is echoed as it runs; a probe's worker always keeps the
+console, as the evidence of a failed launch).
 """
 
 from __future__ import annotations

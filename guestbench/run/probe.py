@@ -73,13 +73,20 @@ def launch_probe(backend: Backend, executor: Executor, run_dir: Path, timeout: f
                             {"probe_launch_s": got["launch_s"]})
     if ex.kind == "timeout":
         why = f"probe launch did not finish within {timeout:g} s and was killed"
-        return Availability(False, backend.explain(why, True), {"failure": why, "timed_out": True})
+        return Availability(False, backend.explain(why, True), {"failure": why, "timed_out": True,
+                                                                 "last_output": last_output(ex.stderr_tail)})
     if "failure" not in got and ex.kind == "crash":  # guestbench's own worker broke: says nothing of the backend
         why = f"probe launch failed: guestbench's worker crashed: {ex.reason or stderr_reason(ex.stderr_tail)}"
         return Availability(False, why, {"failure": why, "timed_out": False, "worker_crash": True})
     reason = got.get("failure") or ex.reason or stderr_reason(ex.stderr_tail) or "launch failed"
     why = f"probe launch failed: {reason}"
     return Availability(False, backend.explain(why, False), {"failure": why, "timed_out": False})
+
+
+def last_output(tail: list[str], keep: int = 12) -> list[str]:
+    """Where a hung launch stopped: the last lines its (verbose) worker printed, without libguestfs's call
+    trace, which says only that the launch was waiting."""
+    return [ln for ln in tail if ln.strip() and not ln.startswith("libguestfs: trace")][-keep:]
 
 
 DEFERRED = "deferred: its first launch in this run is its probe"
@@ -106,12 +113,16 @@ def check(backend: Backend, executor: Executor, run_dir: Path, *, refresh: bool 
     limit = timeout or backend.probe_timeout()
     av = launch_probe(backend, executor, run_dir, limit)
     earlier: list[str] = []  # why the attempts before `av` did not launch
+    earlier_output: list[list[str]] = []  # and where those that hung stopped
     while not av.usable and not av.details.get("worker_crash") and len(earlier) + 1 < backend.probe_attempts():
         earlier.append(av.details.get("failure", av.reason))
+        earlier_output.append(av.details.get("last_output", []))
         av = launch_probe(backend, executor, run_dir, limit)
     if earlier:
         av.details["attempts"] = len(earlier) + 1
         av.details["earlier_attempts"] = earlier
+        if any(earlier_output):
+            av.details["earlier_last_output"] = earlier_output
         if av.usable:
             av.reason += f"; {len(earlier)} earlier attempt(s) did not launch ({earlier[-1]})"
     av.details = {**pre.details, **av.details, "probe_timeout_s": limit}

@@ -9,6 +9,7 @@ for a in "$@"; do
       echo "qemu-system-x86_64: error: kvm run failed Input/output error (test: first launch)" >&2
       exit 1
     fi
+    echo "qemu-system-x86_64: stalled before the kernel (test: first launch)" >&2
     exec sleep 100000
   fi
 done
