@@ -61,11 +61,18 @@ def test_choose_runs_each_host_on_what_it_offers_and_says_why_others_sit_out() -
         coordinator.choose(sc, {}, None, "tcp://s:1")
 
 
-def test_a_snapshot_is_json_text_and_anything_else_is_ignored() -> None:
-    doc = {"status": "running", "cells": [{"samples": [1, 2]}]}
-    got = coordinator._snapshot({"host": "alpha", "doc": json.dumps(doc)})
+def test_a_snapshot_crosses_as_compressed_json_and_anything_else_is_ignored() -> None:
+    import zlib
+
+    from guestbench.run.fleet import task
+
+    doc = load_results(REAL)
+    packed = task.pack(doc)
+    assert isinstance(packed, bytes) and len(packed) < len(json.dumps(doc)) / 2  # the scheduler keeps events
+    got = coordinator._snapshot({"host": "alpha", "doc": packed})
     assert got == {"host": "alpha", "doc": doc} and isinstance(got["doc"]["cells"], list)
-    for bad in ({"host": "alpha", "doc": "{not json"}, {"host": "alpha"}, "text", {"host": "a", "doc": "[1]"}):
+    for bad in ({"host": "alpha", "doc": b"not zlib"}, {"host": "alpha"}, "text",
+                {"host": "a", "doc": zlib.compress(b"[1]")}, {"host": "a", "doc": json.dumps(doc)}):
         assert coordinator._snapshot(bad)["doc"] is None
 
 

@@ -29,13 +29,13 @@ def noop(i: int) -> int:
     return i
 
 
-def send_snapshots(topic: str, host: str, doc_text: str, m: int) -> int:
+def send_snapshots(topic: str, host: str, packed: bytes, m: int) -> int:
     """What a host share sends on every change of its results file (guestbench.run.fleet.task), `m` times."""
     from distributed import get_worker
 
     w = get_worker()
     for _ in range(m):
-        w.log_event(topic, {"host": host, "doc": doc_text})
+        w.log_event(topic, {"host": host, "doc": packed})
     return m
 
 
@@ -93,7 +93,7 @@ def main() -> int:
         client.gather(futs)
         total = time.perf_counter() - t0
         print(f"{n} tasks at once over 2 workers: {total:.2f} s, {total / n * 1e3:.2f} ms per task")
-        # 2: snapshots through log_event as JSON text, parsed and merged into a real results file as the
+        # 2: snapshots through log_event as compressed JSON (task.pack), parsed and merged into a real results file as the
         # coordinator does (guestbench.run.fleet.coordinator: _snapshot, FleetRun.merge, which rewrites the file)
         from rich.console import Console
 
@@ -101,9 +101,12 @@ def main() -> int:
         from guestbench.run.fleet import coordinator
         from guestbench.scenario import parse_scenario
 
+        from guestbench.run.fleet import task
+
         doc = host_doc(cells)
         text = json.dumps(doc)
-        sc = parse_scenario(doc["scenario"], "overhead")
+        packed = task.pack(doc)
+        sc = parse_scenario({"name": "overhead", "backends": ["uml"], "measurements": ["startup"]}, "overhead")
         run = coordinator.FleetRun(sc, coordinator.FleetOptions(address=address), Console(stderr=True))
         run.results = ResultsFile.create(tmp / "merged.json", scenario=doc["scenario"], host=doc["host"],
                                          command=["fleet_overhead"], guestbench=doc["guestbench"])
@@ -124,12 +127,12 @@ def main() -> int:
 
         client.subscribe_topic("overhead", on_event)
         t0 = time.perf_counter()
-        client.submit(send_snapshots, "overhead", "w1", text, m, workers=[by_name["w1"]], pure=False).result()
+        client.submit(send_snapshots, "overhead", "w1", packed, m, workers=[by_name["w1"]], pure=False).result()
         done.wait(300)
         total = (got[-1] - t0) if got else float("nan")
         merged = json.loads((tmp / "merged.json").read_text())
         assert len(merged["cells"]) == cells, "every cell merged"
-        print(f"{len(got)} snapshots of a {cells}-cell host document ({len(text) / 1024:.0f} KiB JSON) sent and "
+        print(f"{len(got)} snapshots of a {cells}-cell host document ({len(text) / 1024:.0f} KiB JSON, {len(packed) / 1024:.1f} KiB packed) sent and "
               f"merged into the results file: {total:.2f} s in all, {total / max(1, len(got)) * 1e3:.2f} ms each; "
               f"the merge alone: {spread(merge_s)}")
         # 3: the coordinator's rewrite of the merged file, once per batch of snapshots, as hosts are added
@@ -151,7 +154,11 @@ def main() -> int:
         for p in reversed(procs):
             p.terminate()
         for p in procs:
-            p.wait(timeout=30)
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:  # a worker still trying to say goodbye to its scheduler
+                p.kill()
+                p.wait()
         subprocess.run(["rm", "-rf", str(tmp)])
     return 0
 

@@ -11,7 +11,6 @@ last snapshot, and the file is closed as 'interrupted'.
 
 from __future__ import annotations
 
-import json
 import queue
 import time
 import uuid
@@ -336,11 +335,9 @@ class FleetRun:
 
 def _snapshot(msg: Any) -> dict[str, Any]:
     """A host's event as {"host", "doc"}; a message that is not one has no doc (and is ignored)."""
-    try:
-        doc = json.loads(msg["doc"])
-        return {"host": str(msg["host"]), "doc": doc if isinstance(doc, dict) else None}
-    except (TypeError, KeyError, ValueError):
+    if not isinstance(msg, dict):
         return {"host": None, "doc": None}
+    return {"host": str(msg.get("host")), "doc": task.unpack(msg.get("doc"))}
 
 
 def _ended_iterations(cell: dict[str, Any]) -> int:

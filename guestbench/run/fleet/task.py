@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,6 +37,21 @@ def cancel_event_name(run_id: str) -> str:
     return f"guestbench-fleet-cancel-{run_id}"
 
 
+def pack(doc: dict[str, Any]) -> bytes:
+    """A snapshot as it crosses Dask: compressed JSON. JSON, because Dask's msgpack hands lists back as tuples;
+    compressed (about 10:1), because the scheduler keeps each run's last events (1,000 by default) in memory."""
+    return zlib.compress(json.dumps(doc).encode(), 6)
+
+
+def unpack(data: Any) -> dict[str, Any] | None:
+    """The document `pack` made, or None for anything else."""
+    try:
+        doc = json.loads(zlib.decompress(data))
+    except (TypeError, ValueError, zlib.error):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def host_share(run_id: str, host: str, scenario_file: dict[str, Any], options: list[str]) -> dict[str, Any]:
     """Run on the worker of `host`: the scenario (already limited to the host's backends), `options` passed to
     `guestbench scenario`. Returns {"host", "exit", "doc", "stderr"}."""
@@ -44,8 +60,8 @@ def host_share(run_id: str, host: str, scenario_file: dict[str, Any], options: l
     worker = get_worker()
     cancel = Event(cancel_event_name(run_id))
 
-    def send(doc: dict[str, Any]) -> None:  # as JSON text: Dask's msgpack would hand lists back as tuples
-        worker.log_event(topic(run_id), {"host": host, "doc": json.dumps(doc)})
+    def send(doc: dict[str, Any]) -> None:
+        worker.log_event(topic(run_id), {"host": host, "doc": pack(doc)})
 
     def cancelled() -> bool:
         try:
