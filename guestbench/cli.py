@@ -318,7 +318,10 @@ def _run_fleet(args: argparse.Namespace, sc: Any, console: Console) -> Any:
 def cmd_worker(args: argparse.Namespace) -> int:
     from guestbench.run.fleet import worker
 
+    from guestbench.run.fleet import tls
+
     _check_probe_timeout(args)
+    tls.check(args.address, "worker", "command line", f"guestbench worker {args.address}")
     names = list(BACKENDS)
     if args.backend:
         from guestbench.scenario import Checker

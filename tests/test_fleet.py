@@ -51,13 +51,13 @@ def _daskworker_pid(address: str, name: str) -> int | None:
 
 
 class Fleet:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, protocol: str = "tcp") -> None:
         self.tmp = tmp
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         sched_file = tmp / "scheduler.json"
         self.scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
-                                           "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file",
-                                           str(sched_file)], stdin=subprocess.DEVNULL,
+                                           "127.0.0.1", "--port", "0", "--protocol", protocol, "--no-dashboard",
+                                           "--scheduler-file", str(sched_file)], stdin=subprocess.DEVNULL,
                                           stderr=open(tmp / "scheduler.log", "wb"))
         self.address = _wait("the scheduler's address", lambda: _address(sched_file), 60)
 
@@ -95,15 +95,43 @@ def _address(path: Path) -> str | None:
         return None
 
 
+def _tls_settings(tmp: Path) -> dict[str, str]:
+    """Dask's TLS settings as environment variables, with a certificate made here that is its own CA (as
+    docs/fleet.md says to set them; tcp:// connections ignore them)."""
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "2", "-subj", "/CN=guestbench-test"], check=True, capture_output=True)
+    env = {"DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(cert)}
+    for role in ("SCHEDULER", "WORKER", "CLIENT"):
+        env[f"DASK_DISTRIBUTED__COMM__TLS__{role}__CERT"] = str(cert)
+        env[f"DASK_DISTRIBUTED__COMM__TLS__{role}__KEY"] = str(key)
+    return env
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    f = Fleet(tmp_path_factory.mktemp("fleet"))
+    """The module's fleet speaks TLS: scheduler, workers, the runs and this test process all read Dask's
+    settings from the environment."""
+    import dask.config
+
+    tmp = tmp_path_factory.mktemp("fleet")
+    settings = _tls_settings(tmp)
+    old = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    dask.config.refresh()
+    f = Fleet(tmp, protocol="tls")
     try:
         f.start_worker("alpha", "uml")
         f.start_worker("beta", "tcg")
         yield f
     finally:
         f.close()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        dask.config.refresh()
     assert _worker_homes() == [], "a worker's directory was left behind"
 
 
@@ -126,6 +154,7 @@ SCENARIO = "name: fleet\nrepetitions: {reps}\nwarmup: 0\nbackends: [uml, tcg]\nm
 
 
 def test_one_scenario_on_two_hosts_gives_one_results_file_with_both_named(fleet: Fleet, tmp_path: Path) -> None:
+    assert fleet.address.startswith("tls://")  # encrypted, both ends authenticated by certificate
     workers = _cluster_workers(fleet.address)
     assert workers["alpha"]["resources"] == {"bench": 1, "uml": 1}
     assert workers["beta"]["resources"] == {"bench": 1, "tcg": 1}
@@ -262,7 +291,8 @@ def test_bad_cluster_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     sc = write_scenario(tmp_path / "s.yaml", SCENARIO.format(reps=1))
     for args, expect in ((["--cluster", "tcp://127.0.0.1:1"], "cannot reach a Dask scheduler"),
                          (["--hosts", "a"], "--hosts: needs --cluster ADDRESS"),
-                         (["--cluster", "tcp://127.0.0.1:1", "--dry-run"], "--dry-run: is not available with --cluster")):
+                         (["--cluster", "tcp://127.0.0.1:1", "--dry-run"], "--dry-run: is not available with --cluster"),
+                         (["--cluster", "tls://127.0.0.1:1"], "a tls:// scheduler needs Dask's TLS settings")):
         proc = guestbench("scenario", str(sc), *args, "--results", str(tmp_path / "r"), timeout=120)
         assert proc.returncode == 2, (args, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1 and expect in proc.stderr, proc.stderr

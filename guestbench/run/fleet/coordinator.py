@@ -24,7 +24,7 @@ from guestbench.backends import BACKENDS
 from guestbench.errors import Interrupted, UserError
 from guestbench.measurements import get as get_measurement
 from guestbench.results import Failure, ResultsFile, results_path, utc_now
-from guestbench.run.fleet import resources, task
+from guestbench.run.fleet import resources, task, tls
 from guestbench.run.record import progress_display
 from guestbench.run.supervisor import TrapSignals
 from guestbench.scenario import Scenario
@@ -56,9 +56,10 @@ def connect(address: str) -> Any:
     """A Dask client, or one line saying why there is none."""
     from distributed import Client
 
+    tls.check(address, "client", "command line", f"--cluster {address}")
     try:
         return Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-    except (OSError, TimeoutError) as e:
+    except (OSError, TimeoutError, TypeError, ValueError) as e:  # TypeError, ValueError: Dask's TLS settings
         raise UserError(f"cannot reach a Dask scheduler there ({type(e).__name__}: {e}); start one with "
                         "'dask scheduler' (or 'guestbench fleet local N') and give its address",
                         source="command line", key=f"--cluster {address}") from None

@@ -20,7 +20,12 @@ async def _serve(address: str, name: str, offered: dict[str, float], local_dir: 
 
 def main(argv: list[str]) -> int:
     address, name, offered, local_dir = argv
-    asyncio.run(_serve(address, name, json.loads(offered), local_dir))
+    try:
+        asyncio.run(_serve(address, name, json.loads(offered), local_dir))
+    except (TimeoutError, OSError) as e:  # no scheduler there (Dask retries until death_timeout)
+        print(f"guestbench worker: cannot reach a Dask scheduler at {address} within {DEATH_TIMEOUT_S} s "
+              f"({type(e).__name__}: {e}); start one with 'dask scheduler' and give its address", file=sys.stderr)
+        return 2
     return 0
 
 
