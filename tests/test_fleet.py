@@ -150,6 +150,21 @@ def _results(tmp: Path) -> dict[str, Any]:
     return json.loads(files[0].read_text())
 
 
+def _start_run(tmp: Path, address: str, reps: int) -> subprocess.Popen[str]:
+    sc = write_scenario(tmp / "s.yaml", SCENARIO.format(reps=reps))
+    return subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--cluster", address,
+                             "--results", str(tmp / "r")], cwd=ROOT, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _in_results(tmp: Path, check: Any) -> bool:
+    """Whether the run's results file, as it is now on disk, passes `check` (False while there is none)."""
+    try:
+        return bool(check(_results(tmp)))
+    except (AssertionError, ValueError):
+        return False
+
+
 SCENARIO = "name: fleet\nrepetitions: {reps}\nwarmup: 0\nbackends: [uml, tcg]\nmeasurements: [startup]\n"
 
 
@@ -202,19 +217,9 @@ def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(t
     try:
         f.start_worker("alpha", "uml")
         f.start_worker("beta", "tcg")
-        sc = write_scenario(tmp_path / "s.yaml", SCENARIO.format(reps=4))
-        run = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--cluster", f.address,
-                                "--results", str(tmp_path / "r")], cwd=ROOT, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-        def beta_sampled() -> bool:
-            try:
-                doc = _results(tmp_path)
-            except (AssertionError, ValueError):
-                return False
-            return any(c.get("host") == "beta" and c["samples"] for c in doc["cells"])
-
-        _wait("beta's first sample", beta_sampled, 600, every=0.5)
+        run = _start_run(tmp_path, f.address, reps=4)
+        _wait("beta's first sample", lambda: _in_results(tmp_path, lambda doc: any(
+            c.get("host") == "beta" and c["samples"] for c in doc["cells"])), 600, every=0.5)
         pid = _daskworker_pid(f.address, "beta")
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
@@ -240,19 +245,9 @@ def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(t
 
 
 def test_ctrl_c_of_a_cluster_run_stops_the_hosts_and_keeps_every_sample(fleet: Fleet, tmp_path: Path) -> None:
-    sc = write_scenario(tmp_path / "s.yaml", SCENARIO.format(reps=20))
-    run = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--cluster", fleet.address,
-                            "--results", str(tmp_path / "r")], cwd=ROOT, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def sampled() -> bool:
-        try:
-            doc = _results(tmp_path)
-        except (AssertionError, ValueError):
-            return False
-        return sum(len(c["samples"]) for c in doc["cells"]) >= 2
-
-    _wait("two samples", sampled, 600, every=0.5)
+    run = _start_run(tmp_path, fleet.address, reps=20)
+    _wait("two samples", lambda: _in_results(tmp_path, lambda doc: sum(len(c["samples"]) for c in doc["cells"]) >= 2),
+          600, every=0.5)
     run.send_signal(signal.SIGINT)
     t0 = time.monotonic()
     out, err = run.communicate(timeout=300)
@@ -287,7 +282,9 @@ def test_fleet_local_starts_a_scheduler_and_workers_and_stops_them_on_ctrl_c(tmp
     assert processes_mentioning(address) == [] and _worker_homes() == homes  # other fleets may be up
 
 
-def test_bad_cluster_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+def test_bad_cluster_input_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in [k for k in os.environ if k.startswith("DASK_DISTRIBUTED__COMM__TLS")]:  # the module fleet's
+        monkeypatch.delenv(k)
     sc = write_scenario(tmp_path / "s.yaml", SCENARIO.format(reps=1))
     for args, expect in ((["--cluster", "tcp://127.0.0.1:1"], "cannot reach a Dask scheduler"),
                          (["--hosts", "a"], "--hosts: needs --cluster ADDRESS"),
