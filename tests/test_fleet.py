@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -139,6 +140,11 @@ def _worker_homes() -> list[Path]:
     return sorted(TMP.glob("gbw-*"))
 
 
+def _tmp_entries() -> set[str]:
+    """What the temp directory holds, but Dask's own scratch space (the scheduler's, shared and kept by Dask)."""
+    return set(os.listdir(tempfile.gettempdir())) - {"dask-scratch-space"}
+
+
 def _hypervisors() -> list[str]:
     """Processes of ours other than the Dask workers themselves (whose command line names their directory)."""
     return [p for p in processes_mentioning(str(TMP)) if "guestbench.run.fleet.daskworker" not in p]
@@ -213,6 +219,7 @@ def test_one_scenario_on_two_hosts_gives_one_results_file_with_both_named(fleet:
 def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(tmp_path: Path) -> None:
     """A fleet of its own (the worker it kills is gone for good): beta is SIGKILLed after its first sample."""
     homes = _worker_homes()  # the module's fleet may be up: its workers' directories are not this test's
+    tmp_before = _tmp_entries()
     f = Fleet(tmp_path)
     try:
         f.start_worker("alpha", "uml")
@@ -242,6 +249,7 @@ def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(t
     finally:
         f.close()
     assert _worker_homes() == homes and _hypervisors() == []
+    assert _tmp_entries() - tmp_before == set(), "the killed worker's task left files in the temp directory"
 
 
 def test_ctrl_c_of_a_cluster_run_stops_the_hosts_and_keeps_every_sample(fleet: Fleet, tmp_path: Path) -> None:

@@ -24,6 +24,8 @@ from typing import Any, Callable
 
 import yaml
 
+from guestbench.paths import temp_root
+
 POLL_S = 0.25  # how often the child's results file is looked at
 STOP_GRACE_S = 120.0  # after SIGTERM, how long the child may take to clean up before SIGKILL
 
@@ -75,7 +77,8 @@ def host_share(run_id: str, host: str, scenario_file: dict[str, Any], options: l
 def run_child(host: str, scenario_file: dict[str, Any], options: list[str], send: Callable[[dict[str, Any]], None],
               cancelled: Callable[[], bool]) -> dict[str, Any]:
     """The child run, its results file sent on each change; stopped (SIGTERM, then SIGKILL) when `cancelled`."""
-    work = Path(tempfile.mkdtemp(prefix="guestbench-fleet-host-"))
+    # in the worker's directory (temp_root() there), which its keeper removes even when this process is killed
+    work = Path(tempfile.mkdtemp(prefix="share-", dir=temp_root()))
     try:
         (work / "scenario.yaml").write_text(yaml.safe_dump(scenario_file, sort_keys=False))
         results = work / "results"
