@@ -187,10 +187,19 @@ class FleetRun:
                              retries=0)
 
     def _drain(self, progress: Any, bars: dict[str, Any], timeout: float) -> None:
+        for name in self._take(timeout):
+            if name in bars:
+                done, total = self._progress(name)
+                progress.update(bars[name], completed=done, total=total,
+                                description=f"{name} · {self._host(name).get('status')}")
+
+    def _take(self, timeout: float) -> list[str]:
+        """Merge what the inbox holds (waiting up to `timeout` for a first snapshot): only each host's newest
+        snapshot, and the file rewritten once for the batch. Returns the hosts merged."""
         try:
             first = self.inbox.get(timeout=timeout) if timeout else self.inbox.get_nowait()
         except queue.Empty:
-            return
+            return []
         batch = [first]
         while True:
             try:
@@ -198,18 +207,14 @@ class FleetRun:
             except queue.Empty:
                 break
         latest: dict[str, dict[str, Any]] = {}
-        for msg in batch:  # only the newest snapshot of each host counts
+        for msg in batch:
             if isinstance(msg, dict) and isinstance(msg.get("doc"), dict):
                 latest[str(msg.get("host"))] = msg["doc"]
         for name, doc in latest.items():
             self.merge(name, doc, save=False)
         if latest:
             self._rf().save()  # once per batch: with many hosts, rewriting the file is the coordinator's cost
-        for name in latest:
-            if name in bars:
-                done, total = self._progress(name)
-                progress.update(bars[name], completed=done, total=total,
-                                description=f"{name} · {self._host(name).get('status')}")
+        return list(latest)
 
     def merge(self, name: str, doc: dict[str, Any], save: bool = True) -> None:
         """The host's newest results document replaces what it sent before (the file rewritten unless `save`
@@ -289,7 +294,7 @@ class FleetRun:
         deadline = time.monotonic() + CANCEL_WAIT_S
         running = {n: f for n, f in self.futures.items() if self._host(n).get("status") != "lost"}
         while running and time.monotonic() < deadline:
-            self._take_inbox()
+            self._take(timeout=0.2)
             for name, fut in list(running.items()):
                 if fut.done():
                     del running[name]
@@ -299,17 +304,7 @@ class FleetRun:
                         continue
                     if isinstance(out.get("doc"), dict):
                         self.merge(name, out["doc"])
-            time.sleep(0.2)
-        self._take_inbox()
-
-    def _take_inbox(self) -> None:
-        while True:
-            try:
-                msg = self.inbox.get_nowait()
-            except queue.Empty:
-                return
-            if isinstance(msg, dict) and isinstance(msg.get("doc"), dict):
-                self.merge(str(msg.get("host")), msg["doc"])
+        self._take(timeout=0)
 
     # ------------------------------------------------------------------ helpers
     def _rf(self) -> ResultsFile:
