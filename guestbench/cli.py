@@ -9,6 +9,7 @@ results kept and exit status 128 + signal number.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -20,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from guestbench import __version__, ab, appliance, compare, host, report
+from guestbench import __version__, ab, appliance, compare, host, report, space
 from guestbench.backends import BACKENDS
 from guestbench.errors import Interrupted, UserError, one_line as _one_line
 from guestbench.paths import make_run_dir, remove_tree, workdir_for
@@ -33,6 +34,8 @@ from guestbench.run import probe
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70
+# OSErrors that are the host's state, not guestbench's bug: a full or read-only filesystem, a denied permission
+HOST_PROBLEMS = (*space.NO_SPACE, errno.EROFS, errno.EACCES, errno.EPERM)
 # the appliances doctor reports: the UML backend's, and the workload ones of both flavours
 DOCTOR_APPLIANCES = (("uml", "standard"), ("qemu", "workload"), ("uml", "workload"))
 
@@ -667,12 +670,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except Exception as e:  # a bug, not bad input: one line, the traceback only with -v
-        if getattr(args, "verbose", False):
-            traceback.print_exc()
-        sys.stderr.write(f"guestbench: internal error: {type(e).__name__}: {_one_line(str(e))} "
-                         "(run with -v for the traceback)\n")
-        return EXIT_INTERNAL
+    except OSError as e:
+        if e.errno not in HOST_PROBLEMS:
+            return _internal_error(e, args)
+        # the user frees space or fixes a permission, and runs again: said like bad input
+        sys.stderr.write(f"guestbench: {_one_line(space.os_error_line(e))}\n")
+        return EXIT_USAGE
+    except Exception as e:
+        return _internal_error(e, args)
+
+
+def _internal_error(e: Exception, args: argparse.Namespace) -> int:
+    """A bug, not bad input: one line, the traceback only with -v."""
+    if getattr(args, "verbose", False):
+        traceback.print_exc()
+    sys.stderr.write(f"guestbench: internal error: {type(e).__name__}: {_one_line(str(e))} "
+                     "(run with -v for the traceback)\n")
+    return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -10,16 +10,27 @@ from pathlib import Path
 
 import numpy as np
 
+from guestbench import space
+from guestbench.errors import Unavailable
 from guestbench.paths import cache_dir
+from guestbench.units import format_size
 
 CHUNK = 8 * 2**20
 _MAKING = threading.Lock()  # the cells of a block set up at once: one thread makes a payload, the others reuse it
 
 
 def payload(size: int) -> tuple[Path, str]:
-    """Return (path, sha256) of a file of `size` random bytes; made atomically, reused when intact."""
+    """Return (path, sha256) of a file of `size` random bytes; made atomically, reused when intact.
+
+    Raises Unavailable when the cache's filesystem cannot hold it (checked first, and on ENOSPC while writing):
+    the cell says where and how much, and the run goes on."""
     with _MAKING:
-        return _payload(size)
+        try:
+            return _payload(size)
+        except OSError as e:
+            if e.errno in space.NO_SPACE:
+                raise Unavailable(f"cannot make the {format_size(size)} payload: {space.os_error_line(e)}") from None
+            raise
 
 
 def _payload(size: int) -> tuple[Path, str]:
@@ -31,6 +42,7 @@ def _payload(size: int) -> tuple[Path, str]:
         digest = sums.read_text().strip()
         if re.fullmatch(r"[0-9a-f]{64}", digest):  # an empty or torn checksum file means: make it again
             return path, digest
+    space.require(d, size, f"the {format_size(size)} payload")
     rng = np.random.default_rng(size)  # random bytes compress to nothing; seeded so reruns match
     h = hashlib.sha256()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")

@@ -61,6 +61,15 @@ def format_size(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
+def approx_size(nbytes: int) -> str:
+    """Bytes to three significant figures in binary units (free space: 1.43GiB, 812KiB), for reading, not
+    for writing back."""
+    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= factor:
+            return f"{nbytes / factor:.3g}{unit}"
+    return f"{nbytes}B"
+
+
 def mb_per_s(nbytes: int, seconds: float) -> float:
     """Throughput in MB/s, MB = 10^6 bytes (the unit every guestbench output uses)."""
     return nbytes / seconds / 1e6

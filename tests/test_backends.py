@@ -11,7 +11,7 @@ import pytest
 from guestbench import host
 from guestbench.run import probe
 from guestbench.backends import BACKENDS
-from guestbench.backends.direct import MSR_QUIRK_FEATURE, msr_quirk_needed, write_quirk_wrapper
+from guestbench.backends.direct import MSR_QUIRK_FEATURE, msr_quirk_needed, write_qemu_wrapper
 from guestbench.backends.base import HandleConfig, qemu_path
 from guestbench.paths import make_run_dir, remove_tree
 from guestbench.run.supervisor import Supervisor
@@ -20,19 +20,46 @@ from conftest import guestbench
 from test_supervisor import HV, ScriptBackend
 
 
-def test_quirk_wrapper_rewrites_every_cpu_model_and_nothing_else(tmp_path: Path) -> None:
+def _echo(tmp_path: Path) -> Path:
+    """A stand-in for qemu that prints its arguments and its working directory: what the wrapper hands on."""
     echo = tmp_path / "echo-args"
-    echo.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    echo.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\npwd\n')
     echo.chmod(0o755)
-    wrapper = write_quirk_wrapper(tmp_path, str(echo))
-    args = ["-machine", "accel=kvm", "-cpu", "max,la57=off", "-append", "a b  c", "-cpu", "host", "-kernel"]
-    out = subprocess.run([str(wrapper), *args], capture_output=True, text=True, check=True).stdout
+    return echo
+
+
+def test_quirk_wrapper_rewrites_every_cpu_model_and_nothing_else(tmp_path: Path) -> None:
+    echo = _echo(tmp_path)
+    wrapper = write_qemu_wrapper(tmp_path, str(echo), msr_quirk=True)
+    args = ["-machine", "accel=kvm", "-cpu", "max,la57=off", "-append", "a b  c", "-cpu", "host", "-help"]
+    out = subprocess.run([str(wrapper), *args], capture_output=True, text=True, check=True, cwd=tmp_path,
+                         env={"PATH": "/usr/bin:/bin"}).stdout
     assert out.splitlines() == ["-machine", "accel=kvm", "-cpu", f"max,la57=off,{MSR_QUIRK_FEATURE}", "-append",
-                                "a b  c", "-cpu", f"host,{MSR_QUIRK_FEATURE}", "-kernel"]
+                                "a b  c", "-cpu", f"host,{MSR_QUIRK_FEATURE}", "-help", str(tmp_path)]
     mtime = wrapper.stat().st_mtime_ns
     time.sleep(0.01)
-    assert write_quirk_wrapper(tmp_path, str(echo)) == wrapper
+    assert write_qemu_wrapper(tmp_path, str(echo), msr_quirk=True) == wrapper
     assert wrapper.stat().st_mtime_ns == mtime, "unchanged wrapper is not rewritten (libguestfs caches probes by it)"
+
+
+def test_wrapper_gives_an_appliance_launch_in_a_worker_a_qmp_socket_in_its_work_dir(tmp_path: Path) -> None:
+    """Only a launch (-kernel) in a worker (GUESTBENCH_WORKDIR) gets one: libguestfs's probes run qemu as given."""
+    echo = _echo(tmp_path)
+    workdir = tmp_path / "cell"
+    workdir.mkdir()
+    wrapper = write_qemu_wrapper(tmp_path, str(echo))
+    env = {"PATH": "/usr/bin:/bin", "GUESTBENCH_WORKDIR": str(workdir)}
+    launch = subprocess.run([str(wrapper), "-cpu", "max", "-kernel", "/k"], capture_output=True, text=True,
+                            check=True, env=env, cwd=tmp_path).stdout.splitlines()
+    assert launch[:4] == ["-cpu", "max", "-kernel", "/k"] and launch[4] == "-qmp"
+    assert launch[5].startswith("unix:qmp-") and launch[5].endswith(",server=on,wait=off")
+    assert launch[-1] == str(workdir), "qemu runs in the work dir, where its socket is made"
+    probe_run = subprocess.run([str(wrapper), "-help"], capture_output=True, text=True, check=True, env=env,
+                               cwd=tmp_path).stdout.splitlines()
+    assert probe_run == ["-help", str(tmp_path)]
+    outside = subprocess.run([str(wrapper), "-kernel", "/k"], capture_output=True, text=True, check=True,
+                             env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path).stdout.splitlines()
+    assert outside == ["-kernel", "/k", str(tmp_path)]
 
 
 @pytest.mark.launch  # starts qemu with KVM, paused, and quits it through QMP

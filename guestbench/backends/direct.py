@@ -26,7 +26,10 @@ class Tcg(Backend):
         return Availability(True, "qemu with TCG", {"qemu": qemu_path()})
 
     def handle_config(self, cache_dir: Path, workload: bool = False) -> HandleConfig:
-        return HandleConfig("direct", ["force_tcg"], env=self.workload_env(workload))
+        qemu = qemu_path()
+        assert qemu is not None
+        return HandleConfig("direct", ["force_tcg"], hv=str(write_qemu_wrapper(cache_dir, qemu)),
+                            env=self.workload_env(workload))
 
     def probe_key(self) -> dict[str, Any]:
         v = host.versions()
@@ -70,10 +73,8 @@ class Kvm(Backend):
     def handle_config(self, cache_dir: Path, workload: bool = False) -> HandleConfig:
         qemu = qemu_path()
         assert qemu is not None
-        hv = None
-        if msr_quirk_needed(qemu) == "needed":
-            hv = str(write_quirk_wrapper(cache_dir, qemu))
-        return HandleConfig("direct", ["force_kvm"], hv=hv, env=self.workload_env(workload))
+        hv = write_qemu_wrapper(cache_dir, qemu, msr_quirk=msr_quirk_needed(qemu) == "needed")
+        return HandleConfig("direct", ["force_kvm"], hv=str(hv), env=self.workload_env(workload))
 
     def probe_key(self) -> dict[str, Any]:
         v = host.versions()
@@ -145,23 +146,36 @@ def _qemu_kvm_starts(qemu: str, cpu: str) -> bool:
     return proc.returncode == 0
 
 
-def write_quirk_wrapper(cache_dir: Path, qemu: str) -> Path:
-    """A tiny qemu wrapper (LIBGUESTFS_HV) that appends -arch-capabilities to every -cpu model.
+def write_qemu_wrapper(cache_dir: Path, qemu: str, msr_quirk: bool = False) -> Path:
+    """The qemu program libguestfs runs (LIBGUESTFS_HV): qemu itself, plus a QMP socket for the watch.
 
-    Plain sh so that it adds no measurable time to launches.
+    In a guestbench worker ($GUESTBENCH_WORKDIR set), an appliance launch (it has -kernel; libguestfs's probes
+    do not) runs in the cell's work dir with `-qmp unix:qmp-<pid>`: guestbench.backends.watch asks it whether
+    the guest was paused on an I/O error (a full host disk), reaching the socket as /proc/<pid>/cwd/qmp-<pid>,
+    which stays short of the unix socket path limit however deep the work dir is. libguestfs gives qemu
+    absolute paths only, so the working directory changes nothing else. `msr_quirk`: append
+    -arch-capabilities to every -cpu model (PVM hosts reject that MSR). Plain sh: no measurable launch time.
     """
-    path = cache_dir / "hv" / "qemu-kvm-no-arch-capabilities"
+    name = "qemu-kvm-no-arch-capabilities" if msr_quirk else "qemu"
+    path = cache_dir / "hv" / name
+    quirk = (f'  if [ "$cpu_next" = 1 ]; then a="$a,{MSR_QUIRK_FEATURE}"; cpu_next=0; fi\n'
+             '  [ "$a" = "-cpu" ] && cpu_next=1\n') if msr_quirk else ""
+    what = "with KVM, minus the IA32_ARCH_CAPABILITIES MSR that PVM hosts reject" if msr_quirk else "as it is"
     text = (
         "#!/bin/sh\n"
-        "# Written by guestbench: qemu with KVM, minus the IA32_ARCH_CAPABILITIES MSR that PVM hosts reject.\n"
+        f"# Written by guestbench: qemu {what}; a QMP socket in the work dir for guestbench's watch.\n"
         "n=$#\n"
         "cpu_next=0\n"
+        "appliance=0\n"
         'for a in "$@"; do\n'
-        f'  if [ "$cpu_next" = 1 ]; then a="$a,{MSR_QUIRK_FEATURE}"; cpu_next=0; fi\n'
-        '  [ "$a" = "-cpu" ] && cpu_next=1\n'
+        f"{quirk}"
+        '  [ "$a" = "-kernel" ] && appliance=1\n'
         '  set -- "$@" "$a"\n'
         "done\n"
         'shift "$n"\n'
+        'if [ "$appliance" = 1 ] && [ -n "$GUESTBENCH_WORKDIR" ] && cd "$GUESTBENCH_WORKDIR" 2>/dev/null; then\n'
+        '  set -- "$@" -qmp "unix:qmp-$$,server=on,wait=off"\n'
+        "fi\n"
         f'exec {qemu} "$@"\n'
     )
     return install_script(path, text)

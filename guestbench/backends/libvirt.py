@@ -120,6 +120,41 @@ def destroy_domains(names: set[str]) -> list[str]:
     return removed
 
 
+# What libvirt's client says when libvirtd is not there or went away mid-call.
+DAEMON_GONE = ("Failed to connect socket", "End of file while reading data", "Cannot recv data",
+               "Cannot write data", "client socket is closed", "no connection driver available")
+
+
+def explain_daemon_gone(reason: str) -> str | None:
+    """The reason, led by what to do, when it says libvirtd stopped answering; None for any other failure."""
+    if not any(k in reason for k in DAEMON_GONE):
+        return None
+    return (f"libvirtd stopped answering on {URI} (start it: libvirtd -d, or systemctl start libvirtd): "
+            f"{reason}")
+
+
+def kill_orphaned_qemus(workdir: Path) -> list[str]:
+    """SIGKILL the qemu processes whose command line names a file in `workdir`: a domain's qemu outlives a
+    libvirtd that went away, and no libvirt call can destroy it then. Another run's never name this work dir."""
+    mark = str(workdir).rstrip("/") + "/"
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and Path(argv[0].decode(errors="replace")).name.startswith("qemu-system") \
+                and any(mark.encode() in a for a in argv):
+            try:
+                os.kill(int(entry.name), 9)
+                killed.append(f"qemu pid {entry.name}")
+            except ProcessLookupError:
+                pass
+    return killed
+
+
 class _LibvirtBackend(Backend):
     settings: list[str] = []
     volatile_disk_as_file = False  # libvirt chowns a disk to its qemu user, which a FUSE mount refuses
@@ -144,7 +179,11 @@ class _LibvirtBackend(Backend):
                 "kernel": v.get("kernel"), "kvm": host.kvm_device().get("flavour")}
 
     def cleanup(self, workdir: Path) -> list[str]:
-        return destroy_domains(guestfs_domains(workdir))
+        removed = destroy_domains(guestfs_domains(workdir))
+        return removed + kill_orphaned_qemus(workdir)  # what libvirtd, gone, could not destroy
+
+    def explain(self, reason: str, timed_out: bool) -> str:
+        return explain_daemon_gone(reason) or reason
 
 
 class LibvirtTcg(_LibvirtBackend):
@@ -175,4 +214,4 @@ class LibvirtKvm(_LibvirtBackend):
         return super().preconditions()
 
     def explain(self, reason: str, timed_out: bool) -> str:
-        return explain_kvm_failure(reason, timed_out)
+        return explain_daemon_gone(reason) or explain_kvm_failure(reason, timed_out)

@@ -174,6 +174,11 @@ class Measurement:
         """Valid settings that still weaken the figures (printed with the run's warnings, never refused)."""
         return []
 
+    def image_bytes(self, params: dict[str, Any]) -> int:
+        """Host bytes its disk images may take in the cell's work dir, checked free before the cell starts: a
+        sparse image counts at its full size when the measurement writes it, nothing when it stays empty."""
+        return 0
+
     def describe(self, params: dict[str, Any]) -> str:
         shown = ", ".join(f"{p.name}={p.show(params[p.name])}" for p in self.params if p.name in params)
         return f"{self.name}({shown})" if shown else self.name
@@ -247,6 +252,9 @@ class DiskMeasurement(Measurement):
     params: tuple[Param, ...] = (size_param("size", "100MiB", "bytes moved per sample"), DISK_SIZE, FILESYSTEM,
                                  FORMAT, CACHE)
     moves_bytes = True
+
+    def image_bytes(self, params: dict[str, Any]) -> int:
+        return int(params["disk_size"])
 
     def add_drives(self, g: Any, ctx: CellContext) -> None:
         create_disk(g, ctx)

@@ -31,6 +31,9 @@ class UploadNoWrite(Upload):
                      f"{mem}MiB); allowed: set appliance.memsize to at least {need} (MiB)")]
         return []
 
+    def image_bytes(self, params: dict[str, Any]) -> int:
+        return 0  # a 16 MiB scratch disk that nothing writes
+
     def add_drives(self, g: Any, ctx: CellContext) -> None:
         g.add_drive_scratch(16 * 2**20)
 

@@ -70,6 +70,9 @@ class StorageWorkload(Measurement):
             problems.append(("host", why))
         return problems
 
+    def image_bytes(self, params: dict[str, Any]) -> int:
+        return params["disk_size"] * guest_storage.disks_needed(params["layout"]) * params["concurrency"]
+
     # ---- host side (runner) ----
     def host_drives(self, storage: host_storage.HostStorage, params: dict[str, Any], *, opens_nbd: bool,
                     instance: int = 0) -> list[dict[str, Any]]:

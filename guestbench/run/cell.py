@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from guestbench import space
 from guestbench.appliance import ApplianceError
 from guestbench.backends import BACKENDS
 from guestbench.errors import Unavailable
@@ -127,6 +128,7 @@ class CellRun(CellTask):
                 with self.ctx.setup_lock:
                     if self.ctx.stop.is_set():  # a signal came while another cell was set up: make nothing
                         return
+                    space.require(self.workdir, self.m.image_bytes(self.cell["params"]), "its disk images")
                     handle_config = self.handle_config(workload=self.m.workload)
                     drives: list[dict[str, Any]] = []
                     if self.m.workload:
@@ -135,7 +137,11 @@ class CellRun(CellTask):
             except (Unavailable, ApplianceError) as e:
                 self.rec.unavailable(self.cell, len(self.its), str(e))
                 return
-            self._workers(handle_config, drives)
+            try:
+                self._workers(handle_config, drives)
+            except Unavailable as e:  # its payload does not fit in the cache: made before any worker starts
+                self.rec.unavailable(self.cell, len(self.its), str(e))
+                return
         if not self.ctx.stop.is_set():  # stopped by a signal: the run closes the cell as interrupted
             self.rec.finish(self.cell)
 

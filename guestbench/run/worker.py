@@ -12,13 +12,15 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from guestbench import cgroups, noise, phases, usage
+from guestbench import cgroups, noise, phases, space, usage
+from guestbench.backends.watch import Watch
 from guestbench.measurements import get as get_measurement
 from guestbench.errors import Unavailable
 from guestbench.measurements.base import CellContext, Measurement, verification_problem
@@ -26,6 +28,9 @@ from guestbench.paths import INSTANCE_ENV, WORKDIR_ENV
 from guestbench.run import lockstep, turns
 from guestbench.run.protocol import Msg, Request
 
+# What the appliance's kernel logs when a disk write or read failed: a sample that saw one is not a sample (UML
+# turns a full host disk into exactly this, and a guest's sync() reports nothing)
+GUEST_IO_ERROR = re.compile(r"I/O error|-fs error|EXT[234]-fs warning.*I/O")
 SHUTDOWN_TIMEOUT_S = 120.0
 POWER_CUT_WAIT_S = 120.0
 LOCKSTEP_MARGIN_S = 60.0  # the supervisor's deadline over the rendezvous's own bound (and a turn's)
@@ -54,6 +59,7 @@ class Appliance:
 
         self.verbose = req.verbose
         self.console: collections.deque[str] = collections.deque(maxlen=200)
+        self.io_errors_seen = 0  # of the kernel log's I/O error lines, those already blamed on a sample
         self.phase_markers: str | None = req.phases
         self.lines = phases.LineClock()
         self.events: list[phases.Line] = []  # stamped with perf_counter at arrival; kept when recording phases
@@ -167,11 +173,32 @@ class WorkerTask:
         self.usage = usage.UsageMeter(marker=req.workdir, daemons=req.daemons, group=group)
         self.turn = turns.Turn.from_dict(req.turn) if req.turn else None
         self.turn_index: list[int] = list((req.turn or {}).get("indexes") or [])  # the cell's iteration numbers
+        # the hypervisor, asked whether its guest was paused on a full disk (guestbench.backends.watch)
+        self.watch = Watch(Path(req.workdir), libvirt=req.backend.get("libguestfs_backend") == "libvirt")
 
     def deadline(self, what: str | None, s: float | None = None) -> None:
         self.chan.send(Msg.DEADLINE, what=what, **({"s": s} if what is not None else {}))
 
     def run(self) -> None:
+        if self.m.launches:
+            self.watch.start()
+        try:
+            self.iterations()
+        finally:
+            if self.watch.is_alive():
+                self.watch.stop()
+
+    def why(self, exc: BaseException) -> str:
+        """A failed iteration's reason: what the watch saw first (it ended the guest for it); else libguestfs's and
+        the console's words, led by the full filesystem when the cell's files are on one (UML's write errors)."""
+        if self.watch.reason is not None:
+            reason, self.watch.reason = self.watch.reason, None
+            return reason
+        said = failure_reason(exc, self.app or self.launching)
+        full = space.full_among([Path(self.req.workdir)])
+        return f"{full}: {said}" if full else said
+
+    def iterations(self) -> None:
         for i, _it in enumerate(self.req.iterations):
             self.chan.send(Msg.BEGIN, i=i)
             if not self.take_turn(i):
@@ -187,7 +214,7 @@ class WorkerTask:
                 if self.step is not None:
                     lockstep.arrive(self.step, self.step_index[i])  # the others need not wait for this iteration
                 self.deadline(None)
-                self.chan.send(Msg.FAILURE, i=i, reason=failure_reason(exc, self.app or self.launching))
+                self.chan.send(Msg.FAILURE, i=i, reason=self.why(exc))
                 self.drop_handles()
         if self.app is not None:
             self.shutdown(self.app)
@@ -221,6 +248,8 @@ class WorkerTask:
         figures = self.m.timed_op(g, self.ctx)
         elapsed = time.perf_counter() - t0
         meters = self.stop_meters()
+        if self.app is not None and self.m.image_bytes(self.ctx.params) and not self.m.kills_hypervisor:
+            self.check_guest_io(self.app)
         if self.verify_pending and (record := self.m.verify(g, self.ctx)) is not None:
             self.chan.send(Msg.VERIFICATION, record=record)
             self.verify_pending = False
@@ -234,6 +263,14 @@ class WorkerTask:
             self.chan.send(Msg.POWERCUT, i=i)
             while True:
                 time.sleep(60)
+
+    def check_guest_io(self, a: Appliance) -> None:
+        """Fail the sample when the appliance's kernel logged a disk I/O error during it (not timed: one dmesg)."""
+        lines = [ln for ln in str(a.g.dmesg()).splitlines() if GUEST_IO_ERROR.search(ln)]
+        new, a.io_errors_seen = lines[a.io_errors_seen:], len(lines)
+        if new:
+            raise RuntimeError(f"the appliance's kernel logged {len(new)} disk I/O error line(s) during the "
+                               f"sample, first: {' '.join(new[0].split())}")
 
     def start_meters(self) -> None:
         self.usage.start()

@@ -1,0 +1,146 @@
+"""Faults a user meets: a host disk that fills during a sample, libvirtd going away mid-run. Each ends the sample
+it hits with a reason that says what and where, soon, and the run goes on with nothing left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from guestbench import space
+from guestbench.appliance import APPLIANCES_DIR
+from guestbench.backends.libvirt import connect_error, ensure_daemons, guestfs_domains
+
+from conftest import ROOT, processes_mentioning, session_tmp_path, write_scenario
+
+pytestmark = pytest.mark.launch
+
+LEFT_FREE = 16 * 2**20  # after the fill: enough for mkfs and the appliance's overlay, not for the 100 MiB upload
+
+
+@contextlib.contextmanager
+def small_filesystem(size: str) -> Iterator[Path]:
+    """A tmpfs of `size` under the session's root (traversable, so libvirt's qemu reaches images in it)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small filesystem needs root (CI runs as root)")
+    mnt = Path(tempfile.mkdtemp(prefix="full-", dir=session_tmp_path()))
+    os.chmod(mnt, 0o755)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=755", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        mnt.rmdir()
+
+
+def _doc(results: Path) -> dict | None:
+    files = list(results.glob("*.json")) if results.exists() else []
+    try:
+        return json.loads(files[0].read_text()) if files else None
+    except (OSError, ValueError):
+        return None
+
+
+def _start(sc: Path, results: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--results", str(results),
+                             *args], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:  # a failed check: stop the run the way a user would, so nothing is left behind
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize(("backend", "size"), [("tcg", "300m"), ("uml", "1g"), ("libvirt-tcg", "300m")])
+def test_a_disk_that_fills_during_an_upload_ends_the_sample_at_once_with_where_and_the_run_goes_on(
+        tmp_path: Path, backend: str, size: str) -> None:
+    sc = write_scenario(tmp_path / "s.yaml", f"""
+name: full-disk
+repetitions: 1
+warmup: 0
+sample_timeout: 600
+measurements:
+  - {{measurement: upload, size: 100MiB, disk_size: 200MiB, filesystem: ext2}}
+  - startup
+""")
+    results = tmp_path / "results"
+    with small_filesystem(size) as mnt:
+        proc = _start(sc, results, "--backend", backend, env={"GUESTBENCH_TMPDIR": str(mnt)})
+        try:
+            deadline = time.monotonic() + 400
+            # the upload cell's appliance is being launched (not the backend's probe, which comes before the cell)
+            while not processes_mentioning(f"/upload-{backend}/"):
+                assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+                time.sleep(0.2)
+            filler = mnt / "filler"
+            with open(filler, "wb") as f:
+                os.posix_fallocate(f.fileno(), 0, space.free_bytes(mnt) - LEFT_FREE)
+            out, err = proc.communicate(timeout=900)
+        finally:
+            _stop(proc)
+        doc = _doc(results)
+        assert doc is not None, err[-2000:]
+        upload, startup = doc["cells"]
+        reason = upload["failures"][0]["reason"] if upload["failures"] else ""
+        assert upload["samples"] == [] and f"host filesystem full at {mnt}" in reason, (upload, err[-2000:])
+        if backend != "uml":  # qemu pauses the guest; the watch names the image it could not write
+            assert "paused the guest on ENOSPC writing" in reason and str(mnt) in reason.split("writing")[1], reason
+        assert "deadline" not in reason and "timed out" not in reason, reason
+        # the run went on: the next cell was checked and said what it needs, where
+        assert startup["status"] == "unavailable", startup
+        assert f"free on {mnt}" in startup["skip_reason"] and "needs" in startup["skip_reason"], startup
+        assert proc.returncode == 1, (proc.returncode, err[-2000:])
+        assert "internal error" not in err and "Traceback" not in err, err[-2000:]
+        filler.unlink()
+        left = [p for p in mnt.iterdir() if p.name != APPLIANCES_DIR]  # UML's appliance cache lives in the temp root
+        assert left == [], f"left on the full filesystem: {left}"
+        assert processes_mentioning(str(mnt)) == []
+        assert not guestfs_domains(mnt)
+
+
+def test_libvirtd_stopped_mid_run_fails_the_libvirt_cell_with_the_reason_and_the_others_complete(
+        tmp_path: Path) -> None:
+    assert ensure_daemons() is None, connect_error()
+    sc = write_scenario(tmp_path / "s.yaml", "name: daemon-gone\nrepetitions: 3\nwarmup: 0\ntimeout: 240\n"
+                        "measurements: [startup]\n")
+    results = tmp_path / "results"
+    proc = _start(sc, results, "--backend", "libvirt-tcg,uml")
+    try:
+        deadline = time.monotonic() + 400
+        while True:
+            doc = _doc(results)
+            cells = {c["backend"]: c for c in doc["cells"]} if doc else {}
+            if "libvirt-tcg" in cells and cells["libvirt-tcg"]["samples"]:
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        subprocess.run(["pkill", "-TERM", "-x", "libvirtd"], check=True)
+        out, err = proc.communicate(timeout=900)
+    finally:
+        _stop(proc)
+        assert ensure_daemons() is None, "libvirtd could not be started again for the tests after this one"
+    doc = _doc(results)
+    assert doc is not None
+    cells = {c["backend"]: c for c in doc["cells"]}
+    lv, uml = cells["libvirt-tcg"], cells["uml"]
+    said = [f["reason"] for f in lv["failures"]] + [lv.get("skip_reason") or ""]
+    assert len(lv["samples"]) < 3 and any("libvirtd stopped answering" in r for r in said), (lv, err[-2000:])
+    assert len(uml["samples"]) == 3 and uml["status"] == "done", uml
+    assert proc.returncode == 0, (proc.returncode, err[-2000:])  # the run completed; its failures are data
+    assert "internal error" not in err and "Traceback" not in err, err[-2000:]
+    assert not guestfs_domains(session_tmp_path())
+    assert [p for p in processes_mentioning(str(session_tmp_path())) if "qemu" in p] == []
