@@ -14,14 +14,18 @@ WORKDIR_ENV = "GUESTBENCH_WORKDIR"
 INSTANCE_ENV = "GUESTBENCH_INSTANCE"
 
 
-def cache_dir() -> Path:
-    """$GUESTBENCH_CACHE, else $XDG_CACHE_HOME/guestbench, else ~/.cache/guestbench."""
+def cache_path() -> Path:
+    """$GUESTBENCH_CACHE, else $XDG_CACHE_HOME/guestbench, else ~/.cache/guestbench (not made)."""
     env = os.environ.get("GUESTBENCH_CACHE")
     if env:
-        base = Path(env)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        base = (Path(xdg) if xdg else Path.home() / ".cache") / "guestbench"
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "guestbench"
+
+
+def cache_dir() -> Path:
+    """The cache directory (cache_path), made if missing."""
+    base = cache_path()
     base.mkdir(parents=True, exist_ok=True)
     return base
 

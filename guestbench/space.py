@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from guestbench.errors import Unavailable
+from guestbench.paths import cache_path, temp_root
 from guestbench.units import approx_size, format_size
 
 # Room kept free beyond what a cell needs: libguestfs's overlays and sockets, logs, the filesystem's own slack.
@@ -81,6 +82,11 @@ def os_error_line(e: OSError) -> str:
     mounted and what to do."""
     where = e.filename if e.filename is not None else None
     what = e.strerror or str(e)
+    if e.errno in NO_SPACE and where is None:  # a write or close says no file: name the full one of guestbench's
+        named = {"the cache (GUESTBENCH_CACHE)": cache_path(), "the temp root (GUESTBENCH_TMPDIR)": temp_root()}
+        for role, path in named.items():
+            if (full := full_reason(path)) is not None:
+                return f"{what}: {full}, which holds {role} {path}: free space there, or point it elsewhere"
     if e.errno in NO_SPACE and where is not None:
         p = Path(str(where))
         return (f"{what}: {where} (the filesystem at {mount_point(p)} has {approx_size(free_bytes(p))} free; free "

@@ -167,7 +167,7 @@ def test_standard_uml_appliance_and_handle_config_are_as_before(monkeypatch: pyt
         str(appliance.appliance_dir("uml", "workload"))
     # standard qemu backends keep libguestfs's own appliance: nothing in their environment changes
     assert BACKENDS["tcg"].handle_config(cache_dir()).to_dict() == {
-        "libguestfs_backend": "direct", "settings": ["force_tcg"], "hv": None, "env": {}}
+        "libguestfs_backend": "direct", "settings": ["force_tcg"], "hv": str(cache_dir() / "hv" / "qemu"), "env": {}}
     assert BACKENDS["libvirt-tcg"].handle_config(cache_dir()).env == {"LIBGUESTFS_BACKEND": "libvirt:qemu:///system"}
     # $GUESTBENCH_UML_APPLIANCE (set in the level-1 guest) wins, and must be a fixed appliance
     monkeypatch.setenv(appliance.PREBUILT_ENV[("uml", "standard")], str(path))

@@ -1,0 +1,80 @@
+"""Free space: what a cell needs is checked before it starts, and a full filesystem is named in one line (nothing
+here launches an appliance; the faults during a sample are in test_faults.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from guestbench import space
+from guestbench.errors import Unavailable
+
+from conftest import ROOT, session_tmp_path, write_scenario
+
+
+@contextlib.contextmanager
+def tmpfs(size: str) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small filesystem needs root (CI runs as root)")
+    mnt = Path(tempfile.mkdtemp(prefix="small-", dir=session_tmp_path()))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        mnt.rmdir()
+
+
+def fill(mnt: Path, leave: int = 0) -> None:
+    with open(mnt / "filler", "wb") as f:
+        os.posix_fallocate(f.fileno(), 0, space.free_bytes(mnt) - leave)
+
+
+def test_shortfall_says_what_does_not_fit_where_and_full_reason_names_the_mount() -> None:
+    with tmpfs("100m") as mnt:
+        target = mnt / "not" / "made" / "yet"  # a directory about to be made is on its parent's filesystem
+        assert space.shortfall(target, 8 * 2**20, "x") is None
+        short = space.shortfall(target, 60 * 2**20, "its disk images")
+        assert short is not None and short.startswith(f"needs 124MiB free in {target} for its disk images")
+        assert short.endswith(f"100MiB free on {mnt}"), short
+        with pytest.raises(Unavailable, match="needs"):
+            space.require(target, 60 * 2**20, "its disk images")
+        assert space.full_reason(target) is None
+        fill(mnt)
+        assert space.full_reason(target) == f"host filesystem full at {mnt} (0B free)"
+        assert space.full_among([Path("/"), target]) in (space.full_reason(Path("/")), space.full_reason(target))
+
+
+def test_a_payload_that_does_not_fit_in_the_cache_is_unavailable_and_leaves_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from guestbench.payload import payload
+
+    with tmpfs("80m") as mnt:
+        monkeypatch.setenv("GUESTBENCH_CACHE", str(mnt))
+        with pytest.raises(Unavailable, match=rf"needs .* free in {mnt}/payloads for the 32MiB payload"):
+            payload(32 * 2**20)
+        assert list((mnt / "payloads").iterdir()) == []
+        path, digest = payload(2**20)  # what fits is made as before
+        assert path.stat().st_size == 2**20 and len(digest) == 64
+
+
+def test_a_full_cache_is_one_line_naming_it_and_exit_2(tmp_path: Path) -> None:
+    sc = write_scenario(tmp_path / "s.yaml", "name: full\nrepetitions: 1\nwarmup: 0\nmeasurements: [startup]\n")
+    with tmpfs("4m") as mnt:
+        fill(mnt)
+        proc = subprocess.run([sys.executable, "-m", "guestbench", "scenario", str(sc), "--backend", "tcg",
+                               "--results", str(tmp_path / "r")], cwd=ROOT, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=300,
+                              env={**os.environ, "GUESTBENCH_CACHE": str(mnt / "cache")})
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert last == (f"guestbench: No space left on device: host filesystem full at {mnt} (0B free), which holds "
+                    f"the cache (GUESTBENCH_CACHE) {mnt / 'cache'}: free space there, or point it elsewhere"), last
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
