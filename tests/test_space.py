@@ -78,3 +78,14 @@ def test_a_full_cache_is_one_line_naming_it_and_exit_2(tmp_path: Path) -> None:
     assert last == (f"guestbench: No space left on device: host filesystem full at {mnt} (0B free), which holds "
                     f"the cache (GUESTBENCH_CACHE) {mnt / 'cache'}: free space there, or point it elsewhere"), last
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+
+
+def test_uml_keeps_guest_ram_where_all_of_it_fits_or_says_where_nothing_does() -> None:
+    from guestbench.backends.uml.hv import ram_tmpdir
+
+    with tmpfs("64m") as small, tmpfs("512m") as big:
+        assert ram_tmpdir(256, (str(small), str(big))) == (str(big), None)
+        where, why = ram_tmpdir(1024, (str(small), str(big)))
+        assert where is None and why == (f"UML needs 1024 MiB free for the guest's RAM, but {small} has 64 MiB free "
+                                         f"and {big} has 512 MiB free (free space there, or give the appliance less "
+                                         "memory: appliance.memsize)")

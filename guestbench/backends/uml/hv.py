@@ -197,17 +197,35 @@ def _uml_cpu() -> int | None:
     return cpus[-1 - (instance - 1) % len(cpus)] if len(cpus) > 1 else None
 
 
-def _shm_tmpdir() -> str | None:
-    """UML keeps guest RAM in a file in $TMPDIR: /dev/shm when it is a tmpfs that allows exec."""
+RAM_DIRS = ("/dev/shm", "/tmp")  # where UML may keep guest RAM, best first
+
+
+def ram_tmpdir(memory_mib: int, candidates: tuple[str, ...] = RAM_DIRS) -> tuple[str | None, str | None]:
+    """(TMPDIR for UML's guest RAM, None) or (None, why none will do). UML maps guest RAM from a file in
+    $TMPDIR: it must allow exec and have room for all of it, or the guest dies of SIGBUS when it touches a page
+    the full filesystem cannot give (a full /dev/shm is a crash mid-sample, not a slow one)."""
+    options = {}
     try:
         with open("/proc/mounts") as f:
             for line in f:
-                dev, mnt, fstype, options = line.split()[:4]
-                if mnt == "/dev/shm" and fstype == "tmpfs" and "noexec" not in options.split(","):
-                    return "/dev/shm"
+                _dev, mnt, _fstype, opts = line.split()[:4]
+                options[mnt] = opts.split(",")
     except OSError:
         pass
-    return None
+    need = memory_mib * 2**20
+    tried = []
+    for d in candidates:
+        if "noexec" in options.get(d, []) or not os.path.isdir(d):
+            continue
+        st = os.statvfs(d)
+        free = st.f_bavail * st.f_frsize
+        if free >= need:
+            return d, None
+        tried.append(f"{d} has {free // 2**20} MiB free")
+    if not tried:
+        return None, "no executable TMPDIR for UML's guest RAM (/dev/shm and /tmp are noexec or missing)"
+    return None, (f"UML needs {memory_mib} MiB free for the guest's RAM, but {' and '.join(tried)} (free space "
+                  "there, or give the appliance less memory: appliance.memsize)")
 
 
 SUN_PATH_MAX = 108  # bytes in an AF_UNIX socket address, its final NUL included
@@ -238,8 +256,11 @@ def run(args: list[str]) -> int:
             # CPU it runs about 3x faster here than when those hand-offs cross CPUs
             argv = ["taskset", "-c", str(cpu), *argv]
         env = dict(os.environ)
-        if (shm := _shm_tmpdir()) is not None:
-            env["TMPDIR"] = shm
+        ram_dir, why_not = ram_tmpdir(launch.memory_mib)
+        if ram_dir is None:
+            sys.stderr.write(f"guestbench-uml: error: {why_not}\n")
+            return 1
+        env["TMPDIR"] = ram_dir
         sys.stderr.write("guestbench-uml: " + " ".join(argv) + "\n")
         sys.stderr.flush()
         # No thread runs yet, so preexec_fn is safe: UML must die with this program even if it is SIGKILLed
