@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping
 
+from guestbench import locks
 from guestbench.paths import temp_root
 
 VARIANTS = ("standard", "workload")
@@ -231,6 +232,17 @@ def appliance_dir(flavour: str, variant: str = "standard", build: bool = True) -
     base.mkdir(parents=True, exist_ok=True)
     for d in (appliances_root(), base):
         os.chmod(d, 0o755)  # libvirt's qemu user reads the appliance
+    try:
+        with locks.exclusive(base / ".lock", f"the {flavour} {variant} appliance", STALE_BUILD_S):
+            if complete(out):  # another run built it while this one waited
+                return out
+            return _build(ins, base, out)
+    except locks.LockTimeout as e:
+        raise ApplianceError(str(e)) from None
+
+
+def _build(ins: dict[str, Any], base: Path, out: Path) -> Path:
+    """Build into a temp dir beside `out`, then move it into place (under the variant's lock)."""
     _sweep_stale_builds(base)
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=base))
     try:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guestbench import cgroups, usage
+from guestbench import cgroups, neighbours, usage
 
 BUSY_OTHER_CORES = 0.5
 BUSY_STEAL = 0.10
@@ -146,21 +146,9 @@ def _mitigations() -> dict[str, int] | None:
 
 
 def other_runs() -> int:
-    """Other `guestbench scenario` and `guestbench ab` runs on this machine now (not this process or its parent)."""
+    """Other guestbench runs active on this machine now (the host-wide registry; not this process or its parent)."""
     mine = {os.getpid(), os.getppid()}
-    count = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) in mine:
-            continue
-        try:
-            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        words = [a.decode(errors="replace") for a in argv if a]
-        if any(w.endswith("guestbench") or w == "guestbench" for w in words[:3]) \
-                and {"scenario", "ab"} & set(words[1:4]):
-            count += 1
-    return count
+    return sum(1 for run in neighbours.active() if run.pid not in mine)
 
 
 def settings() -> dict[str, Any]:

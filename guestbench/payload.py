@@ -10,12 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-from guestbench import space
+from guestbench import locks, space
 from guestbench.errors import Unavailable
 from guestbench.paths import cache_dir
 from guestbench.units import format_size
 
 CHUNK = 8 * 2**20
+LOCK_WAIT_S = 1800.0  # another run making the same payload: minutes for GiBs on a slow disk
 _MAKING = threading.Lock()  # the cells of a block set up at once: one thread makes a payload, the others reuse it
 
 
@@ -24,18 +25,17 @@ def payload(size: int) -> tuple[Path, str]:
 
     Raises Unavailable when the cache's filesystem cannot hold it (checked first, and on ENOSPC while writing):
     the cell says where and how much, and the run goes on."""
-    with _MAKING:
+    d = cache_dir() / "payloads"
+    with _MAKING, locks.exclusive(d / f"random-{size}.lock", f"the {format_size(size)} payload", LOCK_WAIT_S):
         try:
-            return _payload(size)
+            return _payload(d, size)
         except OSError as e:
             if e.errno in space.NO_SPACE:
                 raise Unavailable(f"cannot make the {format_size(size)} payload: {space.os_error_line(e)}") from None
             raise
 
 
-def _payload(size: int) -> tuple[Path, str]:
-    d = cache_dir() / "payloads"
-    d.mkdir(parents=True, exist_ok=True)
+def _payload(d: Path, size: int) -> tuple[Path, str]:
     path = d / f"random-{size}.bin"
     sums = d / f"random-{size}.sha256"
     if path.exists() and sums.exists() and path.stat().st_size == size:

@@ -59,6 +59,7 @@ class Row:
     judged: int = 0  # samples whose host load was judged (guestbench.noise)
     busy: int = 0  # ... of which the host was busy
     busiest: float | None = None  # the most cores other processes used during one of its samples
+    shared: int = 0  # samples taken while another guestbench run was active on this host (guestbench.neighbours)
     cpu_s: float | None = None  # median CPU seconds of the cell's processes per timed step (guestbench.usage)
     peak_mib: float | None = None  # median of each step's peak PSS (RSS where no PSS was readable)
     cpu_methods: tuple[str, ...] = ()  # how the samples' CPU was counted: "cgroup", "proc" (guestbench.usage)
@@ -94,12 +95,14 @@ def sample_seconds(cell: dict[str, Any]) -> list[float]:
 
 
 def load_figures(cell: dict[str, Any]) -> dict[str, Any]:
-    """How many samples were judged for host load, how many were busy, and the busiest one's other cores."""
+    """How many samples were judged for host load, how many were busy, the busiest one's other cores, and how many
+    were taken beside another guestbench run."""
     loads = [_dict(_dict(s).get("load")) for s in _list(cell.get("samples"))]
     judged = [ld for ld in loads if isinstance(ld.get("busy"), bool)]
     others = [v for v in (_number(ld.get("other_cores")) for ld in judged) if v is not None]
     return {"judged": len(judged), "busy": sum(1 for ld in judged if ld["busy"]),
-            "busiest": max(others) if others else None}
+            "busiest": max(others) if others else None,
+            "shared": sum(1 for ld in loads if (_number(ld.get("other_runs")) or 0) > 0)}
 
 
 def _resource_figures(cell: dict[str, Any]) -> dict[str, Any]:
@@ -396,7 +399,21 @@ def _resources_text(group: list[Row]) -> str:
 
 
 def _load_text(group: list[Row]) -> str:
-    """Whether the host was busy while the table's samples were timed (nothing when no sample was judged)."""
+    """Whether the host was busy while the table's samples were timed (nothing when no sample was judged), and
+    whether another guestbench run measured on it meanwhile."""
+    return _busy_text(group) + _shared_text(group)
+
+
+def _shared_text(group: list[Row]) -> str:
+    shared = [r for r in group if r.shared]
+    if not shared:
+        return ""
+    which = "; ".join(f"{r.backend} ({r.placement or NONE}) {r.shared} of {r.n}" for r in shared)
+    return (f" SHARED host: {sum(r.shared for r in shared)} samples were taken while another guestbench run was "
+            f"active on this host: {which}.")
+
+
+def _busy_text(group: list[Row]) -> str:
     judged = sum(r.judged for r in group)
     if not judged:
         return ""
@@ -409,6 +426,9 @@ def _load_text(group: list[Row]) -> str:
 
 
 def _load_warning(r: Row) -> str | None:
+    if r.shared and not r.busy:
+        return (f"{r.shared} of {r.n} samples were taken while another guestbench run was active on this host: "
+                "its figures may be slowed by that run")
     if not r.busy:
         return None
     return (f"the host was busy during {r.busy} of {r.judged} samples (other processes up to {r.busiest:.2g} "
@@ -516,7 +536,8 @@ def _row_dict(r: Row) -> dict[str, Any]:
         "cold_s": _json_float(r.cold_s), "cache_mode": r.cache_mode, "timed": r.timed,
         "status": r.status, "skip_reason": r.skip_reason, "first_failure": r.first_failure,
         **({"precision": r.precision} if r.precision else {}),
-        **({"host_load": {"judged": r.judged, "busy": r.busy, "busiest_other_cores": r.busiest}} if r.judged else {}),
+        **({"host_load": {"judged": r.judged, "busy": r.busy, "busiest_other_cores": r.busiest,
+                          **({"shared": r.shared} if r.shared else {})}} if r.judged or r.shared else {}),
     }
 
 

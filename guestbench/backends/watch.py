@@ -78,18 +78,18 @@ class Watch(threading.Thread):
         self.workdir = workdir
         self.libvirt = libvirt
         self.reason: str | None = None  # why the watch ended a guest; read once the sample failed
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._paused_since: dict[str, float] = {}
         self._qmp: dict[int, Qmp] = {}
         self._conn: Any = None
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=5)
 
     def run(self) -> None:
         try:
-            while not self._stop.wait(POLL_S):
+            while not self._halt.wait(POLL_S):
                 try:
                     self.check()
                 except Exception:  # a hypervisor that went away between two looks: nothing to say

@@ -25,9 +25,9 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-from guestbench import appliance
+from guestbench import appliance, locks
 from guestbench.paths import temp_root
 
 # What the level-1 guest needs to run guestbench's backends (dependencies come with them): qemu for tcg and
@@ -41,6 +41,7 @@ PACKAGES = ("bash", "coreutils", "grep", "util-linux", "procps", "kmod", "iprout
 WORKLOAD_APPLIANCES = {"qemu": "appliance-workload", "uml": "uml-appliance-workload"}
 ROOT_SIZE = "8G"  # sparse; room for the disk images a nested scenario creates under /var/tmp
 BUILD_TIMEOUT_S = 1800
+BUILD_LOCK_WAIT_S = 4 * BUILD_TIMEOUT_S  # a build runs several steps, each under BUILD_TIMEOUT_S
 # where the data disk is mounted in the guest; not /guestbench: from / that would be importable as a package
 GUEST_DATA = "/guestbench-l1/data"
 GUEST_CACHE = "/var/cache/guestbench"  # GUESTBENCH_CACHE in the guest (on the root overlay: writable)
@@ -213,6 +214,18 @@ def build(say: Callable[[str], None] = lambda s: None, force: bool = False) -> I
         say(f"image up to date: {out}")
         return Image(out)
     base.mkdir(parents=True, exist_ok=True)
+    try:
+        with locks.exclusive(base / ".lock", "the level-1 image", BUILD_LOCK_WAIT_S):
+            if (out / "uuid").exists() and not force:  # another run built it while this one waited
+                say(f"image built by another run meanwhile: {out}")
+                return Image(out)
+            return _build(ins, base, out, say)
+    except locks.LockTimeout as e:
+        raise ImageError(str(e)) from None
+
+
+def _build(ins: dict[str, Any], base: Path, out: Path, say: Callable[[str], None]) -> Image:
+    """Build into a temp dir beside `out`, then move it into place (under the images' lock)."""
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=base))
     try:
         built = work / "image"

@@ -116,13 +116,16 @@ def _fraction(value: Any, key: str) -> float:
 
 
 def _load(value: Any, key: str) -> dict[str, Any]:
-    """A sample's host load: other processes' cores and the steal share are numbers >= 0, busy a boolean."""
+    """A sample's host load: other processes' cores and the steal share are numbers >= 0, busy a boolean, the other
+    guestbench runs active meanwhile a count."""
     _mapping(value, key)
     for name in ("other_cores", "steal", "load1"):
         if name in value and value[name] is not None:
             _amount(value[name], _at(key, name))
     if value.get("busy") is not None:
         _flag(value["busy"], _at(key, "busy"))
+    if value.get("other_runs") is not None:
+        _count(value["other_runs"], _at(key, "other_runs"))
     return value  # type: ignore[no-any-return]
 
 

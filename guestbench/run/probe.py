@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from guestbench import locks
 from guestbench.backends import Availability, Backend
 from guestbench.errors import Interrupted
 from guestbench.measurements import get as get_measurement
@@ -46,10 +47,13 @@ def cached_verdict(backend: Backend, key: dict[str, Any]) -> Availability | None
 
 
 def store_verdict(backend: Backend, key: dict[str, Any], av: Availability) -> None:
-    data = _load_cache()
-    data[backend.name] = {"key": key, "usable": av.usable, "reason": av.reason, "details": av.details,
-                          "when": time.time(), "probed_utc": utc_now()}
-    atomic_write_json(cache_dir() / CACHE_FILE, data)
+    """Add one backend's verdict to the cache file; locked, so that two runs probing different backends at once
+    both keep theirs (read, change, write)."""
+    with locks.exclusive(cache_dir() / f"{CACHE_FILE}.lock", "the probe verdicts", 60.0):
+        data = _load_cache()
+        data[backend.name] = {"key": key, "usable": av.usable, "reason": av.reason, "details": av.details,
+                              "when": time.time(), "probed_utc": utc_now()}
+        atomic_write_json(cache_dir() / CACHE_FILE, data)
 
 
 def launch_probe(backend: Backend, executor: Executor, run_dir: Path, timeout: float) -> Availability:

@@ -13,6 +13,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColum
                            TimeRemainingColumn)
 
 from guestbench import units
+from guestbench.neighbours import Neighbours
 from guestbench.results import Failure, ResultsFile, Sample, utc_now
 
 CellDoc = dict[str, Any]  # a cell of the results document, as written (the typed view: results.Cell) (guestbench.results, docs/results-format.md)
@@ -41,8 +42,9 @@ class Recorder:
     """Records samples, failures and cell states into the results file, and says so on the console; advances
     the progress display (set with `track`) by one per iteration that ended, however it ended."""
 
-    def __init__(self, results: ResultsFile, console: Console) -> None:
+    def __init__(self, results: ResultsFile, console: Console, others: Neighbours | None = None) -> None:
         self.results = results
+        self.others = others  # other guestbench runs on this host: a sample taken beside one says so
         self.console = console
         self.lock = results.lock
         self._progress: Progress | None = None
@@ -124,14 +126,23 @@ class Recorder:
             if kind == "cold":
                 cell["cold_s"] = seconds
             else:
+                extra = self._shared(seconds, dict(extra or {}))
                 entry = Sample(rep=k, seconds=seconds, utc=utc_now(), phases=phases, metrics=metrics,
-                               seq=self._next_seq(), **(extra or {})).to_dict()
+                               seq=self._next_seq(), **extra).to_dict()
                 cell["samples" if kind == "rep" else "warmups"].append(entry)
             self.results.save()
         self._advance()
         if not self.console.is_terminal:  # no live progress bar in a log: one line per sample instead
             self.console.print(f"{cell['backend']} · {cell['label']} · {kind} {k}: {seconds:.3g} s"
                                f"{_headline(cell, seconds, metrics)}", highlight=False)
+
+    def _shared(self, seconds: float, extra: dict[str, Any]) -> dict[str, Any]:
+        """A sample's load record with "other_runs": how many other guestbench runs were active while it was
+        taken (the sample just ended); absent when none was."""
+        n = self.others.during(seconds) if self.others is not None else 0
+        if n:
+            extra["load"] = {**(extra.get("load") or {}), "other_runs": n}
+        return extra
 
     def failure(self, cell: CellDoc, it: Iteration, reason: str) -> None:
         kind, k = it

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from rich.console import Console
 
-from guestbench import cgroups, host
+from guestbench import cgroups, host, neighbours
 from guestbench.backends import BACKENDS
 from guestbench.errors import Interrupted
 from guestbench.measurements import get as get_measurement
@@ -65,6 +65,12 @@ class Runner:
         self.stop = threading.Event()  # a signal arrived: threads of concurrent appliances start nothing new
 
     def run(self) -> ResultsFile:
+        """The run, registered host-wide while it lasts, so that it and any other run know the host is shared."""
+        with neighbours.Registration(f"{self.sc.name}: {' '.join(self.opts.command)}") as me, \
+                neighbours.Neighbours(me) as others:
+            return self._run(others)
+
+    def _run(self, others: neighbours.Neighbours) -> ResultsFile:
         fp = host.fingerprint()
         results = ResultsFile.create(results_path(self.opts.results_dir, self.sc.name), scenario=self.sc.to_dict(),
                                      host=fp, command=list(self.opts.command), guestbench=fp["guestbench"])
@@ -73,7 +79,7 @@ class Runner:
         run_dir = make_run_dir()
         gate = Gate(results, self.console, self.executor, run_dir, reprobe=self.opts.reprobe,
                     probe_timeout=self.opts.probe_timeout, defer=self.opts.defer_probe, verbose=self.opts.verbose)
-        ctx = RunContext(self.sc, run_dir, gate, Recorder(results, self.console), self.stop, self.opts.verbose)
+        ctx = RunContext(self.sc, run_dir, gate, Recorder(results, self.console, others), self.stop, self.opts.verbose)
         with TrapSignals():
             try:
                 if "host" in self.sc.placements:
