@@ -144,3 +144,57 @@ def test_libvirtd_stopped_mid_run_fails_the_libvirt_cell_with_the_reason_and_the
     assert "internal error" not in err and "Traceback" not in err, err[-2000:]
     assert not guestfs_domains(session_tmp_path())
     assert [p for p in processes_mentioning(str(session_tmp_path())) if "qemu" in p] == []
+
+
+def test_two_runs_at_once_both_finish_say_the_host_was_shared_and_build_the_shared_cache_once(
+        tmp_path: Path) -> None:
+    """Both start on an empty cache and temp root: both need the UML appliance, the probe verdict and the payload
+    at the same moment. The locks make one build each; the registry makes each run see the other."""
+    fresh = Path(tempfile.mkdtemp(prefix="two-", dir=session_tmp_path()))
+    os.chmod(fresh, 0o755)
+    env = {"GUESTBENCH_CACHE": str(fresh / "cache"), "GUESTBENCH_TMPDIR": str(fresh / "tmp"),
+           "GUESTBENCH_RUNS_DIR": str(fresh / "runs")}
+    (fresh / "tmp").mkdir(mode=0o755)
+    sc = write_scenario(tmp_path / "s.yaml", """
+name: two-at-once
+repetitions: 3
+warmup: 0
+measurements:
+  - startup
+  - {measurement: upload, size: 32MiB, disk_size: 128MiB, filesystem: ext2}
+""")
+    procs = [_start(sc, tmp_path / f"r{k}", "--backend", "uml", env=env) for k in (1, 2)]
+    try:
+        outs = [p.communicate(timeout=900) for p in procs]
+    finally:
+        for p in procs:
+            _stop(p)
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+        assert "Traceback" not in err and "internal error" not in err, err[-3000:]
+    shared = 0
+    for k in (1, 2):
+        doc = _doc(tmp_path / f"r{k}")
+        assert doc is not None and doc["status"] == "complete"
+        for cell in doc["cells"]:
+            assert cell["status"] == "done" and len(cell["samples"]) == 3 and not cell["failures"], cell
+            shared += sum(1 for s in cell["samples"] if (s.get("load") or {}).get("other_runs", 0) >= 1)
+        first = doc["cells"][0]["samples"][0]
+        assert first["load"]["other_runs"] == 1, f"run {k}'s first sample was taken beside the other run: {first}"
+        shown = subprocess.run([sys.executable, "-m", "guestbench", "show", str(next((tmp_path / f"r{k}").glob("*.json")))],
+                               capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert "SHARED host" in " ".join(shown.stdout.split()), shown.stdout[-2000:]
+    assert shared >= 2
+    # the shared cache: one appliance, one payload with the right checksum, one verdict; no half-made leftovers
+    (appliance,) = [d for d in (fresh / "tmp" / APPLIANCES_DIR / "uml-standard").iterdir() if d.is_dir()]
+    assert not appliance.name.startswith("."), appliance
+    payloads = fresh / "cache" / "payloads"
+    assert sorted(p.name for p in payloads.iterdir() if not p.name.endswith(".lock")) == \
+        ["random-33554432.bin", "random-33554432.sha256"]
+    digest = subprocess.run(["sha256sum", str(payloads / "random-33554432.bin")], capture_output=True, text=True,
+                            check=True).stdout.split()[0]
+    assert (payloads / "random-33554432.sha256").read_text().strip() == digest
+    assert json.loads((fresh / "cache" / "probes.json").read_text())["uml"]["usable"] is True
+    assert list((fresh / "runs").iterdir()) == [], "both runs left the registry"
+    assert [p for p in (fresh / "tmp").iterdir() if p.name != APPLIANCES_DIR] == []
+    subprocess.run(["rm", "-rf", str(fresh)], check=True)

@@ -68,3 +68,32 @@ def test_a_sample_is_shared_when_another_run_was_active_during_it_and_not_after_
             time.sleep(0.2)
         assert others.during(0.0) == 0
         assert others.during(3600.0) == 1, "a long sample that began before it ended still overlapped it"
+
+
+LOCK_HOLDER = """
+import sys, time
+from pathlib import Path
+from guestbench import locks
+with locks.exclusive(Path(sys.argv[1]), "a test's thing", 10):
+    print("holding", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_cache_lock_makes_the_second_process_wait_and_a_killed_holder_frees_it(tmp_path: Path) -> None:
+    from guestbench import locks
+
+    path = tmp_path / "thing.lock"
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(path)], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).parent.parent)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        with pytest.raises(locks.LockTimeout, match=f"another guestbench process has held {path} for over 0.5 s "
+                                                    "while making the payload"):
+            with locks.exclusive(path, "the payload", 0.5):
+                pass
+    finally:
+        holder.kill()  # SIGKILL: no release of its own
+        holder.wait(10)
+    with locks.exclusive(path, "the payload", 5):
+        pass
