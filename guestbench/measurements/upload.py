@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from guestbench.measurements.base import CellContext, DiskMeasurement
+from guestbench.measurements.base import CellContext, DiskMeasurement, choice_param
 
 TARGET = "/payload"
 
@@ -15,6 +15,9 @@ class Upload(DiskMeasurement):
     timed = ("upload() of a host file of incompressible bytes into a file on a freshly made filesystem in a "
              "disk image on the host disk, then sync(); the filesystem is re-made before each sample (not timed)")
     needs_payload = True
+    params = (*DiskMeasurement.params,
+              choice_param("verify", "first", ("first", "every"), "compare the uploaded file's sha256 with the "
+                           "host's after the cell's first sample, or after every sample (a soak: not timed)"))
 
     def timed_op(self, g: Any, ctx: CellContext) -> None:
         assert ctx.payload is not None

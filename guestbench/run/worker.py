@@ -157,7 +157,8 @@ class WorkerTask:
                                payload=Path(req.payload) if req.payload else None, payload_sha256=req.payload_sha256,
                                memsize_mib=req.appliance.get("memsize"), drives=list(req.drives),
                                backend=dict(req.backend))
-        self.verify_pending = req.verify
+        self.verify_every = req.params.get("verify") == "every"  # a soak checks every sample's data, not the first
+        self.verify_pending = req.verify or self.verify_every
         self.app: Appliance | None = None
         self.launching: Appliance | None = None  # the handle being launched, so a failed launch's console is kept
         self.first_launch = True
@@ -252,7 +253,7 @@ class WorkerTask:
             self.check_guest_io(self.app)
         if self.verify_pending and (record := self.m.verify(g, self.ctx)) is not None:
             self.chan.send(Msg.VERIFICATION, record=record)
-            self.verify_pending = False
+            self.verify_pending = self.verify_every
             if (problem := verification_problem(record)) is not None:
                 raise RuntimeError(problem)
         self.deadline(None)
