@@ -139,14 +139,17 @@ class Growth:
 
 def _growth(series: list[list[ProcessReading]], warmup: int) -> dict[str, float]:
     """The worst end-minus-baseline over `series` (each a run of readings at the same moment of the same loop: one
-    cell's samples, one worker's): medians of WINDOW readings after the warm-up and of the last WINDOW."""
+    cell's samples, one worker's): WINDOW readings after the warm-up against the last WINDOW."""
     worst: dict[str, float] = {}
     for readings in series:
         if len(readings) < warmup + 2 * WINDOW:
             continue
         base, end = readings[warmup:warmup + WINDOW], readings[-WINDOW:]
         for k in ("fds", "threads", "rss_kib"):
-            g = statistics.median(getattr(r, k) for r in end) - statistics.median(getattr(r, k) for r in base)
+            # fds and threads: the floor (a reading may catch the next launch's sockets and helper threads, a
+            # leak lifts every reading); RSS: the median
+            pick = min if k != "rss_kib" else statistics.median
+            g = pick(getattr(r, k) for r in end) - pick(getattr(r, k) for r in base)
             worst[k] = max(worst.get(k, g), g)
     return worst
 

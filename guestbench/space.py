@@ -13,9 +13,9 @@ from guestbench.units import approx_size, format_size
 
 # Room kept free beyond what a cell needs: libguestfs's overlays and sockets, logs, the filesystem's own slack.
 MARGIN = 64 * 2**20
-# A filesystem with less than this free is "full" when a write failed on it (ext4 and tmpfs refuse at 0 free; a
-# few KiB can stay free behind reserved blocks and rounding).
-FULL_BELOW = 2**20
+# A filesystem with less than this free is "full" when a write failed on it: a guest's large write fails while a
+# few MiB are still free (by hand: UML's writes failed on a tmpfs with 4 MiB left), and nobody runs on less.
+FULL_BELOW = 8 * 2**20
 # errno values that mean "the filesystem cannot take more": what a user fixes by freeing space.
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 

@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 
 from guestbench import host
-from guestbench.leaks import soak
+from guestbench.leaks import WINDOW, soak
+
+WARMUP = 4  # samples of a cell before its baseline: caches filled, allocator settled
 
 
 def main(argv: list[str]) -> int:
@@ -21,16 +23,17 @@ def main(argv: list[str]) -> int:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     results = Path("results") / f"soak-{stamp}"
     print(f"soak: {scenario} (results and the run's log in {results}/; hours on TCG)", flush=True)
-    g = soak(scenario, results, *rest)
+    g = soak(scenario, results, *rest, warmup=WARMUP)
     fp = host.fingerprint()
     doc = {"scenario": str(scenario), "host": {k: fp.get(k) for k in ("hostname", "cpu_model", "cores", "kernel")},
            **g.to_dict(), "problems": g.problems()}
     (results / "soak.json").write_text(json.dumps(doc, indent=1) + "\n")
     print(f"launches {g.launches}, samples {g.samples}, failures {g.failures}, exit status {g.exit_status}, "
           f"{g.seconds / 60:.0f} min")
-    for who, growth in (("guestbench process", g.runner), ("its longest-lived worker", g.worker)):
+    for who, growth in (("guestbench process", g.runner), ("worst worker", g.worker)):
         shown = ", ".join(f"{k} {v:+g}" for k, v in growth.items()) or "too few samples to judge"
-        print(f"growth of the {who} (median of the last 6 samples minus samples 5-10): {shown}")
+        print(f"growth of the {who} (worst cell: its last {WINDOW} samples against samples {WARMUP + 1}-"
+              f"{WARMUP + WINDOW}; fds and threads their least, RSS its median): {shown}")
     for k, v in g.host.items():
         print(f"left on the host, {k.replace('_', ' ')}: {len(v)}{': ' + ', '.join(v) if v else ''}")
     for p in g.problems():
