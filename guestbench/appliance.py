@@ -233,7 +233,8 @@ def appliance_dir(flavour: str, variant: str = "standard", build: bool = True) -
     for d in (appliances_root(), base):
         os.chmod(d, 0o755)  # libvirt's qemu user reads the appliance
     try:
-        with locks.exclusive(base / ".lock", f"the {flavour} {variant} appliance", STALE_BUILD_S):
+        with locks.exclusive(appliances_root() / ".locks" / f"{flavour}-{variant}.lock",
+                             f"the {flavour} {variant} appliance", STALE_BUILD_S):
             if complete(out):  # another run built it while this one waited
                 return out
             return _build(ins, base, out)

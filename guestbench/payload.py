@@ -26,7 +26,8 @@ def payload(size: int) -> tuple[Path, str]:
     Raises Unavailable when the cache's filesystem cannot hold it (checked first, and on ENOSPC while writing):
     the cell says where and how much, and the run goes on."""
     d = cache_dir() / "payloads"
-    with _MAKING, locks.exclusive(d / f"random-{size}.lock", f"the {format_size(size)} payload", LOCK_WAIT_S):
+    lock = cache_dir() / "locks" / f"payload-{size}.lock"
+    with _MAKING, locks.exclusive(lock, f"the {format_size(size)} payload", LOCK_WAIT_S):
         try:
             return _payload(d, size)
         except OSError as e:
@@ -36,6 +37,7 @@ def payload(size: int) -> tuple[Path, str]:
 
 
 def _payload(d: Path, size: int) -> tuple[Path, str]:
+    d.mkdir(parents=True, exist_ok=True)
     path = d / f"random-{size}.bin"
     sums = d / f"random-{size}.sha256"
     if path.exists() and sums.exists() and path.stat().st_size == size:

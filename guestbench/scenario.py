@@ -404,6 +404,8 @@ class Checker:
                 params[k] = m.param(k).parse(v)
             except ValueError as e:
                 raise self.fail(f"{key}.{k}", str(e)) from None
+            if m.param(k).optional and params[k] == m.param(k).default:
+                del params[k]
         side = item.get(SIDE)
         if SIDE in item and side not in SIDES:
             raise self.fail(f"{key}.{SIDE}", f"{side!r} is not allowed; allowed: {' or '.join(SIDES)} (which side "

@@ -35,6 +35,9 @@ class Param:
     choices: tuple[str, ...] = ()
     minimum: int = 1  # for "int"
     maximum: int | None = None
+    # left out of a cell's parameters at its default: a setting added later (upload's verify) changes neither the
+    # cells of older results files nor how they compare with new ones
+    optional: bool = False
 
     def parse(self, value: object) -> Any:
         """Return the normalised value or raise ValueError saying what is allowed."""
@@ -152,7 +155,7 @@ class Measurement:
         raise KeyError(name)
 
     def defaults(self) -> dict[str, Any]:
-        return {p.name: p.default for p in self.params}
+        return {p.name: p.default for p in self.params if not p.optional}
 
     def nbytes(self, params: dict[str, Any]) -> int | None:
         return int(params["size"]) if self.moves_bytes else None

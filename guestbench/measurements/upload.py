@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from guestbench.measurements.base import CellContext, DiskMeasurement, choice_param
+from guestbench.measurements.base import CellContext, DiskMeasurement, Param
 
 TARGET = "/payload"
 
@@ -16,8 +16,9 @@ class Upload(DiskMeasurement):
              "disk image on the host disk, then sync(); the filesystem is re-made before each sample (not timed)")
     needs_payload = True
     params = (*DiskMeasurement.params,
-              choice_param("verify", "first", ("first", "every"), "compare the uploaded file's sha256 with the "
-                           "host's after the cell's first sample, or after every sample (a soak: not timed)"))
+              Param("verify", "choice", "first", "compare the uploaded file's sha256 with the host's after the "
+                    "cell's first sample, or after every sample (a soak; not timed)", ("first", "every"),
+                    optional=True))
 
     def timed_op(self, g: Any, ctx: CellContext) -> None:
         assert ctx.payload is not None

@@ -49,7 +49,7 @@ def cached_verdict(backend: Backend, key: dict[str, Any]) -> Availability | None
 def store_verdict(backend: Backend, key: dict[str, Any], av: Availability) -> None:
     """Add one backend's verdict to the cache file; locked, so that two runs probing different backends at once
     both keep theirs (read, change, write)."""
-    with locks.exclusive(cache_dir() / f"{CACHE_FILE}.lock", "the probe verdicts", 60.0):
+    with locks.exclusive(cache_dir() / "locks" / f"{CACHE_FILE}.lock", "the probe verdicts", 60.0):
         data = _load_cache()
         data[backend.name] = {"key": key, "usable": av.usable, "reason": av.reason, "details": av.details,
                               "when": time.time(), "probed_utc": utc_now()}
