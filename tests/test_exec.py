@@ -48,11 +48,14 @@ def test_env_prints_exports_that_a_shell_can_use() -> None:
     assert shell.stdout.strip() == "direct", shell.stderr
     tcg = guestbench("env", "tcg")
     assert tcg.returncode == 0, tcg.stderr
-    # after uml's lines, tcg's leave nothing of uml's behind: the next launch is qemu, not UML
+    # after uml's lines, tcg's leave nothing of uml's behind: the next launch is qemu (through guestbench's
+    # wrapper, which adds the watch's QMP socket), not UML
     shell = subprocess.run(["sh", "-c", proc.stdout + tcg.stdout + 'echo "${LIBGUESTFS_HV-unset} '
                             '${LIBGUESTFS_PATH-unset} $LIBGUESTFS_BACKEND_SETTINGS"'], capture_output=True, text=True,
                            timeout=30)
-    assert shell.stdout.split() == ["unset", "unset", "force_tcg"], (tcg.stdout, shell.stderr)
+    hv, path, settings = shell.stdout.split()
+    assert hv.endswith("/hv/qemu") and path == "unset" and settings == "force_tcg", (tcg.stdout, shell.stderr)
+    assert "qemu-system-x86_64" in Path(hv).read_text(), "tcg's program is guestbench's qemu wrapper, not UML's"
     bad = guestbench("env", "nosuch")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "allowed: tcg" in bad.stderr
 
