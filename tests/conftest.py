@@ -7,12 +7,14 @@ and no process whose command line mentions it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -127,3 +129,29 @@ def run_scenario_text(tmp_path: Path, text: str, *args: str,
     proc = guestbench("scenario", str(sc), *args, "--results", str(tmp_path / "r"), timeout=timeout)
     (path,) = (tmp_path / "r").glob("*.json")
     return proc, json.loads(path.read_text())
+
+
+def stop_run(proc: subprocess.Popen[str]) -> None:
+    """After a failed check: stop a run the way a user would (SIGTERM, then SIGKILL), so nothing is left behind."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def small_tmpfs(size: str) -> Iterator[Path]:
+    """A tmpfs of `size` under the session's root, traversable (libvirt's qemu reaches images in it); root only."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small filesystem needs root (CI runs as root)")
+    mnt = Path(tempfile.mkdtemp(prefix="small-", dir=_SESSION_TMP))
+    os.chmod(mnt, 0o755)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=755", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        mnt.rmdir()

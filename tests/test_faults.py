@@ -3,7 +3,6 @@ it hits with a reason that says what and where, soon, and the run goes on with n
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -11,7 +10,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -19,26 +17,11 @@ from guestbench import space
 from guestbench.appliance import APPLIANCES_DIR
 from guestbench.backends.libvirt import connect_error, ensure_daemons, guestfs_domains
 
-from conftest import ROOT, processes_mentioning, session_tmp_path, write_scenario
+from conftest import ROOT, processes_mentioning, session_tmp_path, small_tmpfs, stop_run, write_scenario
 
 pytestmark = pytest.mark.launch
 
 LEFT_FREE = 16 * 2**20  # after the fill: enough for mkfs and the appliance's overlay, not for the 100 MiB upload
-
-
-@contextlib.contextmanager
-def small_filesystem(size: str) -> Iterator[Path]:
-    """A tmpfs of `size` under the session's root (traversable, so libvirt's qemu reaches images in it)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small filesystem needs root (CI runs as root)")
-    mnt = Path(tempfile.mkdtemp(prefix="full-", dir=session_tmp_path()))
-    os.chmod(mnt, 0o755)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=755", "tmpfs", str(mnt)], check=True)
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-        mnt.rmdir()
 
 
 def _doc(results: Path) -> dict | None:
@@ -55,16 +38,6 @@ def _start(sc: Path, results: Path, *args: str, env: dict[str, str] | None = Non
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:  # a failed check: stop the run the way a user would, so nothing is left behind
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.mark.parametrize(("backend", "size"), [("tcg", "300m"), ("uml", "1g"), ("libvirt-tcg", "300m")])
 def test_a_disk_that_fills_during_an_upload_ends_the_sample_at_once_with_where_and_the_run_goes_on(
         tmp_path: Path, backend: str, size: str) -> None:
@@ -78,7 +51,7 @@ measurements:
   - startup
 """)
     results = tmp_path / "results"
-    with small_filesystem(size) as mnt:
+    with small_tmpfs(size) as mnt:
         proc = _start(sc, results, "--backend", backend, env={"GUESTBENCH_TMPDIR": str(mnt)})
         try:
             deadline = time.monotonic() + 400
@@ -91,7 +64,7 @@ measurements:
                 os.posix_fallocate(f.fileno(), 0, space.free_bytes(mnt) - LEFT_FREE)
             out, err = proc.communicate(timeout=900)
         finally:
-            _stop(proc)
+            stop_run(proc)
         doc = _doc(results)
         assert doc is not None, err[-2000:]
         upload, startup = doc["cells"]
@@ -131,7 +104,7 @@ def test_libvirtd_stopped_mid_run_fails_the_libvirt_cell_with_the_reason_and_the
         subprocess.run(["pkill", "-TERM", "-x", "libvirtd"], check=True)
         out, err = proc.communicate(timeout=900)
     finally:
-        _stop(proc)
+        stop_run(proc)
         assert ensure_daemons() is None, "libvirtd could not be started again for the tests after this one"
     doc = _doc(results)
     assert doc is not None
@@ -168,7 +141,7 @@ measurements:
         outs = [p.communicate(timeout=900) for p in procs]
     finally:
         for p in procs:
-            _stop(p)
+            stop_run(p)
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
         assert "Traceback" not in err and "internal error" not in err, err[-3000:]

@@ -18,7 +18,7 @@ import pytest
 
 from guestbench.backends.libvirt import connect_error, guestfs_domains
 
-from conftest import ROOT, hypervisor_processes, run_dirs, socket_dirs, wait_no_leftovers, write_scenario
+from conftest import ROOT, hypervisor_processes, stop_run, run_dirs, socket_dirs, wait_no_leftovers, write_scenario
 
 pytestmark = pytest.mark.launch
 
@@ -63,13 +63,7 @@ def interrupt_mid_run(tmp_path: Path, backend: str, sig: int,
         rc = proc.wait(timeout=60)
         return rc, time.monotonic() - t0, json.loads(path.read_text())
     finally:
-        if proc.poll() is None:  # a failed check: stop the run the way a user would, so nothing is left behind
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_run(proc)
 
 
 def check_interrupted(doc: dict) -> None:

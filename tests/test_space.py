@@ -3,33 +3,17 @@ here launches an appliance; the faults during a sample are in test_faults.py).""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from guestbench import space
 from guestbench.errors import Unavailable
 
-from conftest import ROOT, session_tmp_path, write_scenario
-
-
-@contextlib.contextmanager
-def tmpfs(size: str) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small filesystem needs root (CI runs as root)")
-    mnt = Path(tempfile.mkdtemp(prefix="small-", dir=session_tmp_path()))
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], check=True)
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-        mnt.rmdir()
+from conftest import ROOT, small_tmpfs, write_scenario
 
 
 def fill(mnt: Path, leave: int = 0) -> None:
@@ -38,7 +22,7 @@ def fill(mnt: Path, leave: int = 0) -> None:
 
 
 def test_shortfall_says_what_does_not_fit_where_and_full_reason_names_the_mount() -> None:
-    with tmpfs("100m") as mnt:
+    with small_tmpfs("100m") as mnt:
         target = mnt / "not" / "made" / "yet"  # a directory about to be made is on its parent's filesystem
         assert space.shortfall(target, 8 * 2**20, "x") is None
         short = space.shortfall(target, 60 * 2**20, "its disk images")
@@ -56,7 +40,7 @@ def test_a_payload_that_does_not_fit_in_the_cache_is_unavailable_and_leaves_noth
         monkeypatch: pytest.MonkeyPatch) -> None:
     from guestbench.payload import payload
 
-    with tmpfs("80m") as mnt:
+    with small_tmpfs("80m") as mnt:
         monkeypatch.setenv("GUESTBENCH_CACHE", str(mnt))
         with pytest.raises(Unavailable, match=rf"needs .* free in {mnt}/payloads for the 32MiB payload"):
             payload(32 * 2**20)
@@ -67,7 +51,7 @@ def test_a_payload_that_does_not_fit_in_the_cache_is_unavailable_and_leaves_noth
 
 def test_a_full_cache_is_one_line_naming_it_and_exit_2(tmp_path: Path) -> None:
     sc = write_scenario(tmp_path / "s.yaml", "name: full\nrepetitions: 1\nwarmup: 0\nmeasurements: [startup]\n")
-    with tmpfs("4m") as mnt:
+    with small_tmpfs("4m") as mnt:
         fill(mnt)
         proc = subprocess.run([sys.executable, "-m", "guestbench", "scenario", str(sc), "--backend", "tcg",
                                "--results", str(tmp_path / "r")], cwd=ROOT, capture_output=True, text=True,
@@ -83,7 +67,7 @@ def test_a_full_cache_is_one_line_naming_it_and_exit_2(tmp_path: Path) -> None:
 def test_uml_keeps_guest_ram_where_all_of_it_fits_or_says_where_nothing_does() -> None:
     from guestbench.backends.uml.hv import ram_tmpdir
 
-    with tmpfs("64m") as small, tmpfs("512m") as big:
+    with small_tmpfs("64m") as small, small_tmpfs("512m") as big:
         assert ram_tmpdir(256, (str(small), str(big))) == (str(big), None)
         assert ram_tmpdir(1024, (str(small), str(big))) == (
             str(big), f"UML's 1024 MiB of guest RAM may not all fit: {small} has 64 MiB free and {big} has 512 MiB "
