@@ -25,7 +25,7 @@ POLL_S = 0.2
 WORKER_MODULE = b"guestbench.run.worker"  # python -m guestbench.run.worker (guestbench.run.supervisor)
 # caches a first run makes in the temp roots and keeps on purpose (UML's appliances, libguestfs's own)
 KEPT = ("guestbench-appliances", ".guestfs-")
-WINDOW = 6  # samples whose median makes the baseline (after WARMUP) and the end figure
+WINDOW = 6  # readings that make the baseline (after the warm-up) and the end figure (guestbench.leaks._growth)
 
 
 @dataclass
@@ -107,7 +107,8 @@ def hypervisor_processes() -> set[str]:
 
 @dataclass
 class Growth:
-    """What one soak run gained: per process (runner, and the worker of the longest cell), end minus baseline."""
+    """What one soak run gained: end minus baseline for the runner (its worst cell) and its worst worker, and what
+    the host kept."""
 
     launches: int = 0
     samples: int = 0
@@ -120,10 +121,6 @@ class Growth:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-    def clean(self) -> bool:
-        """Nothing leaked: no fd or thread gained, RSS within `rss_slack_kib`, nothing left on the host."""
-        return self.problems() == []
 
     def problems(self, rss_slack_kib: int = 16 * 1024) -> list[str]:
         out = []

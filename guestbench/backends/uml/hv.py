@@ -198,9 +198,6 @@ def _uml_cpu() -> int | None:
 
 
 RAM_DIRS = ("/dev/shm", "/tmp")  # where UML may keep guest RAM, best first
-
-
-RAM_DIRS = ("/dev/shm", "/tmp")  # where UML may keep guest RAM, best first
 MIN_RAM_FREE_MIB = 256  # below this nothing boots: the appliance's kernel, daemon and page cache touch that much
 
 
