@@ -134,14 +134,14 @@ class Growth:
         return out
 
 
-def _growth(series: list[list[ProcessReading]], warmup: int) -> dict[str, float]:
+def _growth(series: list[list[ProcessReading]], warmup: int, window: int = WINDOW) -> dict[str, float]:
     """The worst end-minus-baseline over `series` (each a run of readings at the same moment of the same loop: one
-    cell's samples, one worker's): WINDOW readings after the warm-up against the last WINDOW."""
+    cell's samples, one worker's): `window` readings after the warm-up against the last `window`."""
     worst: dict[str, float] = {}
     for readings in series:
-        if len(readings) < warmup + 2 * WINDOW:
+        if len(readings) < warmup + 2 * window:
             continue
-        base, end = readings[warmup:warmup + WINDOW], readings[-WINDOW:]
+        base, end = readings[warmup:warmup + window], readings[-window:]
         for k in ("fds", "threads", "rss_kib"):
             # fds and threads: the floor (a reading may catch the next launch's sockets and helper threads, a
             # leak lifts every reading); RSS: the median
@@ -166,9 +166,10 @@ def _launches(cells: list[dict[str, Any]]) -> int:
                else (1 if c["samples"] or c["failures"] else 0) for c in cells)
 
 
-def soak(scenario: Path, results: Path, *args: str, warmup: int = 4, timeout_s: float = 6 * 3600,
-         env: dict[str, str] | None = None) -> Growth:
-    """Run the scenario and read the runner and its worker at every sample written; the host before and after."""
+def soak(scenario: Path, results: Path, *args: str, warmup: int = 4, window: int = WINDOW,
+         timeout_s: float = 6 * 3600, env: dict[str, str] | None = None) -> Growth:
+    """Run the scenario and read the runner and its worker at every sample written; the host before and after.
+    A cell or worker is judged when it has warmup + 2 * window readings (the suite's short soak: a smaller window)."""
     before = read_host()
     t0 = time.monotonic()
     results.mkdir(parents=True, exist_ok=True)
@@ -206,6 +207,7 @@ def soak(scenario: Path, results: Path, *args: str, warmup: int = 4, timeout_s: 
         time.sleep(0.2)
         after = read_host()
     return Growth(launches=_launches(cells), samples=sum(len(c["samples"]) for c in cells),
-                  failures=sum(len(c["failures"]) for c in cells), runner=_growth(list(runner.values()), warmup),
-                  worker=_growth(list(workers.values()), warmup), host=before.growth(after),
+                  failures=sum(len(c["failures"]) for c in cells),
+                  runner=_growth(list(runner.values()), warmup, window),
+                  worker=_growth(list(workers.values()), warmup, window), host=before.growth(after),
                   exit_status=proc.returncode, seconds=round(time.monotonic() - t0, 1))

@@ -38,7 +38,9 @@ def _start(sc: Path, results: Path, *args: str, env: dict[str, str] | None = Non
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
 
 
-@pytest.mark.parametrize(("backend", "size"), [("tcg", "300m"), ("uml", "1g"), ("libvirt-tcg", "300m")])
+# qemu's pause seen through QMP (tcg; libvirt's domain state is the same watch's other half, tried by hand: the
+# README's fault table) and UML's write errors found in its kernel log
+@pytest.mark.parametrize(("backend", "size"), [("tcg", "300m"), ("uml", "1g")])
 def test_a_disk_that_fills_during_an_upload_ends_the_sample_at_once_with_where_and_the_run_goes_on(
         tmp_path: Path, backend: str, size: str) -> None:
     sc = write_scenario(tmp_path / "s.yaml", f"""
@@ -88,7 +90,7 @@ measurements:
 def test_libvirtd_stopped_mid_run_fails_the_libvirt_cell_with_the_reason_and_the_others_complete(
         tmp_path: Path) -> None:
     assert ensure_daemons() is None, connect_error()
-    sc = write_scenario(tmp_path / "s.yaml", "name: daemon-gone\nrepetitions: 3\nwarmup: 0\ntimeout: 240\n"
+    sc = write_scenario(tmp_path / "s.yaml", "name: daemon-gone\nrepetitions: 2\nwarmup: 0\ntimeout: 240\n"
                         "measurements: [startup]\n")
     results = tmp_path / "results"
     proc = _start(sc, results, "--backend", "libvirt-tcg,uml")
@@ -111,8 +113,8 @@ def test_libvirtd_stopped_mid_run_fails_the_libvirt_cell_with_the_reason_and_the
     cells = {c["backend"]: c for c in doc["cells"]}
     lv, uml = cells["libvirt-tcg"], cells["uml"]
     said = [f["reason"] for f in lv["failures"]] + [lv.get("skip_reason") or ""]
-    assert len(lv["samples"]) < 3 and any("libvirtd stopped answering" in r for r in said), (lv, err[-2000:])
-    assert len(uml["samples"]) == 3 and uml["status"] == "done", uml
+    assert len(lv["samples"]) < 2 and any("libvirtd stopped answering" in r for r in said), (lv, err[-2000:])
+    assert len(uml["samples"]) == 2 and uml["status"] == "done", uml
     assert proc.returncode == 0, (proc.returncode, err[-2000:])  # the run completed; its failures are data
     assert "internal error" not in err and "Traceback" not in err, err[-2000:]
     assert not guestfs_domains(session_tmp_path())
@@ -130,7 +132,7 @@ def test_two_runs_at_once_both_finish_say_the_host_was_shared_and_build_the_shar
     (fresh / "tmp").mkdir(mode=0o755)
     sc = write_scenario(tmp_path / "s.yaml", """
 name: two-at-once
-repetitions: 3
+repetitions: 2
 warmup: 0
 measurements:
   - startup
@@ -150,7 +152,7 @@ measurements:
         doc = _doc(tmp_path / f"r{k}")
         assert doc is not None and doc["status"] == "complete"
         for cell in doc["cells"]:
-            assert cell["status"] == "done" and len(cell["samples"]) == 3 and not cell["failures"], cell
+            assert cell["status"] == "done" and len(cell["samples"]) == 2 and not cell["failures"], cell
             shared += sum(1 for s in cell["samples"] if (s.get("load") or {}).get("other_runs", 0) >= 1)
         first = doc["cells"][0]["samples"][0]
         assert first["load"]["other_runs"] == 1, f"run {k}'s first sample was taken beside the other run: {first}"
