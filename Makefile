@@ -21,7 +21,7 @@ test: setup
 check: setup
 	$(BIN)/python -m pytest -m "not launch" $(PYTEST_ARGS)
 
-# The leak soak (scenarios/soak.yaml, about 2 h here): 200 start-ups alternating UML and TCG and 200 verified
+# The leak soak (scenarios/soak.yaml, 74 min here): 200 start-ups alternating UML and TCG and 200 verified
 # uploads under guestbench.leaks, which prints what guestbench's processes and the host gained (fds, threads, RSS,
 # temp entries, loop devices, libvirt domains, hypervisor processes): exit status 1 on any leak or failure.
 soak: setup

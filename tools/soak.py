@@ -22,11 +22,11 @@ def main(argv: list[str]) -> int:
     rest = argv[1:] if argv and not argv[0].startswith("-") else argv
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     results = Path("results") / f"soak-{stamp}"
-    print(f"soak: {scenario} (results and the run's log in {results}/; hours on TCG)", flush=True)
+    print(f"soak: {scenario} (results and the run's log in {results}/; over an hour on TCG)", flush=True)
     g = soak(scenario, results, *rest, warmup=WARMUP)
     fp = host.fingerprint()
-    doc = {"scenario": str(scenario), "host": {k: fp.get(k) for k in ("hostname", "cpu_model", "cores", "kernel")},
-           **g.to_dict(), "problems": g.problems()}
+    doc = {"scenario": str(scenario), "machine": {k: fp.get(k) for k in ("hostname", "cpu_model", "cores", "kernel")},
+           **g.to_dict(), "problems": g.problems()}  # g's own "host" is what the host kept
     (results / "soak.json").write_text(json.dumps(doc, indent=1) + "\n")
     print(f"launches {g.launches}, samples {g.samples}, failures {g.failures}, exit status {g.exit_status}, "
           f"{g.seconds / 60:.0f} min")
