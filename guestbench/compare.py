@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from guestbench import host
 from guestbench.errors import UserError
@@ -168,6 +167,8 @@ def cells_by_key(doc: dict[str, Any], source: str | None = None) -> dict[Key, di
 
 def mann_whitney(base: Sequence[float], other: Sequence[float]) -> tuple[float, str, bool]:
     """(p, "exact"|"asymptotic", other tends larger). Exact unless ties: scipy's exact p ignores ties."""
+    from scipy import stats as scipy_stats  # here, not at import: a second of every guestbench command's start
+
     combined = list(base) + list(other)
     method = "exact" if len(set(combined)) == len(combined) else "asymptotic"
     result = scipy_stats.mannwhitneyu(other, base, alternative="two-sided", method=method)

@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 CI_METHOD = "95% CI of the mean (Student t)"
 PRECISION_METHOD = "half-width of the 95% CI of the mean (Student t) / median"
@@ -94,6 +93,8 @@ def summarize(values: Sequence[float]) -> Summary:
 
 def _ci_half_width(stdev: float, n: int) -> float:
     """Student t rather than normal: guestbench runs few repetitions, where z would overstate confidence."""
+    from scipy import stats as scipy_stats  # here, not at import: a second of every guestbench command's start
+
     t = float(scipy_stats.t.ppf(0.5 + _CONFIDENCE / 2, n - 1))
     return t * stdev / math.sqrt(n)
 
