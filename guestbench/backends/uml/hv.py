@@ -204,9 +204,10 @@ MIN_RAM_FREE_MIB = 256  # below this nothing boots: the appliance's kernel, daem
 def ram_tmpdir(memory_mib: int, candidates: tuple[str, ...] = RAM_DIRS) -> tuple[str | None, str | None]:
     """(TMPDIR for UML's guest RAM, a warning or None), or (None, why none will do). UML maps guest RAM from a
     sparse file in $TMPDIR: it must allow exec, and a page the guest touches that the filesystem cannot give
-    kills the guest (SIGBUS). The first directory with room for all of it; else the roomiest, with a warning
-    (guests rarely touch all their RAM: a 2 GiB level-1 guest runs 1280 MiB appliances in 982 MiB of /dev/shm);
-    else, under MIN_RAM_FREE_MIB everywhere, the reason."""
+    kills the guest (SIGBUS). The first directory, in order (/dev/shm's tmpfs before a /tmp that may be a disk,
+    where guest RAM is written back to it: many times slower inside a level-1 guest), that has room to boot;
+    with a warning when not all of it fits (guests rarely touch all their RAM: a 2 GiB level-1 guest runs
+    1280 MiB appliances in 982 MiB of /dev/shm); under MIN_RAM_FREE_MIB everywhere, the reason."""
     options = {}
     try:
         with open("/proc/mounts") as f:
@@ -223,13 +224,12 @@ def ram_tmpdir(memory_mib: int, candidates: tuple[str, ...] = RAM_DIRS) -> tuple
         free[d] = st.f_bavail * st.f_frsize // 2**20
         if free[d] >= memory_mib:
             return d, None
+        if free[d] >= MIN_RAM_FREE_MIB:
+            return d, (f"UML's {memory_mib} MiB of guest RAM may not all fit: {d} has {free[d]} MiB free; a guest "
+                       "that touches more dies (SIGBUS)")
     if not free:
         return None, "no executable TMPDIR for UML's guest RAM (/dev/shm and /tmp are noexec or missing)"
     said = " and ".join(f"{d} has {mib} MiB free" for d, mib in free.items())
-    best = max(free, key=lambda d: free[d])
-    if free[best] >= MIN_RAM_FREE_MIB:
-        return best, (f"UML's {memory_mib} MiB of guest RAM may not all fit: {said}; a guest that touches more "
-                      "dies (SIGBUS)")
     return None, (f"UML needs {memory_mib} MiB free for the guest's RAM, at least {MIN_RAM_FREE_MIB} MiB to boot, "
                   f"but {said} (free space there, or give the appliance less memory: appliance.memsize)")
 
