@@ -32,6 +32,15 @@ os.environ["GUESTBENCH_VALIDATE_RESULTS"] = "1"
 os.chmod(_SESSION_TMP / "tmp", 0o755)
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With GUESTBENCH_TEST_TIMES=FILE, each phase of each test appends its time there as it ends: a run that is
+    stopped (CI's limit) still says where its time went, which --durations only prints at the end."""
+    path = os.environ.get("GUESTBENCH_TEST_TIMES")
+    if path and report.duration >= 1.0:
+        with open(path, "a") as f:
+            f.write(f"{report.duration:8.1f} {report.when:8} {report.outcome:7} {report.nodeid}\n")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     import shutil
 
@@ -98,9 +107,16 @@ def no_leftovers():
 
 
 def guestbench(*args: str, timeout: float = 900, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI as a user would, in its own process."""
-    return subprocess.run([sys.executable, "-m", "guestbench", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL)
+    """Run the real CLI as a user would, in its own process; past `timeout` it is stopped as a user would (SIGTERM,
+    then SIGKILL), so that it cleans up before the test fails (a bare SIGKILL would leave its hypervisors)."""
+    proc = subprocess.Popen([sys.executable, "-m", "guestbench", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=cwd, stdin=subprocess.DEVNULL)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:  # the time-out, or pytest-timeout's own interruption
+        stop_run(proc)
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def start_guestbench(*args: str) -> subprocess.Popen[str]:
@@ -136,10 +152,10 @@ def stop_run(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(timeout=60)
+            proc.communicate(timeout=60)  # drains its pipes too, which a plain wait could block on
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait()
+            proc.communicate()
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ import pytest
 
 from guestbench.nested import guest, image
 
-from conftest import ROOT, guestbench, run_dirs, session_tmp_path
+from conftest import ROOT, guestbench, run_dirs, session_tmp_path, stop_run
 
 TMP = session_tmp_path()
 
@@ -149,22 +149,28 @@ def _virsh_domains_under(path: Path) -> list[str]:
                                                               capture_output=True, text=True, timeout=60).stdout]
 
 
-@pytest.mark.timeout(3600)
-def test_scenario_runs_on_the_host_and_nested_and_merges_one_results_file(built: image.Image,
+@pytest.mark.timeout(2700)
+@pytest.mark.parametrize("scenario", [
+    pytest.param(NESTED_SCENARIO, id="uml"),
+    # kvm inside a TCG guest's emulated AMD-V: some days every launch there stalls (the probe test above says so)
+    pytest.param(NESTED_KVM_SCENARIO, id="uml-kvm", marks=pytest.mark.long)])
+def test_scenario_runs_on_the_host_and_nested_and_merges_one_results_file(scenario: str, built: image.Image,
                                                                           tmp_path: Path) -> None:
-    """Boot the level-1 guest, run a one-repetition scenario inside (uml and kvm), check the merged file."""
+    """Boot the level-1 guest, run a one-repetition scenario inside (uml, and kvm in make test-long), check the
+    merged file."""
     sc = tmp_path / "nested.yaml"
-    sc.write_text(NESTED_KVM_SCENARIO)
+    sc.write_text(scenario)
+    with_kvm = scenario == NESTED_KVM_SCENARIO
     proc = guestbench("scenario", str(sc), "--results", str(tmp_path / "results"), "--json", timeout=2400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [path] = list((tmp_path / "results").glob("*.json"))
     doc = json.loads(path.read_text())
     assert doc["status"] == "complete"
     cells = {(c["placement"], c["backend"]): c for c in doc["cells"]}
-    host_kvm = doc["backends"]["kvm"]
+    host_kvm = doc["backends"].get("kvm", {})  # in the scenario with kvm only
     # a backend not usable on the host has no host cell (here kvm: /dev/kvm is PVM); inside, both are measured
-    expected = {("host", "uml"), ("nested", "uml"), ("nested", "kvm")} | ({("host", "kvm")} if host_kvm["usable"]
-                                                                         else set())
+    expected = {("host", "uml"), ("nested", "uml")} | ({("nested", "kvm")} if with_kvm else set()) | (
+        {("host", "kvm")} if with_kvm and host_kvm["usable"] else set())
     assert set(cells) == expected and len(doc["cells"]) == len(expected)
     for key, cell in cells.items():
         assert cell["measurement"] == "upload" and cell["status"] == "done", (key, cell)
@@ -179,11 +185,12 @@ def test_scenario_runs_on_the_host_and_nested_and_merges_one_results_file(built:
     # the guest's own fingerprint: a qemu machine with the level-1 guest's RAM, not this host
     assert nested["host"]["memory_bytes"] < 2048 * 2**20 < doc["host"]["memory_bytes"]
     assert nested["host"]["cores"] == 2
-    for name in ("uml", "kvm"):
+    for name in ("uml", "kvm") if with_kvm else ("uml",):
         # inside, no probe launch of its own (a UML launch there takes minutes): the cell's launch was the probe
         assert nested["backends"][name]["usable"] is True, nested["backends"][name]
         assert nested["backends"][name]["details"]["probe"] == "first launch of the run", nested["backends"][name]
-    assert nested["backends"]["kvm"]["details"]["kvm"]["flavour"] in ("kvm_amd", "kvm_intel")
+    if with_kvm:
+        assert nested["backends"]["kvm"]["details"]["kvm"]["flavour"] in ("kvm_amd", "kvm_intel")
     # time-outs scaled inside: the guest's scenario says so
     assert nested["level1"]["launch_timeout_s"] == 120 * nested["level1"]["timeout_scale"]
     # the printed summary has the side-by-side row with the nested/host ratio of medians
@@ -191,7 +198,9 @@ def test_scenario_runs_on_the_host_and_nested_and_merges_one_results_file(built:
     rows = {r["backend"]: r for r in summary["placements"]}
     host_s, nested_s = (cells[(p, "uml")]["samples"][0]["seconds"] for p in ("host", "nested"))
     assert abs(rows["uml"]["ratio"] - nested_s / host_s) < 1e-9
-    if not host_kvm["usable"]:  # the kvm row: measured inside, and why the host has nothing
+    if not with_kvm:
+        assert summary.get("placements_missing", []) == []
+    elif not host_kvm["usable"]:  # the kvm row: measured inside, and why the host has nothing
         [gap] = summary["placements_missing"]
         assert (gap["backend"], gap["present"], gap["missing"], gap["unusable"]) == ("kvm", "nested", "host", True)
         assert host_kvm["reason"] in gap["reason"] and gap["nested"]["n"] == 1
@@ -227,8 +236,7 @@ def test_sigterm_during_the_nested_part_destroys_the_guest_and_keeps_the_host_sa
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=120) == 128 + signal.SIGTERM
         finally:
-            if proc.poll() is None:
-                proc.kill()
+            stop_run(proc)
     assert guest.leftover_domains(TMP) == [] and not _virsh_domains_under(TMP)
     assert run_dirs() == []
     [path] = list(results.glob("*.json"))

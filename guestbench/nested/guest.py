@@ -119,7 +119,10 @@ def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_
         for made in run_dir.iterdir():
             os.chmod(made, 0o666)
         try:
-            dom = conn.createXML(domain_xml(name, image, run_dir, memory_mib, vcpus, kvm), 0)
+            # AUTODESTROY: libvirtd destroys the guest when this connection closes, also when guestbench is
+            # killed outright (SIGKILL) and cannot destroy it itself
+            dom = conn.createXML(domain_xml(name, image, run_dir, memory_mib, vcpus, kvm),
+                                 libvirt.VIR_DOMAIN_START_AUTODESTROY)
         except libvirt.libvirtError as e:
             raise GuestError(f"libvirt could not start the level-1 guest: {e}") from None
         seen = 0
