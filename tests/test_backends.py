@@ -110,13 +110,17 @@ class BadFirstLaunch(ScriptBackend):
 
 
 @pytest.mark.launch
-@pytest.mark.parametrize("how,attempts", [("hang", 1), ("hang", 2), ("fail", 3)])
+@pytest.mark.parametrize("how,attempts,timeout", [
+    ("hang", 1, 10),  # no launch has to finish: a short deadline
+    # a hang, then a real TCG launch inside the deadline; retrying is also in fail-3 (sooner: a failure is at once)
+    pytest.param("hang", 2, 45, marks=pytest.mark.long),
+    ("fail", 3, 45)])
 def test_a_probe_launch_that_hangs_or_fails_is_tried_again_only_where_the_backend_allows(
-        how: str, attempts: int, tmp_path: Path, no_leftovers) -> None:
+        how: str, attempts: int, timeout: int, tmp_path: Path, no_leftovers) -> None:
     mark = tmp_path / "first-launch-done"
     run_dir = make_run_dir()
     try:
-        av = probe.check(BadFirstLaunch(mark, how, attempts), Supervisor(), run_dir, refresh=True, timeout=45)
+        av = probe.check(BadFirstLaunch(mark, how, attempts), Supervisor(), run_dir, refresh=True, timeout=timeout)
     finally:
         remove_tree(run_dir)
     assert mark.exists()  # the first launch reached the hypervisor and went wrong there

@@ -126,7 +126,9 @@ def test_a_qcow2_that_is_not_an_empty_overlay_over_raw_is_refused_on_uml(os_imag
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("backend", ["tcg", "libvirt-tcg"])
+# libvirt-tcg (its two launches through libvirtd: 1.5 min here) runs in make test-long; libvirt launches are in
+# the suite through tests/test_appliance.py, tests/test_signals.py and tests/test_faults.py
+@pytest.mark.parametrize("backend", ["tcg", pytest.param("libvirt-tcg", marks=pytest.mark.long)])
 def test_libguestfs_test_tool_and_virt_ls_on_qemu_backends(backend: str, os_image: Path, no_leftovers: None) -> None:
     """virt-ls on tcg runs in tests/test_command.py; here it runs through libvirt, which opens the overlay
     libguestfs puts over the read-only image as libvirt's qemu user."""

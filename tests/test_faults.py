@@ -135,7 +135,6 @@ name: two-at-once
 repetitions: 2
 warmup: 0
 measurements:
-  - startup
   - {measurement: upload, size: 32MiB, disk_size: 128MiB, filesystem: ext2}
 """)
     procs = [_start(sc, tmp_path / f"r{k}", "--backend", "uml", env=env) for k in (1, 2)]
