@@ -31,8 +31,11 @@ def cache_dir() -> Path:
 
 
 def temp_root() -> Path:
-    """Disk images go on the host disk (not a tmpfs), in /var/tmp unless $GUESTBENCH_TMPDIR says otherwise."""
-    return Path(os.environ.get("GUESTBENCH_TMPDIR", "/var/tmp"))
+    """guestbench's own directory on the host disk (not a tmpfs), made and checked at each call (owned.home):
+    run directories with their disk images, appliances, level-1 images. Never a directory another user shares."""
+    from guestbench import owned
+
+    return owned.home()
 
 
 def make_run_dir() -> Path:
