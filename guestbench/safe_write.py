@@ -139,6 +139,18 @@ def _check_target(dfd: int, name: str, path: Path, what: str) -> None:
                            "with one name (remove it, or choose another name)")
 
 
+def check_replaceable(path: Path, what: str = "output") -> None:
+    """What `replace_file` checks, without writing: for a command that writes several files to refuse before the
+    first (a report), rather than leave some written."""
+    path = Path(path)
+    _check_name(path.name, path, what)
+    dfd = os.open(resolve_dir(path.parent, what, make=True, shown=path), _DIR_FLAGS)
+    try:
+        _check_target(dfd, path.name, path, what)
+    finally:
+        os.close(dfd)
+
+
 def replace_file(path: Path, data: bytes, mode: int = 0o600, what: str = "output") -> None:
     """Write `data` to `path` atomically (temp file, fsync, rename, fsync of the directory), its directory made if
     missing, after the checks above; `mode` 0600 for what is the user's alone, 0644 for what is meant to share."""

@@ -142,6 +142,8 @@ def write(inputs: list[tuple[str, dict[str, Any]]], out_dir: Path) -> list[Path]
     for fig in document.figures():
         files += [(fig.png_name, fig.chart.png), (f"{fig.stem}.svg", fig.chart.svg)]
     files += [(INDEX, to_html(document).encode()), (MARKDOWN, to_markdown(document).encode())]
+    for name, _ in files:
+        safe_write.check_replaceable(out_dir / name, "report file")  # all refused before any is written
     written = []
     try:
         for name, data in files:
