@@ -55,7 +55,7 @@ def _short(path: Path | str) -> str:
 def resolve_dir(path: Path, what: str, *, make: bool = False, shown: Path | None = None) -> Path:
     """The real path of directory `path`, every directory on the way (itself included) checked to be changeable by
     root or the effective user only and every symbolic link followed to be theirs; missing directories are made
-    (0755) when `make`. UnsafeOutput otherwise, naming `shown` (the file written there) or `path`."""
+    (0755 less the umask) when `make`. UnsafeOutput otherwise, naming `shown` (the file written there) or `path`."""
     euid = os.geteuid()
     given = shown or path
     todo = list(reversed((Path.cwd() / path).parts[1:]))
@@ -105,8 +105,7 @@ def _lstat_or_make(p: Path, given: Path, what: str, make: bool) -> os.stat_resul
     except OSError as e:
         raise UnsafeOutput(f"{what} {_short(given)}: {_short(p)}: {e.strerror}") from None
     try:
-        os.mkdir(p, DIR_MODE)
-        os.chmod(p, DIR_MODE)  # the umask may have taken bits away
+        os.mkdir(p, DIR_MODE)  # less if the user's umask says so
     except FileExistsError:
         pass  # made meanwhile: checked like any other
     except OSError as e:
