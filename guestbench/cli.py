@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Write DIR/index.html (one self-contained page: tables, charts, host "
                        "fingerprint; one section per results file), DIR/report.md, and every chart as PNG and SVG.")
     r.add_argument("results", nargs="+", metavar="RESULTS", help="results JSON file(s) written by guestbench scenario")
-    r.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for the report (made if missing)")
+    r.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for the report (made if missing; "
+                   "its files replace only files of your own)")
 
     n = sub.add_parser("nested", help="the level-1 guest for nested runs: build its image (cached)")
     nsub = n.add_subparsers(dest="nested_command", required=True, metavar="build")
@@ -111,14 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
                        "and a 'guestbench' section), readable by pytest-benchmark compare and --benchmark-compare.")
     e.add_argument("file", help="results JSON file written by guestbench scenario")
     e.add_argument("--format", choices=["pytest-benchmark"], default="pytest-benchmark", help="output format")
-    e.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    e.add_argument("-o", "--output", metavar="FILE", help=OUTPUT_HELP)
 
     i = sub.add_parser("import", help="turn pytest-benchmark JSON into a results file",
                        description="Read pytest-benchmark JSON (from the guestbench pytest plugin, guestbench export "
                        "or any pytest-benchmark run saved with its data) and write a guestbench results file for "
                        "show and compare.")
     i.add_argument("file", help="pytest-benchmark JSON file (--benchmark-json, or .benchmarks/*/NNNN_*.json)")
-    i.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    i.add_argument("-o", "--output", metavar="FILE", help=OUTPUT_HELP)
     _add_libguestfs_programs(sub)
     _add_ab(sub)
     return p
@@ -638,6 +639,10 @@ def cmd_exec(args: argparse.Namespace) -> int:
         sys.stderr.write(f"guestbench: exec: {argv[0]} did not finish within {timeout:g} s on {args.backend}; it "
                          "and everything it started were killed\n")
     return done.status
+
+
+OUTPUT_HELP = ("write here instead of stdout (- is stdout): a new file, or a regular file of your own, replaced "
+               "atomically; a device, FIFO, symbolic link or another user's file is refused")
 
 
 def _write_json(doc: dict[str, Any], output: str | None) -> None:

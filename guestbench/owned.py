@@ -46,6 +46,17 @@ def _problem(st: os.stat_result, euid: int, *, sticky_ok: bool) -> str | None:
     return None
 
 
+def dir_problem(st: os.stat_result, *, sticky_ok: bool) -> str | None:
+    """Why a directory with this lstat is not safely the effective user's (`sticky_ok`: or root's, or sticky), or
+    None; for guestbench.safe_write, which checks each directory on the way to an output."""
+    return _problem(st, os.geteuid(), sticky_ok=sticky_ok)
+
+
+def owner_name(uid: int) -> str:
+    """A user's name for messages (`uid N` when it has none)."""
+    return _owner(uid)
+
+
 def check_dir(path: Path, what: str) -> Path:
     """`path` itself, once it is a directory of the effective user's that nobody else can change, reached through
     directories nobody else can rename; UnsafePath otherwise. Nothing is created or changed."""

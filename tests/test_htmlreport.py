@@ -484,8 +484,9 @@ def bad(tmp_path: Path) -> Path:
     (["{d}/other.json", "--output", "{d}/out"], "{d}/other.json: not a guestbench results file"),
     (["{d}/a-file", "--output", "{d}/out"], "{d}/a-file: not valid JSON"),
     (["{d}", "--output", "{d}/out"], "{d}: cannot read results file"),
-    (["{real}", "--output", "{d}/a-file"], "--output {d}/a-file: is not a directory"),
-    (["{real}", "--output", "{d}/a-file/sub"], "--output {d}/a-file/sub: cannot write the report"),
+    (["{real}", "--output", "{d}/a-file"], "report directory {d}/a-file is a regular file; expected a directory"),
+    (["{real}", "--output", "{d}/a-file/sub"], "report directory {d}/a-file/sub: {d}/a-file is a regular file; "
+                                               "expected a directory"),
     (["{real}"], "command line: the following arguments are required: -o/--output"),
 ])
 def test_bad_input_is_one_line_and_exit_status_2(bad: Path, args: list[str], message: str,

@@ -9,14 +9,16 @@ run has a deadline past which the domain is destroyed and the reason says where 
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import stat
 import subprocess
 import tarfile
 import time
 import uuid as uuidlib
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable
 from xml.sax.saxutils import escape
 
@@ -30,6 +32,8 @@ OUTPUT_SIZE = 256 * 2**20
 # emulated power-off often stalls here after the kernel's "Power down" (qemu TCG, 2 vCPUs: in 2 of the 4
 # nested runs of one day), and nothing of the guest's is left to wait for, so past this it is destroyed.
 POWEROFF_GRACE_S = 5.0
+MAX_MEMBERS = 100_000  # files and directories taken from the guest's output; its size is bound by OUTPUT_SIZE
+STATUS_BYTES = 32  # of the exit-status file read
 
 
 class GuestError(Exception):
@@ -154,16 +158,12 @@ def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_
                                  f"its console last said: {last}")
             time.sleep(0.5)
         _relay(run_dir / "console.log", seen, console, on_console)
-        dest.mkdir(parents=True, exist_ok=True)
         try:
-            with tarfile.open(run_dir / "output.raw", mode="r:") as tar:
-                tar.extractall(dest, members=_safe_members(tar))
+            extract_output(run_dir / "output.raw", dest)
         except tarfile.ReadError:
             tail = console[-3:] if console else ["no console output"]
             raise GuestError("the level-1 guest wrote no output; its console last said: " + " / ".join(tail)) from None
-        status_file = dest / "exit-status"
-        status = int(status_file.read_text()) if status_file.exists() else None
-        return JobResult(status, dest, console, time.monotonic() - t0)
+        return JobResult(_exit_status(dest / "exit-status"), dest, console, time.monotonic() - t0)
     finally:
         if dom is not None:
             _destroy(dom)
@@ -182,10 +182,85 @@ def _pass_live(run_dir: Path, last_seq: int, on_live: Callable[[live.Snapshot], 
     return snap.seq
 
 
-def _safe_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    """Only plain files and directories inside the destination: the guest's output is not trusted."""
-    return [m for m in tar.getmembers() if (m.isfile() or m.isdir()) and not m.name.startswith("/")
-            and ".." not in Path(m.name).parts]
+def _exit_status(path: Path) -> int | None:
+    """The job's exit status as the guest wrote it; None when missing or not a small number."""
+    try:
+        with open(path, "rb") as f:
+            return int(f.read(STATUS_BYTES))
+    except (OSError, ValueError):
+        return None
+
+
+def _inside(name: str) -> tuple[str, ...] | None:
+    """A member's path as parts below the destination; None for one that is absolute or climbs out with '..'."""
+    parts = PurePosixPath(name).parts
+    if name.startswith("/") or ".." in parts:
+        return None
+    return tuple(p for p in parts if p != ".")
+
+
+def _make_dirs(dest: Path, parts: tuple[str, ...]) -> Path:
+    """dest/parts as directories made by this process (0755); nothing the tar made can be a link on the way."""
+    cur = dest
+    for part in parts:
+        cur = cur / part
+        try:
+            os.mkdir(cur, 0o755)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(cur).st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(cur)) from None
+    return cur
+
+
+def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, parts: tuple[str, ...]) -> None:
+    """A regular file, made new (O_EXCL, never through a link), owned by the effective user, 0755 or 0644."""
+    where = _make_dirs(dest, parts[:-1])
+    mode = 0o755 if member.mode & 0o111 else 0o644
+    fd = os.open(where / parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    with os.fdopen(fd, "wb") as out:
+        os.fchmod(out.fileno(), mode)  # the umask may have taken bits away
+        source = tar.extractfile(member)
+        assert source is not None  # a regular member always has data
+        left = member.size
+        while left > 0:
+            chunk = source.read(min(left, 2**20))
+            if not chunk:
+                raise tarfile.ReadError("unexpected end of data")
+            out.write(chunk)
+            left -= len(chunk)
+
+
+def extract_output(archive: Path, dest: Path, *, max_members: int = MAX_MEMBERS,
+                   max_bytes: int = OUTPUT_SIZE) -> list[str]:
+    """Unpack the level-1 guest's output tar into `dest`, which the guest does not get to trust: only regular
+    files and directories, made new by this process (owned by the effective user, modes 0644/0755, never setuid,
+    setgid or sticky), nothing absolute or climbing out with '..', no links, devices or FIFOs, and at most
+    `max_members` members and `max_bytes` bytes (GuestError past either). Returns the names passed over.
+    (tarfile's extraction filters came with Python 3.11.4; this is the same "data" policy, spelled out.)"""
+    dest.mkdir(parents=True, exist_ok=True)
+    skipped: list[str] = []
+    total = 0
+    with tarfile.open(archive, mode="r:") as tar:
+        for count, member in enumerate(tar, start=1):
+            if count > max_members:
+                raise GuestError(f"the level-1 guest's output holds more than {max_members} files; refused")
+            parts = _inside(member.name)
+            if parts is None or not (member.isreg() or member.isdir()) or member.issparse():
+                skipped.append(member.name[:80])
+                continue
+            try:
+                if member.isdir():
+                    _make_dirs(dest, parts)
+                    continue
+                total += member.size
+                if total > max_bytes:
+                    raise GuestError(f"the level-1 guest's output holds more than {max_bytes} bytes; refused")
+                if parts:
+                    _write_member(tar, member, dest, parts)
+            except (FileExistsError, NotADirectoryError):
+                skipped.append(member.name[:80])  # a second member of one name: the first one stays
+            tar.members.clear()  # what was read is not kept: memory stays bounded whatever the count
+    return skipped
 
 
 def _destroy(dom: object) -> None:
@@ -235,4 +310,4 @@ def leftover_domains(under: Path | None = None) -> list[str]:
     return domains_under(DOMAIN_PREFIX, under)
 
 
-__all__ = ["GuestError", "JobResult", "run_job", "leftover_domains"]
+__all__ = ["GuestError", "JobResult", "run_job", "extract_output", "leftover_domains"]

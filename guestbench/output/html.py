@@ -4,7 +4,8 @@
 attached to an issue (no external files, no script, no SVG ids colliding between charts). Each chart is also
 written as `<results file stem>-<label>.png` and `.svg`; `report.md` (the same document in Markdown) refers
 to the PNGs by relative path, for pasting into an issue next to the uploaded images. Files are written
-atomically (temp + rename).
+atomically (temp + rename), and only over files of the user's own in a directory only they or root can change
+(guestbench.safe_write).
 
 One section per results file, never merged, even when two files ran the same scenario: absolute seconds
 compare only within one run (two TCG runs 50 minutes apart on the same machine differed by 15%), so bars of
@@ -19,6 +20,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from guestbench import safe_write
 from guestbench.errors import UserError
 from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Table, slug
 from guestbench.output.markdown import to_markdown
@@ -134,19 +136,18 @@ def to_html(document: Document) -> str:
 
 def write(inputs: list[tuple[str, dict[str, Any]]], out_dir: Path) -> list[Path]:
     """Write index.html, report.md and every chart as PNG and SVG into `out_dir`; return the paths written."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError("is not a directory; allowed: a directory (made if missing) for the report",
-                        source="command line", key=f"--output {out_dir}")
+    safe_write.resolve_dir(out_dir, "report directory", make=True)  # before the work; checked again per file
     document = report_document(inputs)
     files: list[tuple[str, bytes]] = []
     for fig in document.figures():
         files += [(fig.png_name, fig.chart.png), (f"{fig.stem}.svg", fig.chart.svg)]
     files += [(INDEX, to_html(document).encode()), (MARKDOWN, to_markdown(document).encode())]
+    for name, _ in files:
+        safe_write.check_replaceable(out_dir / name, "report file")  # all refused before any is written
     written = []
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
         for name, data in files:
-            atomic_write_bytes(out_dir / name, data, mode=FILE_MODE)
+            atomic_write_bytes(out_dir / name, data, mode=FILE_MODE, what="report file")
             written.append(out_dir / name)
     except OSError as e:
         raise UserError(f"cannot write the report: {e.strerror or e}", source="command line",

@@ -8,15 +8,14 @@ they are recomputed from the raw samples by ``stats``.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from guestbench import safe_write
 from guestbench.errors import UserError
 import guestbench.results.validate as validate
 from guestbench.results.model import READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, Cell, ModelError, Run
@@ -35,41 +34,21 @@ def atomic_write_json(path: Path, doc: dict[str, Any]) -> None:
     atomic_write_bytes(path, _encode(doc))
 
 
-def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None:
-    """`atomic_write_json` for any file; `mode` (e.g. 0o644 for a report to share) instead of mkstemp's 0600."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            if mode is not None:
-                os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None, what: str = "output") -> None:
+    """`atomic_write_json` for any file; `mode` (e.g. 0o644 for a report to share) instead of 0600. Refuses (one
+    line, exit 2) to replace a device, FIFO, symbolic link or another user's file: guestbench.safe_write."""
+    safe_write.replace_file(path, data, 0o600 if mode is None else mode, what)
+
+
+SLUG_CHARS = 80  # of a scenario's name in its results file's name: a file name has at most 255 bytes
 
 
 def results_path(directory: Path, scenario_name: str, when: float | None = None) -> Path:
-    """`results/<UTC timestamp>-<scenario>.json`, never overwriting an existing file."""
+    """`results/<UTC timestamp>-<scenario>.json` (`-2`, `-3`, ... when taken), reserved: made empty with O_EXCL,
+    so that runs started in the same second never share one; the run then replaces its content, never another's."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when if when is not None else time.time()))
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", scenario_name).strip("-") or "scenario"
-    path = directory / f"{stamp}-{slug}.json"
-    n = 1
-    while path.exists():
-        n += 1
-        path = directory / f"{stamp}-{slug}-{n}.json"
-    return path
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", scenario_name).strip("-")[:SLUG_CHARS] or "scenario"
+    return safe_write.reserve(directory, f"{stamp}-{slug}", ".json", "results file")
 
 
 class ResultsFile:
@@ -109,7 +88,7 @@ class ResultsFile:
             data = _encode(self.doc)  # not JSON (a set, an object): TypeError here, the file is untouched
             if validate.enabled():
                 validate.check(json.loads(data), str(self.path))
-            atomic_write_bytes(self.path, data)
+            atomic_write_bytes(self.path, data, what="results file")
 
     def set_backend(self, name: str, info: dict[str, Any]) -> None:
         self.doc["backends"][name] = info
