@@ -199,7 +199,8 @@ def appliances_root() -> Path:
 
 def variant_dir(flavour: str, variant: str) -> Path:
     """Where the builds of one flavour and variant live (one at a time, named by its inputs' hash); checked."""
-    return owned.ensure_dir(appliances_root() / f"{flavour}-{variant}", f"the {flavour} {variant} appliances")
+    return owned.ensure_dir(appliances_root() / f"{flavour}-{variant}",
+                            f"the {flavour} {variant} appliance directory")
 
 
 def complete(path: Path) -> bool:

@@ -96,10 +96,16 @@ def home() -> Path:
     given = os.environ.get(STATE_ENV)
     if given:
         base = Path(os.path.abspath(given))
-        chosen = own_path(base)
-        if chosen == base:
+        try:
+            st = os.lstat(base)
+        except FileNotFoundError:
             return ensure_dir(base, f"the temp root ({STATE_ENV})")
-        return ensure_dir(chosen, "guestbench's own directory")
+        except OSError as e:
+            raise UnsafePath(f"the temp root ({STATE_ENV}) {base}: {e.strerror}") from None
+        if _problem(st, euid, sticky_ok=False) is None:
+            return check_dir(base, f"the temp root ({STATE_ENV})")
+        check_dir_shared(base, f"the temp root ({STATE_ENV})")
+        return ensure_dir(base / f"guestbench-{euid}", "guestbench's own directory")
     if euid == 0:
         return ensure_dir(ROOT_HOME, "guestbench's state directory")
     return ensure_dir(Path("/var/tmp") / f"guestbench-{euid}", "guestbench's own directory")
