@@ -285,3 +285,114 @@ def test_lock_files_are_0644_and_a_planted_one_is_refused(drop: Path) -> None:
         with locks.exclusive(shared / "d.lock", "a test's thing", 5):
             pass
     assert list(shared.iterdir()) == []
+
+
+# Run inside a mount namespace of its own with a private /tmp (so that the FIFO planted in /tmp/guestbench-runs
+# cannot stop the runs of anyone else on this machine whose guestbench still uses it), the other mount points
+# given hidden under empty tmpfs: nobody makes the old registry with a FIFO and a symlink in it, the commands run,
+# and what is in that registry before and after is printed as JSON.
+IN_NAMESPACE = r"""
+import json, os, subprocess, sys
+def listing(d):
+    return sorted((p, os.lstat(os.path.join(d, p)).st_uid, os.lstat(os.path.join(d, p)).st_mode) for p in os.listdir(d))
+subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777,size=512m", "tmpfs", "/tmp"], check=True)
+subprocess.run(["runuser", "-u", "nobody", "--", "sh", "-c", "mkdir -m 1777 /tmp/guestbench-runs && "
+                "mkfifo -m 666 /tmp/guestbench-runs/zzz.run && ln -s /etc/shadow /tmp/guestbench-runs/s.run"],
+               check=True, stdin=subprocess.DEVNULL)
+req = json.loads(sys.argv[1])
+before = listing("/tmp/guestbench-runs")
+for d in req["hide"]:
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755,size=64m", "tmpfs", d], check=True)
+results = []
+for argv in req["commands"]:
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=req["timeout"], stdin=subprocess.DEVNULL)
+        results.append([p.returncode, p.stdout, p.stderr])
+    except subprocess.TimeoutExpired:
+        results.append([None, "", "timed out"])
+print(json.dumps({"results": results, "before": before, "after": listing("/tmp/guestbench-runs")}))
+"""
+
+
+def in_namespace(commands: list[list[str]], hide: list[str], timeout: float) -> list[list]:
+    """Run `commands` one after another in a private mount namespace (IN_NAMESPACE); their [status, out, err]."""
+    env = {k: v for k, v in os.environ.items() if k != neighbours.RUNS_DIR_ENV}
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-c", IN_NAMESPACE,
+                           json.dumps({"commands": commands, "hide": hide, "timeout": timeout})],
+                          capture_output=True, text=True, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                          timeout=timeout * len(commands) + 60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["before"] == out["after"] and [n for n, *_ in out["after"]] == ["s.run", "zzz.run"], out
+    return out["results"]
+
+
+@pytest.fixture
+def old_paths(drop: Path) -> Iterator[Path]:
+    """The appliance cache and level-1 images where guestbench kept them before, made by nobody, with a whole uml
+    appliance (for the current inputs) and image whose kernel would leave the marker (yielded) if anyone ran it;
+    checked unchanged and removed after the test."""
+    if OLD_APPLIANCES.exists() or OLD_NESTED.exists():
+        pytest.skip(f"{OLD_APPLIANCES} or {OLD_NESTED} exists already: not this test's to plant or remove")
+    marker = drop / "kernel-ran"
+    key = appliance.inputs_key(appliance.inputs("uml"))
+    try:
+        as_nobody("mkdir", "-p", str(OLD_APPLIANCES / "uml-standard"), str(OLD_NESTED))
+        planted(OLD_APPLIANCES / "uml-standard", key, marker)
+        planted(OLD_NESTED, "0123456789abcdef", marker)
+        before = tree(OLD_APPLIANCES), tree(OLD_NESTED)
+        yield marker
+        assert (tree(OLD_APPLIANCES), tree(OLD_NESTED)) == before
+        assert not marker.exists(), "a planted kernel was run"
+    finally:
+        shutil.rmtree(OLD_APPLIANCES, ignore_errors=True)
+        shutil.rmtree(OLD_NESTED, ignore_errors=True)
+
+
+HOMES = """
+import json
+from guestbench import appliance, locks, neighbours, owned, paths
+from guestbench.backends.uml import write_hv_wrapper
+from guestbench.nested import image
+homes = {"temp root": paths.temp_root(), "appliances": appliance.variant_dir("uml", "standard"),
+         "level-1 images": image.images_dir(), "registry": neighbours.runs_dir(), "cache": paths.cache_dir(),
+         "hv wrapper": write_hv_wrapper(paths.cache_dir())}
+lock = appliance.appliances_root() / ".locks" / "t.lock"
+with neighbours.Registration("a test") as me, locks.exclusive(lock, "t", 5):
+    homes["entry"] = me.path
+    assert [e.id for e in neighbours.active()] == [me.id]
+print(json.dumps({k: str(v) for k, v in homes.items()}))
+"""
+
+
+def test_the_old_shared_paths_are_never_used_or_touched(old_paths: Path) -> None:
+    env = ["env", "-u", owned.STATE_ENV, "-u", paths.CACHE_ENV, "-u", "XDG_CACHE_HOME"]
+    ((status, out, err),) = in_namespace([[*env, sys.executable, "-c", HOMES]],
+                                         hide=["/var/lib", "/var/cache", "/run"], timeout=60)
+    assert status == 0, err[-3000:]
+    homes = {k: Path(v) for k, v in json.loads(out).items()}
+    assert homes["temp root"] == owned.ROOT_HOME and homes["cache"] == paths.ROOT_CACHE
+    assert homes["appliances"] == owned.ROOT_HOME / appliance.APPLIANCES_DIR / "uml-standard"
+    assert homes["level-1 images"] == owned.ROOT_HOME / "guestbench-nested"
+    assert homes["registry"] == Path("/run/guestbench/runs") and homes["entry"].parent == homes["registry"]
+    for p in homes.values():
+        assert not any(p.is_relative_to(d) for d in (Path("/tmp"), Path("/var/tmp"))), p
+
+
+@pytest.mark.launch
+@pytest.mark.timeout(1200)
+def test_a_run_and_doctor_work_beside_every_old_path_another_user_made(old_paths: Path, drop: Path) -> None:
+    # the scenario and results live in the session's directory: /tmp is the namespace's own
+    sc = write_scenario(drop / "s.yaml", "name: beside\nrepetitions: 1\nwarmup: 0\nmeasurements: [startup]\n")
+    gb = [sys.executable, "-m", "guestbench"]
+    (run, doctor) = in_namespace([[*gb, "scenario", str(sc), "--backend", "uml", "--results", str(drop / "r")],
+                                  [*gb, "doctor", "--backend", "uml", "--json"]], hide=[], timeout=600)
+    assert run[0] == 0, run[2][-3000:]
+    (results,) = (drop / "r").glob("*.json")
+    (cell,) = json.loads(results.read_text())["cells"]
+    assert cell["failures"] == [] and len(cell["samples"]) == 1, cell
+    assert doctor[0] == 0, doctor[2][-3000:]
+    doc = json.loads(doctor[1])
+    assert doc["backends"]["uml"]["usable"] is True
+    assert doc["appliances"]["uml-standard"]["built"] is True
+    assert not doc["appliances"]["uml-standard"]["path"].startswith("/var/tmp/guestbench-appliances")
