@@ -13,7 +13,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import textwrap
 from pathlib import Path
 from typing import Iterator
 
@@ -23,7 +22,7 @@ from guestbench import appliance, locks, neighbours, owned, paths
 from guestbench.backends.uml import write_hv_wrapper
 from guestbench.nested import image
 
-from conftest import ROOT, guestbench, session_tmp_path, write_scenario
+from conftest import ROOT, run_dirs, session_tmp_path, write_scenario
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's files needs root (CI is root)")
 
@@ -396,3 +395,4 @@ def test_a_run_and_doctor_work_beside_every_old_path_another_user_made(old_paths
     assert doc["backends"]["uml"]["usable"] is True
     assert doc["appliances"]["uml-standard"]["built"] is True
     assert not doc["appliances"]["uml-standard"]["path"].startswith("/var/tmp/guestbench-appliances")
+    assert run_dirs() == [], "the run left its directory behind"
