@@ -43,7 +43,8 @@ def exclusive(path: Path, what: str, timeout_s: float) -> Iterator[None]:
     _tighten(path)
     owned.own_file(path, f"the lock file for {what}")
     # kept on release: a lock file removed while another process waits on it would let two in at once; filelock
-    # opens it with O_NOFOLLOW (setup.cfg's floor), so a symlink put there meanwhile is not followed either
+    # opens it with O_NOFOLLOW (since 3.20.1; setup.cfg asks 3.30.0, the first with preserve_lock_file), so a
+    # symlink put there meanwhile is not followed either
     lock = FileLock(str(path), mode=0o644, thread_local=False, preserve_lock_file=True)
     try:
         lock.acquire(timeout=timeout_s, poll_interval=0.2)
