@@ -10,9 +10,10 @@ Flavours (FLAVOURS, one recipe each): `qemu` (the host kernel, as supermin picks
 `standard` (libguestfs's own package set) and `workload` (plus WORKLOAD_PACKAGES that are installed here).
 Each appliance is keyed by a hash of everything it is made from, so a package or kernel update rebuilds
 it and nothing else does; one build per flavour and variant is kept. They live under
-temp_root()/guestbench-appliances (/var/tmp, where libguestfs keeps its own appliance), not in the cache
-under root's home: libvirt opens a domain's backing files as its qemu user (libvirt-qemu), who cannot
-reach /root/.cache.
+temp_root()/guestbench-appliances (/var/lib/guestbench for root: owned.home), 0755 so that libvirt's qemu user
+(libvirt-qemu), who opens a domain's backing files, can read them. UML runs the appliance's `kernel` as root, so
+every directory level of the cache is checked at each use to be the effective user's alone (owned), and each
+file of an appliance to be its own regular file: a planted appliance is refused in one line, never run.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping
 
-from guestbench import locks
+from guestbench import locks, owned
 from guestbench.paths import temp_root
 
 VARIANTS = ("standard", "workload")
@@ -192,17 +193,28 @@ def missing_packages(ins: dict[str, Any]) -> list[str]:
 
 
 def appliances_root() -> Path:
-    return temp_root() / APPLIANCES_DIR
+    """The appliance cache, made and checked (owned.ensure_dir)."""
+    return owned.ensure_dir(temp_root() / APPLIANCES_DIR, "the appliance cache")
 
 
 def variant_dir(flavour: str, variant: str) -> Path:
-    """Where the builds of one flavour and variant live (one at a time, named by its inputs' hash)."""
-    return appliances_root() / f"{flavour}-{variant}"
+    """Where the builds of one flavour and variant live (one at a time, named by its inputs' hash); checked."""
+    return owned.ensure_dir(appliances_root() / f"{flavour}-{variant}",
+                            f"the {flavour} {variant} appliance directory")
 
 
 def complete(path: Path) -> bool:
-    """Whether `path` holds a whole fixed appliance (a /var/tmp cleaner may have taken some of it)."""
+    """Whether `path` holds a whole fixed appliance (a cleaner may have taken some of it)."""
     return all((path / name).exists() for name in FILES)
+
+
+def built(out: Path) -> bool:
+    """Whether the cache's `out` holds a whole appliance of the effective user's own; UnsafePath (one line, nothing
+    touched) when `out` or a file in it is not: a symlink, another user's, writable by others."""
+    if not os.path.lexists(out):
+        return False
+    owned.check_dir(out, "a cached appliance")
+    return all([owned.own_file(out / name, "a cached appliance's file") for name in FILES])
 
 
 def prebuilt(flavour: str, variant: str) -> Path | None:
@@ -225,17 +237,14 @@ def appliance_dir(flavour: str, variant: str = "standard", build: bool = True) -
     ins = inputs(flavour, variant)
     base = variant_dir(flavour, variant)
     out = base / inputs_key(ins)
-    if complete(out):
+    if built(out):
         return out
     if not build:
         raise ApplianceError(f"the {flavour} {variant} appliance is not built yet")
-    base.mkdir(parents=True, exist_ok=True)
-    for d in (appliances_root(), base):
-        os.chmod(d, 0o755)  # libvirt's qemu user reads the appliance
     try:
         with locks.exclusive(appliances_root() / ".locks" / f"{flavour}-{variant}.lock",
                              f"the {flavour} {variant} appliance", STALE_BUILD_S):
-            if complete(out):  # another run built it while this one waited
+            if built(out):  # another run built it while this one waited
                 return out
             return _build(ins, base, out)
     except locks.LockTimeout as e:
@@ -243,25 +252,35 @@ def appliance_dir(flavour: str, variant: str = "standard", build: bool = True) -
 
 
 def _build(ins: dict[str, Any], base: Path, out: Path) -> Path:
-    """Build into a temp dir beside `out`, then move it into place (under the variant's lock)."""
+    """Build into a temp dir beside `out`, then move it into place (under the variant's lock); `base` is checked,
+    so what is in it is this user's own."""
     _sweep_stale_builds(base)
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=base))
     try:
-        built = work / "appliance"
-        build_to(built, ins)
+        made = work / "appliance"
+        build_to(made, ins)
         for old in base.iterdir():  # keep one appliance: older builds are from older inputs
-            if old.is_dir() and not old.name.startswith(".") and old != out:
+            if _own_dir(old) and not old.name.startswith(".") and old != out:
                 shutil.rmtree(old, ignore_errors=True)
-        if out.exists() and not complete(out):  # partly cleaned away
+        if os.path.lexists(out):  # partly cleaned away (built() checked it is ours)
             shutil.rmtree(out, ignore_errors=True)
         try:
-            os.replace(built, out)
+            os.replace(made, out)
         except OSError:
-            if not complete(out):  # another process may have won the race
+            if not built(out):  # another process may have won the race
                 raise
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _own_dir(path: Path) -> bool:
+    """Whether `path` is a directory of the effective user's that nobody else can write (one guestbench made)."""
+    try:
+        owned.check_dir(path, "")
+    except owned.UnsafePath:
+        return False
+    return True
 
 
 def build_to(dest: Path, ins: dict[str, Any]) -> dict[str, Any]:
@@ -292,8 +311,8 @@ def build_to(dest: Path, ins: dict[str, Any]) -> dict[str, Any]:
             "built_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     (dest / INFO_FILE).write_text(json.dumps(info, indent=1) + "\n")
     os.chmod(dest, 0o755)
-    for f in dest.iterdir():
-        os.chmod(f, f.stat().st_mode | 0o444)  # readable by libvirt's qemu user
+    for f in dest.iterdir():  # readable by libvirt's qemu user, writable by nobody else (built() checks)
+        os.chmod(f, (f.lstat().st_mode | 0o444) & ~0o022)
     return info
 
 
@@ -322,7 +341,7 @@ def _sweep_stale_builds(base: Path) -> None:
     now = time.time()
     for d in base.glob(".build-*"):
         try:
-            if now - d.stat().st_mtime > STALE_BUILD_S:
+            if _own_dir(d) and now - d.lstat().st_mtime > STALE_BUILD_S:
                 shutil.rmtree(d, ignore_errors=True)
         except OSError:
             continue
@@ -354,17 +373,18 @@ def state(flavour: str, variant: str = "standard") -> dict[str, Any]:
         given = prebuilt(flavour, variant)
         if given is not None:
             st.update(path=str(given), prebuilt_from=PREBUILT_ENV[(flavour, variant)])
-            out = given
+            out, whole = given, True
         else:
             ins = inputs(flavour, variant)
             out = variant_dir(flavour, variant) / inputs_key(ins)
             missing = missing_packages(ins)
             st.update(path=str(out), key=inputs_key(ins), included=included_packages(ins), missing=missing,
                       install_hint=install_hint(missing))
-    except ApplianceError as e:
+            whole = built(out)
+    except (ApplianceError, owned.UnsafePath) as e:
         st["error"] = str(e)
         return st
-    if not complete(out):
+    if not (whole and complete(out)):
         return st
     st["built"] = True
     try:

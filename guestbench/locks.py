@@ -2,28 +2,50 @@
 payload, probe verdict or level-1 image build it once; the second waits for the first and then reuses its work.
 
 A lock is an flock(2) on a file beside what it guards (the filelock library): the kernel drops it when its holder
-dies, so a run killed with SIGKILL never leaves a lock that others wait on forever.
+dies, so a run killed with SIGKILL never leaves a lock that others wait on forever. Lock files are 0644 in a
+directory only the effective user can write (owned.ensure_dir), and an existing one that is not the user's own
+regular file is refused: root opening another user's file or symlink there could truncate what it names.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import stat
 from pathlib import Path
 from typing import Iterator
 
 from filelock import FileLock, Timeout
+
+from guestbench import owned
 
 
 class LockTimeout(RuntimeError):
     """Another process held a cache lock past the wait's deadline."""
 
 
+def _tighten(path: Path) -> None:
+    """An own lock file that an older guestbench made 0666 becomes 0644 (in a checked directory nobody else can
+    have swapped it in)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o022:
+        os.chmod(path, 0o644)
+
+
 @contextlib.contextmanager
 def exclusive(path: Path, what: str, timeout_s: float) -> Iterator[None]:
-    """Hold `path` (made if missing) exclusively while the block runs; wait at most `timeout_s` for it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # kept on release: a lock file removed while another process waits on it would let two in at once
-    lock = FileLock(str(path), mode=0o666, thread_local=False, preserve_lock_file=True)
+    """Hold `path` (made if missing) exclusively while the block runs; wait at most `timeout_s` for it.
+    owned.UnsafePath when its directory or an existing lock file is not safely the effective user's."""
+    owned.ensure_dir(path.parent, f"the lock directory for {what}")
+    _tighten(path)
+    owned.own_file(path, f"the lock file for {what}")
+    # kept on release: a lock file removed while another process waits on it would let two in at once; filelock
+    # opens it with O_NOFOLLOW (since 3.20.1; setup.cfg asks 3.30.0, the first with preserve_lock_file), so a
+    # symlink put there meanwhile is not followed either
+    lock = FileLock(str(path), mode=0o644, thread_local=False, preserve_lock_file=True)
     try:
         lock.acquire(timeout=timeout_s, poll_interval=0.2)
     except Timeout:

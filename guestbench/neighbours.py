@@ -1,7 +1,8 @@
-"""Other guestbench runs on this host: a host-wide registry of active runs, and a watcher that says, sample by
-sample, whether another run was measuring at the same time (the sample was taken on a shared host).
+"""Other guestbench runs on this host: a registry of the active runs of the effective user (root's, in a directory
+only root can write), and a watcher that says, sample by sample, whether another run was measuring at the same
+time (the sample was taken on a shared host).
 
-Each run holds an flock on its own file in RUNS_DIR for its whole life. A file whose lock can be taken belongs
+Each run holds an flock on its own file in runs_dir() for its whole life. A file whose lock can be taken belongs
 to a run that died (even by SIGKILL: the kernel drops the lock) and is removed by whoever finds it. Two runs on
 one host both finish and both keep their figures; their samples say that the host was shared, so a reader can
 tell a slow figure from a crowded machine (guestbench.report counts them beside the busy samples).
@@ -12,26 +13,28 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guestbench import owned
+
 RUNS_DIR_ENV = "GUESTBENCH_RUNS_DIR"
 POLL_S = 1.0
+ENTRY_MAX = 4096  # an entry is one short JSON line; more is not read
 
 
 def runs_dir() -> Path:
-    """$GUESTBENCH_RUNS_DIR, else /tmp/guestbench-runs: one directory for every user's runs (sticky, like /tmp)."""
-    d = Path(os.environ.get(RUNS_DIR_ENV) or "/tmp/guestbench-runs")
-    if not d.is_dir():
-        d.mkdir(parents=True, exist_ok=True)
-        try:
-            os.chmod(d, 0o1777)
-        except OSError:  # another user's directory: usable as it is
-            pass
-    return d
+    """$GUESTBENCH_RUNS_DIR, else `runs` in owned.runtime_dir() (/run/guestbench/runs for root): the effective
+    user's runs only, in a directory nobody else can write, made and checked at each call. A directory every
+    user shared (the old sticky /tmp/guestbench-runs) let anyone plant an entry that stopped every run."""
+    given = os.environ.get(RUNS_DIR_ENV)
+    if given:
+        return owned.ensure_dir(Path(given), f"the registry of active runs ({RUNS_DIR_ENV})", env=RUNS_DIR_ENV)
+    return owned.ensure_dir(owned.runtime_dir() / "runs", "the registry of active runs", env=RUNS_DIR_ENV)
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,8 @@ class Registration:
     def __enter__(self) -> Registration:
         # made under another name, locked and written, then renamed: a *.run file is never seen unlocked
         making = self.path.with_suffix(".making")
-        fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        os.fchmod(fd, 0o644)  # whatever the umask: readable, written by its run alone
         fcntl.flock(fd, fcntl.LOCK_EX)
         entry = RunEntry(self.id, os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), self.what)
         os.write(fd, (json.dumps(entry.to_dict()) + "\n").encode())
@@ -82,7 +86,9 @@ class Registration:
 
 
 def active(exclude: str | None = None) -> list[RunEntry]:
-    """The runs active on this host now (locked entries), but `exclude` (an id); dead runs' entries are removed."""
+    """The runs active on this host now (locked entries), but `exclude` (an id); dead runs' entries are removed.
+    Only the effective user's regular files count: anything else there (a FIFO, a device, a symlink, another
+    user's file) is never followed, waited on or removed, just ignored."""
     found = []
     try:
         paths = sorted(runs_dir().glob("*.run"))
@@ -91,18 +97,14 @@ def active(exclude: str | None = None) -> list[RunEntry]:
     for path in paths:
         if path.stem == exclude:
             continue
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:  # ended meanwhile
+        fd = _open_entry(path)
+        if fd is None:
             continue
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:  # held: the run is alive
-                try:
-                    found.append(RunEntry.from_dict(json.loads(os.read(fd, 4096) or b"{}")))
-                except (ValueError, KeyError):  # being written this instant: alive, details unknown
-                    found.append(RunEntry(path.stem, 0, "", "?"))
+                found.append(_read_entry(fd, path))
                 continue
             try:  # nobody holds it: its run died without removing it
                 path.unlink()
@@ -111,6 +113,27 @@ def active(exclude: str | None = None) -> list[RunEntry]:
         finally:
             os.close(fd)
     return found
+
+
+def _open_entry(path: Path) -> int | None:
+    """A descriptor on `path` when it is one of the effective user's regular files; None otherwise (or gone).
+    O_NONBLOCK: opening a FIFO never waits for a writer; O_NOFOLLOW: a symlink is not followed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # ended meanwhile, a symlink, or not ours to read
+        return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        return None
+    return fd
+
+
+def _read_entry(fd: int, path: Path) -> RunEntry:
+    try:
+        return RunEntry.from_dict(json.loads(os.pread(fd, ENTRY_MAX, 0) or b"{}"))
+    except (ValueError, KeyError, TypeError, AttributeError):  # being written this instant: alive, details unknown
+        return RunEntry(path.stem, 0, "", "?")
 
 
 class Neighbours(threading.Thread):

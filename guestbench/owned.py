@@ -57,9 +57,10 @@ def owner_name(uid: int) -> str:
     return _owner(uid)
 
 
-def check_dir(path: Path, what: str) -> Path:
+def check_dir(path: Path, what: str, *, env: str = STATE_ENV) -> Path:
     """`path` itself, once it is a directory of the effective user's that nobody else can change, reached through
-    directories nobody else can rename; UnsafePath otherwise. Nothing is created or changed."""
+    directories nobody else can rename; UnsafePath otherwise (`env`: the variable that moves it). Nothing is created
+    or changed."""
     euid = os.geteuid()
     path = Path(os.path.abspath(path))
     try:
@@ -69,7 +70,7 @@ def check_dir(path: Path, what: str) -> Path:
     why = _problem(st, euid, sticky_ok=False)
     if why:
         raise UnsafePath(f"{what} {path} {why}; guestbench reuses only its own private directories "
-                         f"(remove or fix it, or point {STATE_ENV} elsewhere)")
+                         f"(remove or fix it, or point {env} elsewhere)")
     for parent in path.parents:
         try:
             pst = os.lstat(parent)
@@ -81,7 +82,7 @@ def check_dir(path: Path, what: str) -> Path:
     return path
 
 
-def ensure_dir(path: Path, what: str, mode: int = 0o755) -> Path:
+def ensure_dir(path: Path, what: str, mode: int = 0o755, *, env: str = STATE_ENV) -> Path:
     """`path` as a checked directory of the effective user's, made (with its missing parents, each checked) if
     missing. 0755 by default: libvirt's qemu user must reach disk images and appliances below it, never write."""
     path = Path(os.path.abspath(path))
@@ -94,7 +95,7 @@ def ensure_dir(path: Path, what: str, mode: int = 0o755) -> Path:
         except OSError as e:
             raise UnsafePath(f"{what} {p}: cannot make it: {e.strerror}") from None
         os.chmod(p, mode)  # the umask may have taken bits away
-    return check_dir(path, what)
+    return check_dir(path, what, env=env)
 
 
 def home() -> Path:
@@ -136,3 +137,45 @@ def runtime_dir() -> Path:
     if os.geteuid() == 0 and Path("/run").is_dir():
         return ensure_dir(Path("/run/guestbench"), "guestbench's runtime directory")
     return home()
+
+
+def own_path(base: Path) -> Path:
+    """Where to keep one's own things when told `base` (nothing made): `base` itself when it is missing or not a
+    directory others share; `base/guestbench-<euid>` when it is one others may write to and that is safe to make
+    one's own directory in (sticky and root's or one's own: /tmp, or a tmpfs's root). Anything else is `base`,
+    which ensure_dir then refuses in one line."""
+    base = Path(os.path.abspath(base))
+    try:
+        st = os.lstat(base)
+    except OSError:
+        return base
+    euid = os.geteuid()
+    shared = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_mode & 0o002
+    if shared and _problem(st, euid, sticky_ok=True) is None:
+        return base / f"guestbench-{euid}"
+    return base
+
+
+def own_file(path: Path, what: str) -> bool:
+    """Whether `path` exists; an existing one must be a regular file of the effective user's that nobody else can
+    write (it is run or trusted: an appliance's kernel, a level-1 image), else UnsafePath. Call it on a file in a
+    directory check_dir passed, so that the answer cannot change behind it."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise UnsafePath(f"{what} {path}: {e.strerror}") from None
+    euid = os.geteuid()
+    if stat.S_ISLNK(st.st_mode):
+        why = "is a symbolic link"
+    elif not stat.S_ISREG(st.st_mode):
+        why = "is not a regular file"
+    elif st.st_uid != euid:
+        why = f"is owned by {_owner(st.st_uid)}, not {_owner(euid)}"
+    elif st.st_mode & 0o022:
+        why = f"is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+    else:
+        return True
+    raise UnsafePath(f"{what} {path} {why}; guestbench uses only files it made itself (remove it to have it made "
+                     "again)")

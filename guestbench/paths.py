@@ -7,34 +7,39 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from guestbench import owned
+
 RUN_PREFIX = "guestbench-run-"
 # A cell's work dir, for guestbench's own hypervisor programs (UML's overlay and vhost socket go there).
 WORKDIR_ENV = "GUESTBENCH_WORKDIR"
 # which of N concurrent appliances a worker runs (1-based): a UML guest takes its own host CPU by it
 INSTANCE_ENV = "GUESTBENCH_INSTANCE"
+CACHE_ENV = "GUESTBENCH_CACHE"
+ROOT_CACHE = Path("/var/cache/guestbench")  # root's: only root can make it, whatever $HOME sudo passed on
 
 
 def cache_path() -> Path:
-    """$GUESTBENCH_CACHE, else $XDG_CACHE_HOME/guestbench, else ~/.cache/guestbench (not made)."""
-    env = os.environ.get("GUESTBENCH_CACHE")
+    """Where the cache is (not made): $GUESTBENCH_CACHE (or, when that is a sticky directory others share such as
+    a tmpfs's root, guestbench-<euid> inside it: owned.own_path); else /var/cache/guestbench for root, and
+    $XDG_CACHE_HOME/guestbench or ~/.cache/guestbench for anyone else."""
+    env = os.environ.get(CACHE_ENV)
     if env:
-        return Path(env)
+        return owned.own_path(Path(env))
+    if os.geteuid() == 0:
+        return ROOT_CACHE
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "guestbench"
 
 
 def cache_dir() -> Path:
-    """The cache directory (cache_path), made if missing."""
-    base = cache_path()
-    base.mkdir(parents=True, exist_ok=True)
-    return base
+    """The cache directory (cache_path), made if missing and checked at each call: it holds the hypervisor
+    wrappers root runs, so it must be the effective user's alone (owned.ensure_dir)."""
+    return owned.ensure_dir(cache_path(), f"the cache ({CACHE_ENV})", env=CACHE_ENV)
 
 
 def temp_root() -> Path:
     """guestbench's own directory on the host disk (not a tmpfs), made and checked at each call (owned.home):
     run directories with their disk images, appliances, level-1 images. Never a directory another user shares."""
-    from guestbench import owned
-
     return owned.home()
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from guestbench import locks, space
+from guestbench import locks, owned, space
 from guestbench.errors import Unavailable
 from guestbench.paths import cache_dir
 from guestbench.units import format_size
@@ -37,7 +37,7 @@ def payload(size: int) -> tuple[Path, str]:
 
 
 def _payload(d: Path, size: int) -> tuple[Path, str]:
-    d.mkdir(parents=True, exist_ok=True)
+    owned.ensure_dir(d, "the payloads' directory", env="GUESTBENCH_CACHE")
     path = d / f"random-{size}.bin"
     sums = d / f"random-{size}.sha256"
     if path.exists() and sums.exists() and path.stat().st_size == size:

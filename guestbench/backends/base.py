@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guestbench import owned
 from guestbench.appliance import appliance_dir
 from guestbench.paths import WORKDIR_ENV
 
@@ -140,10 +141,11 @@ class Backend:
 def install_script(path: Path, text: str) -> Path:
     """Write an executable script, atomically and only when it changed.
 
-    Unchanged scripts keep their mtime: libguestfs caches its hypervisor probes keyed on the file.
+    Unchanged scripts keep their mtime: libguestfs caches its hypervisor probes keyed on the file. Root runs it,
+    so its directory and an existing script must be the effective user's alone (owned), else one line refuses.
     """
-    if not path.exists() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    owned.ensure_dir(path.parent, "the hypervisor wrappers' directory", env="GUESTBENCH_CACHE")
+    if not owned.own_file(path, "a hypervisor wrapper") or path.read_text() != text:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(text)
         os.chmod(tmp, 0o755)

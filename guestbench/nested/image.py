@@ -6,9 +6,10 @@ itself (supermin in a supermin-made root has no dpkg database): a fixed libguest
 appliance, and this host's virtualenv at its own path, so guestbench runs inside exactly as here. Both
 are keyed by a hash of everything they are made from and rebuilt only when that changes.
 
-Images live under temp_root()/guestbench-nested (/var/tmp, as libguestfs keeps its own appliance there):
-libvirt's qemu user must be able to reach them, which it cannot under root's home. Layout of an image
-directory (<key>/): kernel, initrd, root (ext2, supermin),
+Images live under temp_root()/guestbench-nested (/var/lib/guestbench for root: owned.home), 0755: libvirt's
+qemu user must be able to read them. The guest boots their kernel and runs their root as root, so each directory
+and file is checked at each use to be the effective user's alone (owned): a planted image is refused in one
+line, never booted. Layout of an image directory (<key>/): kernel, initrd, root (ext2, supermin),
 data.img (ext2, mke2fs -d), inputs.json (what the key was made of), uuid (the root's filesystem UUID).
 """
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from guestbench import appliance, locks
+from guestbench import appliance, locks, owned
 from guestbench.paths import temp_root
 
 # What the level-1 guest needs to run guestbench's backends (dependencies come with them): qemu for tcg and
@@ -158,8 +159,21 @@ def inputs() -> dict[str, object]:
             "venv": str(venv) if venv else None, "pip_freeze": hashlib.sha256(freeze.encode()).hexdigest()}
 
 
+IMAGE_FILES = ("kernel", "initrd", "root", "data.img", "inputs.json", "uuid")
+
+
 def images_dir() -> Path:
-    return temp_root() / "guestbench-nested"
+    """Where level-1 images live, made and checked (owned.ensure_dir)."""
+    return owned.ensure_dir(temp_root() / "guestbench-nested", "the level-1 images")
+
+
+def built(out: Path) -> bool:
+    """Whether `out` holds a whole image of the effective user's own; UnsafePath (one line, nothing touched) when
+    it or a file in it is not: a symlink, another user's, writable by others."""
+    if not os.path.lexists(out):
+        return False
+    owned.check_dir(out, "a level-1 image")
+    return all([owned.own_file(out / name, "a level-1 image's file") for name in IMAGE_FILES])
 
 
 def key(ins: dict[str, object]) -> str:
@@ -172,7 +186,7 @@ def cached() -> Image | None:
         out = images_dir() / key(inputs())
     except ImageError:
         return None
-    return Image(out) if (out / "uuid").exists() else None
+    return Image(out) if built(out) else None
 
 
 def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> str:
@@ -210,13 +224,12 @@ def build(say: Callable[[str], None] = lambda s: None, force: bool = False) -> I
     ins = inputs()
     base = images_dir()
     out = base / key(ins)
-    if (out / "uuid").exists() and not force:
+    if built(out) and not force:
         say(f"image up to date: {out}")
         return Image(out)
-    base.mkdir(parents=True, exist_ok=True)
     try:
         with locks.exclusive(base / ".lock", "the level-1 image", BUILD_LOCK_WAIT_S):
-            if (out / "uuid").exists() and not force:  # another run built it while this one waited
+            if built(out) and not force:  # another run built it while this one waited
                 say(f"image built by another run meanwhile: {out}")
                 return Image(out)
             return _build(ins, base, out, say)
@@ -228,8 +241,8 @@ def _build(ins: dict[str, Any], base: Path, out: Path, say: Callable[[str], None
     """Build into a temp dir beside `out`, then move it into place (under the images' lock)."""
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=base))
     try:
-        built = work / "image"
-        built.mkdir()
+        made = work / "image"
+        made.mkdir()
         sd = work / "supermin.d"
         say(f"resolving {len(PACKAGES)} host packages and their dependencies (supermin --prepare)")
         _run(["supermin", "--prepare", "-o", str(sd), *PACKAGES], "supermin --prepare")
@@ -238,8 +251,8 @@ def _build(ins: dict[str, Any], base: Path, out: Path, say: Callable[[str], None
             "init": (INIT.encode(), 0o755, None), "usr/bin/linux": (None, 0o777, "linux.uml")}))
         say(f"building the root filesystem ({ROOT_SIZE} sparse ext2, supermin --build)")
         _run(["supermin", "--build", "-f", "ext2", "--size", ROOT_SIZE, "--copy-kernel", "--host-cpu", "x86_64",
-              "-o", str(built), str(sd)], "supermin --build")
-        uuid = _run(["blkid", "-o", "value", "-s", "UUID", str(built / "root")], "blkid").strip()
+              "-o", str(made), str(sd)], "supermin --build")
+        uuid = _run(["blkid", "-o", "value", "-s", "UUID", str(made / "root")], "blkid").strip()
         staging = work / "data"
         staging.mkdir()
         say("building a fixed libguestfs appliance for the guest (supermin)")
@@ -267,19 +280,18 @@ def _build(ins: dict[str, Any], base: Path, out: Path, say: Callable[[str], None
             (staging / "venv-path.txt").write_text(str(venv))
         size_mib = sum(f.lstat().st_blocks * 512 for f in staging.rglob("*")) // 2**20  # allocated, not apparent
         say(f"building the data disk ({size_mib} MiB of files, mke2fs -d)")
-        _run(["mke2fs", "-q", "-t", "ext2", "-d", str(staging), str(built / "data.img"), f"{size_mib * 2 + 512}M"],
+        _run(["mke2fs", "-q", "-t", "ext2", "-d", str(staging), str(made / "data.img"), f"{size_mib * 2 + 512}M"],
              "mke2fs")
-        (built / "inputs.json").write_text(json.dumps(ins, indent=1))
-        (built / "uuid").write_text(uuid + "\n")
-        for f in built.iterdir():
+        (made / "inputs.json").write_text(json.dumps(ins, indent=1))
+        (made / "uuid").write_text(uuid + "\n")
+        for f in made.iterdir():
             os.chmod(f, 0o644)  # libvirt's qemu user reads them
-        os.chmod(built, 0o755)
-        for old in base.iterdir():  # keep one image: older ones are from older inputs
-            if old.is_dir() and not old.name.startswith(".") and old != out:
+        os.chmod(made, 0o755)
+        for old in base.iterdir():  # keep one image: older ones are from older inputs (base is checked: ours)
+            if old.is_dir() and not old.is_symlink() and not old.name.startswith(".") and old != out:
                 shutil.rmtree(old, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
-        os.replace(built, out)
-        os.chmod(base, 0o755)
+        os.replace(made, out)
         say(f"image built: {out}")
         return Image(out)
     finally:
@@ -295,12 +307,15 @@ def status(kvm_usable: bool) -> dict[str, object]:
     except ImageError as e:
         return {"possible": False, "reason": str(e), "image": None}
     out = images_dir() / key(ins)
-    built = (out / "uuid").exists()
+    try:
+        whole = built(out)
+    except owned.UnsafePath as e:
+        return {"possible": False, "reason": str(e), "image": None}
     libvirt_problem = connect_error()
     accel = ("kvm (hardware virtualization)" if kvm_usable else
              "qemu TCG (no usable KVM here): the level-1 guest is emulated, appliances inside are many times slower")
     return {"possible": libvirt_problem is None,
             "reason": (f"libvirt is not reachable: {libvirt_problem}" if libvirt_problem else
                        f"level-1 guest through libvirt, domain type {accel}"),
-            "image": str(out) if built else None,
-            "image_state": "built" if built else "not built yet (guestbench nested build, ~1 min)"}
+            "image": str(out) if whole else None,
+            "image_state": "built" if whole else "not built yet (guestbench nested build, ~1 min)"}
