@@ -17,6 +17,7 @@ from pathlib import Path
 from guestbench.errors import Unavailable
 
 SERVER_PROGRAMS = ("qemu-nbd", "nbdkit", "nbdfuse")
+VG_PREFIX = "guestbench-"  # volume groups guestbench makes: guestbench-<pid>-<serial> (host_kinds.lvm)
 COMMAND_TIMEOUT_S = 60.0
 _SBIN_PATH = "/usr/local/sbin:/usr/sbin:/sbin"
 
@@ -130,7 +131,15 @@ def proc_comm(pid: int) -> str:
         return ""
 
 
-def _proc_cmdline(pid: int) -> str:
+def proc_uid(pid: int) -> int | None:
+    """The uid a process runs as (the owner of its /proc directory); None if gone."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def proc_cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
     except OSError:
@@ -170,14 +179,16 @@ def killpg(pgid: int, sig: int) -> None:
         pass
 
 
+def names(pid: int, directory: Path) -> bool:
+    """Whether a process of the effective user's has something inside `directory` on its command line."""
+    return proc_uid(pid) == os.geteuid() and str(directory).rstrip("/") + "/" in proc_cmdline(pid)
+
+
 def servers_under(directory: Path) -> list[int]:
-    """Pids of NBD/FUSE server processes whose command line names something inside `directory`."""
-    prefix = str(directory).rstrip("/") + "/"
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and proc_comm(int(entry)) in SERVER_PROGRAMS and prefix in _proc_cmdline(int(entry)):
-            pids.append(int(entry))
-    return pids
+    """Pids of the effective user's NBD/FUSE server processes whose command line names something inside
+    `directory`."""
+    return [int(e) for e in os.listdir("/proc")
+            if e.isdigit() and proc_comm(int(e)) in SERVER_PROGRAMS and names(int(e), directory)]
 
 
 # ------------------------------------------------------------------ mounts and loop devices
