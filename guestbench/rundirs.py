@@ -115,6 +115,12 @@ def owner(d: Path) -> dict[str, int] | None:
         return None
 
 
+def alive(d: Path) -> bool:
+    """Whether `d` is the effective user's and its recorded owner still runs."""
+    rec = None if lstat_problem(d, want_dir=True) else owner(d)
+    return rec is not None and hs.same_process(rec["pid"], rec["start"])
+
+
 @dataclass
 class Found:
     """The `prefix` directories of a root, as a sweep found them under the creation lock."""
@@ -141,8 +147,7 @@ def claim_dead(root: Path, prefix: str) -> Found:
             if not os.path.lexists(d / OWNER_FILE):
                 found.unrecorded.append(d)
                 continue
-            rec = owner(d)
-            if rec is not None and hs.same_process(rec["pid"], rec["start"]):
+            if alive(d):
                 continue
             try:
                 _write_owner(d)
