@@ -1,11 +1,12 @@
 """Directories one guestbench process owns for its life (a run's `guestbench-run-*`, a fleet worker's `gbw-*`),
 and how a later process tells that their owner is dead, so that what a SIGKILL left is swept at the next start.
 
-Each such directory holds an owner record (OWNER_FILE: the owner's pid and start time, so a reused pid is never
-taken for the owner). It is written while the maker holds the root's creation lock shared; a sweep decides which
-directories are dead while holding it exclusively, so it never sees a directory between its making and its
-record. A dead directory is claimed by rewriting its record with the sweeper's own pid and start time: another
-sweep at the same time then sees a live owner and leaves it alone (a killed sweeper's claim is dead in turn).
+Each such directory holds an owner record (OWNER_FILE, 0600: the owner's pid and start time, so that a reused
+pid is never taken for the owner), written whole before the directory is used. A directory without one is
+either being made this instant or an older guestbench's: the sweep removes none of it but what a dead
+owner's state file lists. A sweep claims a dead directory by rewriting its record, under an flock of it, with
+its own pid and start time: another sweep at the same time then finds the record locked or naming a live
+owner and leaves the directory alone (a killed sweeper's claim is dead in its turn).
 
 Only the effective user's own directories count: the directory and its record are lstat'ed (no symbolic
 link, owned by the effective user, writable by nobody else); anything else is left alone, and said.
@@ -13,7 +14,6 @@ link, owned by the effective user, writable by nobody else); anything else is le
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
@@ -21,7 +21,6 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from guestbench.owned import UnsafePath, check_dir, check_dir_shared
 from guestbench.storage import host_sys as hs
@@ -59,66 +58,59 @@ def safe_root(root: Path) -> Path:
         return real
 
 
-@contextlib.contextmanager
-def creation_lock(root: Path, exclusive: bool) -> Iterator[None]:
-    """The root's lock on making owned directories (shared: making one; exclusive: deciding which are dead).
-    The lock file is the effective user's, per user (a shared sticky root may hold others')."""
-    path = root / f".guestbench-dirs-{os.geteuid()}.lock"
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as e:
-        raise UnsafePath(f"the lock {path}: {e.strerror} (another user's file, or a link?)") from None
-    try:
-        if why := lstat_problem(path, want_dir=False):
-            raise UnsafePath(f"the lock {path} {why}; remove it")
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)  # drops the lock
-
-
-def _write_owner(d: Path) -> None:
-    """The record naming this process as `d`'s owner, replaced whole (never seen half written)."""
+def _me() -> bytes:
     pid = os.getpid()
-    tmp = d / f".owner-{pid}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, json.dumps({"pid": pid, "start": hs.proc_start(pid)}).encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, d / OWNER_FILE)
+    return json.dumps({"pid": pid, "start": hs.proc_start(pid)}).encode()
 
 
 def make(root: Path, prefix: str) -> Path:
     """A new directory `<root>/<prefix>XXXXXXXX` owned by this process (0755: libvirt's qemu user reaches disk
-    images below it), its owner record written under the root's creation lock."""
-    with creation_lock(root, exclusive=False):
-        d = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
-        _write_owner(d)
+    images below it), its owner record in place (written beside, then renamed) before anyone is given it."""
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    tmp = d / f".owner-{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, _me())
+    finally:
+        os.close(fd)
+    os.replace(tmp, d / OWNER_FILE)
     os.chmod(d, 0o755)
     return d
 
 
-def owner(d: Path) -> dict[str, int] | None:
-    """The owner record of `d` when it is the effective user's own and well formed; None otherwise."""
+def _open_record(d: Path, flags: int) -> int | None:
+    """An fd of `d`'s owner record when `d` and it are the effective user's own; None otherwise."""
     path = d / OWNER_FILE
-    if lstat_problem(path, want_dir=False):
+    if lstat_problem(d, want_dir=True) or lstat_problem(path, want_dir=False):
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        try:
-            data = json.loads(os.read(fd, 4096))
-        finally:
-            os.close(fd)
-        return {"pid": int(data["pid"]), "start": int(data["start"])}
-    except (OSError, ValueError, KeyError, TypeError):
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
         return None
+
+
+def _owner_lives(fd: int) -> bool:
+    try:
+        data = json.loads(os.pread(fd, 4096, 0))
+        return hs.same_process(int(data["pid"]), int(data["start"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def alive(d: Path) -> bool:
-    """Whether `d` is the effective user's and its recorded owner still runs."""
-    rec = None if lstat_problem(d, want_dir=True) else owner(d)
-    return rec is not None and hs.same_process(rec["pid"], rec["start"])
+    """Whether `d` is the effective user's and its recorded owner still runs (or a sweep is claiming it)."""
+    fd = _open_record(d, os.O_RDONLY)
+    if fd is None:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return True
+    try:
+        return _owner_lives(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -134,25 +126,32 @@ def claim_dead(root: Path, prefix: str) -> Found:
     """Claim the effective user's `prefix` directories in `root` whose owner process is gone. Directories with
     a live owner are left alone, silently; those that are not the user's own are left alone and said."""
     found = Found()
-    with creation_lock(root, exclusive=True):
+    try:
+        names = sorted(n for n in os.listdir(root) if n.startswith(prefix))
+    except OSError:
+        return found
+    for name in names:
+        d = root / name
+        if why := lstat_problem(d, want_dir=True):
+            found.log.append(f"left alone: {d} {why}")
+            continue
+        if not os.path.lexists(d / OWNER_FILE):
+            found.unrecorded.append(d)
+            continue
+        fd = _open_record(d, os.O_RDWR)
+        if fd is None:
+            found.log.append(f"left alone: {d}: its owner record is not a file of the user's own")
+            continue
         try:
-            names = sorted(n for n in os.listdir(root) if n.startswith(prefix))
-        except OSError:
-            return found
-        for name in names:
-            d = root / name
-            if why := lstat_problem(d, want_dir=True):
-                found.log.append(f"left alone: {d} {why}")
-                continue
-            if not os.path.lexists(d / OWNER_FILE):
-                found.unrecorded.append(d)
-                continue
-            if alive(d):
-                continue
             try:
-                _write_owner(d)
-            except OSError as e:
-                found.log.append(f"left alone: {d}: its owner record cannot be replaced: {e.strerror}")
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # another sweep is claiming it
                 continue
+            if _owner_lives(fd):
+                continue
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, _me(), 0)
             found.claimed.append(d)
+        finally:
+            os.close(fd)
     return found
