@@ -24,7 +24,7 @@ from guestbench import rundirs
 from guestbench.errors import UserError
 from guestbench.paths import RUN_PREFIX, WORKER_PREFIX, remove_tree, temp_root
 from guestbench.run.fleet import resources
-from guestbench.storage.host_sys import names
+from guestbench.storage.host_sys import mounts, names
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -119,6 +119,8 @@ def remove_leftovers(home: Path) -> list[str]:
     except Exception as e:  # no libvirt here: nothing of it to clean
         done.append(f"libvirt not checked: {e}")
     done += sweep_stale(home) + cgroups.sweep()
+    if any(m.startswith(f"{home}/") for m in mounts()):  # removing the tree would descend into it
+        return done + [f"failed: kept {home}: something is still mounted in it"]
     remove_tree(home)
     return done
 
