@@ -115,10 +115,11 @@ def alive(d: Path) -> bool:
 
 @dataclass
 class Found:
-    """The `prefix` directories of a root, as a sweep found them under the creation lock."""
+    """The `prefix` directories of a root, as a sweep found them."""
 
     claimed: list[Path] = field(default_factory=list)  # owner dead: now the sweeper's to remove
-    unrecorded: list[Path] = field(default_factory=list)  # the user's, with no owner record (older guestbench)
+    unrecorded: list[Path] = field(default_factory=list)  # the user's, no owner record: an older guestbench's, or
+    # one being made this instant
     log: list[str] = field(default_factory=list)  # what was left alone, and why
 
 

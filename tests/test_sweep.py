@@ -405,3 +405,20 @@ def test_two_sweeps_at_once_never_both_take_a_dead_directory_nor_one_being_made(
         os.close(fd)
     assert sweep_stale(root) == [f"removed {dead} (its run died)"]
     assert being_made.is_dir()
+
+
+def test_a_dead_runs_directory_is_kept_while_an_orphan_of_it_still_works_in_it(tmp_path: Path) -> None:
+    """A process of the user's whose command line names the directory (a hypervisor left by the dead run names
+    its drives there) keeps it until it ends."""
+    root = tmp_path / "home"
+    root.mkdir(mode=0o755)
+    run_dir = rundirs.make(root, RUN_PREFIX)
+    (run_dir / rundirs.OWNER_FILE).write_text(json.dumps(dead_owner()))
+    orphan = subprocess.Popen(["sleep", "60", f"{run_dir}/disk.img"], stderr=subprocess.DEVNULL)
+    try:
+        assert sweep_stale(root) == [f"kept {run_dir}: process {orphan.pid} still uses it"]
+        assert run_dir.is_dir()
+    finally:
+        orphan.kill()
+        orphan.wait()
+    assert sweep_stale(root) == [f"removed {run_dir} (its run died)"] and not run_dir.exists()

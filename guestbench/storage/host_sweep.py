@@ -193,6 +193,8 @@ def _remove_run_dir(run_dir: Path) -> list[str]:
     prefix = str(run_dir) + "/"
     if any(m.startswith(prefix) for m in hs.mounts()):
         return log + [f"failed: kept {run_dir}: something is still mounted in it"]
+    if users := hs.users(run_dir):  # an orphan of that run (a hypervisor) still works in it
+        return log + [f"kept {run_dir}: process {users[0]} still uses it"]
     shutil.rmtree(run_dir, ignore_errors=True)
     return log + [f"removed {run_dir} (its run died)"]
 

@@ -184,6 +184,12 @@ def names(pid: int, directory: Path) -> bool:
     return proc_uid(pid) == os.geteuid() and str(directory).rstrip("/") + "/" in proc_cmdline(pid)
 
 
+def users(directory: Path) -> list[int]:
+    """Pids of the effective user's processes whose command line names something inside `directory` (a
+    hypervisor names its drives)."""
+    return [int(e) for e in os.listdir("/proc") if e.isdigit() and names(int(e), directory)]
+
+
 def servers_under(directory: Path) -> list[int]:
     """Pids of the effective user's NBD/FUSE server processes whose command line names something inside
     `directory`."""

@@ -24,7 +24,7 @@ from guestbench import rundirs
 from guestbench.errors import UserError
 from guestbench.paths import RUN_PREFIX, WORKER_PREFIX, remove_tree, temp_root
 from guestbench.run.fleet import resources
-from guestbench.storage.host_sys import mounts, names
+from guestbench.storage.host_sys import mounts, users
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -132,9 +132,8 @@ def sweep_dead_workers(root: Path) -> list[str]:
     found = rundirs.claim_dead(root, WORKER_PREFIX)
     done = list(found.log)
     for home in found.claimed:
-        users = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if names(pid, home)]
-        if users:
-            done.append(f"kept {home}: process {users[0]} still uses it")
+        if using := users(home):
+            done.append(f"kept {home}: process {using[0]} still uses it")
             continue
         done += remove_leftovers(home) + ([] if home.exists() else [f"removed {home} (its worker died)"])
     return done
