@@ -414,8 +414,9 @@ def test_a_dead_runs_directory_is_kept_while_an_orphan_of_it_still_works_in_it(t
     root.mkdir(mode=0o755)
     run_dir = rundirs.make(root, RUN_PREFIX)
     (run_dir / rundirs.OWNER_FILE).write_text(json.dumps(dead_owner()))
-    orphan = subprocess.Popen(["sleep", "60", f"{run_dir}/disk.img"], stderr=subprocess.DEVNULL)
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"{run_dir}/disk.img"])
     try:
+        wait_for("the orphan to start", lambda: f"{run_dir}/disk.img" in hs.proc_cmdline(orphan.pid), 30)
         assert sweep_stale(root) == [f"kept {run_dir}: process {orphan.pid} still uses it"]
         assert run_dir.is_dir()
     finally:
