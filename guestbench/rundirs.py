@@ -6,7 +6,8 @@ pid is never taken for the owner), written whole before the directory is used. A
 either being made this instant or an older guestbench's: the sweep removes none of it but what a dead
 owner's state file lists. A sweep claims a dead directory by rewriting its record, under an flock of it, with
 its own pid and start time: another sweep at the same time then finds the record locked or naming a live
-owner and leaves the directory alone (a killed sweeper's claim is dead in its turn).
+owner and leaves the directory alone (a killed sweeper's claim is dead in its turn). A directory the sweep
+keeps (something still uses it) gets its dead owner's record back, for the next sweep.
 
 Only the effective user's own directories count: the directory and its record are lstat'ed (no symbolic
 link, owned by the effective user, writable by nobody else); anything else is left alone, and said.
@@ -121,6 +122,19 @@ class Found:
     unrecorded: list[Path] = field(default_factory=list)  # the user's, no owner record: an older guestbench's, or
     # one being made this instant
     log: list[str] = field(default_factory=list)  # what was left alone, and why
+    records: dict[Path, bytes] = field(default_factory=dict)  # a claimed directory's record before its claim
+
+    def release(self, d: Path) -> None:
+        """Give a claimed directory that the sweep keeps back to the next sweep: its dead owner's record again."""
+        fd = _open_record(d, os.O_RDWR)
+        if fd is None:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, self.records[d], 0)
+        finally:
+            os.close(fd)
 
 
 def claim_dead(root: Path, prefix: str) -> Found:
@@ -150,6 +164,7 @@ def claim_dead(root: Path, prefix: str) -> Found:
                 continue
             if _owner_lives(fd):
                 continue
+            found.records[d] = os.pread(fd, 4096, 0)
             os.ftruncate(fd, 0)
             os.pwrite(fd, _me(), 0)
             found.claimed.append(d)

@@ -209,6 +209,8 @@ def sweep_stale(root: Path | None = None) -> list[str]:
     log = list(found.log)
     for run_dir in found.claimed:
         log += _remove_run_dir(run_dir)
+        if run_dir.exists():
+            found.release(run_dir)
     for run_dir in found.unrecorded:
         done, swept, _ = _storage(run_dir)
         log += done

@@ -134,8 +134,12 @@ def sweep_dead_workers(root: Path) -> list[str]:
     for home in found.claimed:
         if using := users(home):
             done.append(f"kept {home}: process {using[0]} still uses it")
-            continue
-        done += remove_leftovers(home) + ([] if home.exists() else [f"removed {home} (its worker died)"])
+        else:
+            done += remove_leftovers(home)
+        if home.exists():
+            found.release(home)
+        else:
+            done.append(f"removed {home} (its worker died)")
     return done
 
 
