@@ -132,11 +132,18 @@ def proc_comm(pid: int) -> str:
 
 
 def proc_uid(pid: int) -> int | None:
-    """The uid a process runs as (the owner of its /proc directory); None if gone."""
+    """The uid a process runs as (real, effective, saved and filesystem uids alike; else -1); None if gone.
+    From /proc/PID/status, not the owner of /proc/PID, which is root for any process that makes itself
+    non-dumpable."""
     try:
-        return os.stat(f"/proc/{pid}").st_uid
+        status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return None
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            uids = set(line.split()[1:])
+            return int(uids.pop()) if len(uids) == 1 else -1
+    return None
 
 
 def proc_cmdline(pid: int) -> str:
