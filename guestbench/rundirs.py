@@ -147,8 +147,9 @@ def claim_dead(root: Path, prefix: str) -> Found:
         return found
     for name in names:
         d = root / name
-        if why := lstat_problem(d, want_dir=True):
-            found.log.append(f"left alone: {d} {why}")
+        if why := lstat_problem(d, want_dir=True):  # maybe another user's, named to upset a terminal
+            shown = name if name.isprintable() and len(name) <= 80 else repr(name[:60])
+            found.log.append(f"left alone: {root}/{shown} {why}")
             continue
         if not os.path.lexists(d / OWNER_FILE):
             found.unrecorded.append(d)

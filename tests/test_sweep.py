@@ -89,9 +89,11 @@ def test_a_state_file_planted_by_another_user_removes_nothing(tmp_path: Path, sh
     target = victim(tmp_path)
     base = shared if where == "shared-tmpdir" else Path("/var/tmp")
     planted = base / f"{RUN_PREFIX}evil{os.getpid()}"
+    noisy = base / f"{RUN_PREFIX}\x1b]0;owned\x07{os.getpid()}"  # an OSC sequence, for the log line
     state = {"owner": {"pid": 2**22 + 1, "start": 1}, "resources": [{"type": "image", "path": str(target)}]}
     as_nobody(f"mkdir {planted} {planted}/cell && printf '%s' '{json.dumps(state)}' | tee {planted}/host-storage.json"
               f" > {planted}/cell/host-storage.json")
+    subprocess.run(["runuser", "-u", "nobody", "--", "mkdir", str(noisy)], check=True, timeout=TIMEOUT)
     try:
         if where == "shared-tmpdir":
             monkeypatch.setenv("GUESTBENCH_TMPDIR", str(shared))
@@ -100,8 +102,10 @@ def test_a_state_file_planted_by_another_user_removes_nothing(tmp_path: Path, sh
         assert target.read_text() == "root's own"
         assert (planted / "host-storage.json").exists() and (planted / "cell" / "host-storage.json").exists()
         assert f"left alone: {planted} is owned by uid {NOBODY.pw_uid}, not 0" in log, log
+        assert all(line.isprintable() for line in log)
     finally:
         shutil.rmtree(planted, ignore_errors=True)
+        shutil.rmtree(noisy, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ root's own state, listing what is not its run's
