@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from guestbench import owned
 
 RUN_PREFIX = "guestbench-run-"
+WORKER_PREFIX = "gbw-"  # a fleet worker's directory (short: sockets live below it)
 # A cell's work dir, for guestbench's own hypervisor programs (UML's overlay and vhost socket go there).
 WORKDIR_ENV = "GUESTBENCH_WORKDIR"
 # which of N concurrent appliances a worker runs (1-based): a UML guest takes its own host CPU by it
@@ -44,10 +44,11 @@ def temp_root() -> Path:
 
 
 def make_run_dir() -> Path:
-    """A private directory for one run; traversable so that libvirt's qemu user can reach images in it."""
-    d = Path(tempfile.mkdtemp(prefix=RUN_PREFIX, dir=temp_root()))
-    os.chmod(d, 0o755)
-    return d
+    """A private directory for one run, owned by this process (guestbench.rundirs: swept once it is dead);
+    traversable so that libvirt's qemu user can reach images in it."""
+    from guestbench import rundirs
+
+    return rundirs.make(temp_root(), RUN_PREFIX)
 
 
 def remove_tree(path: Path) -> None:

@@ -74,7 +74,9 @@ class Runner:
         fp = host.fingerprint()
         results = ResultsFile.create(results_path(self.opts.results_dir, self.sc.name), scenario=self.sc.to_dict(),
                                      host=fp, command=list(self.opts.command), guestbench=fp["guestbench"])
-        sweep_stale()  # what a run killed with SIGKILL left on the host (loop devices, NBD servers, mounts)
+        # what a run killed with SIGKILL left on the host (its run directory, loop devices, NBD servers, mounts)
+        for line in sweep_stale():
+            self.console.print(f"swept: {line}", markup=False, highlight=False, style="dim", soft_wrap=True)
         cgroups.sweep()  # and its workers' control groups
         run_dir = make_run_dir()
         gate = Gate(results, self.console, self.executor, run_dir, reprobe=self.opts.reprobe,

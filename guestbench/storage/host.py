@@ -24,8 +24,8 @@ from guestbench.storage.host_build import Builder, Resources
 from guestbench.storage.host_kinds import FORMATS, KINDS, Image, nbdkit
 from guestbench.storage.host_sys import fs_type, fuse_problem, nbdkit_has, which
 from guestbench.storage.host_sys import device_mapper_problem as _device_mapper_problem
-from guestbench.storage.host_teardown import (STATE_FILE, owner_alive, read_state, stop_server, sweep_stale,
-                                              sweep_workdir, unmount)
+from guestbench.storage.host_sweep import owner_alive, read_state, sweep_stale, sweep_workdir
+from guestbench.storage.host_teardown import STATE_FILE, stop_server, unmount
 from guestbench.units import parse_size as _parse_size
 
 HOST_KINDS = tuple(KINDS)

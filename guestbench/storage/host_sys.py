@@ -17,6 +17,7 @@ from pathlib import Path
 from guestbench.errors import Unavailable
 
 SERVER_PROGRAMS = ("qemu-nbd", "nbdkit", "nbdfuse")
+VG_PREFIX = "guestbench-"  # volume groups guestbench makes: guestbench-<pid>-<serial> (host_kinds.lvm)
 COMMAND_TIMEOUT_S = 60.0
 _SBIN_PATH = "/usr/local/sbin:/usr/sbin:/sbin"
 
@@ -130,7 +131,22 @@ def proc_comm(pid: int) -> str:
         return ""
 
 
-def _proc_cmdline(pid: int) -> str:
+def proc_uid(pid: int) -> int | None:
+    """The uid a process runs as (real, effective, saved and filesystem uids alike; else -1); None if gone.
+    From /proc/PID/status, not the owner of /proc/PID, which is root for any process that makes itself
+    non-dumpable."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            uids = set(line.split()[1:])
+            return int(uids.pop()) if len(uids) == 1 else -1
+    return None
+
+
+def proc_cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
     except OSError:
@@ -170,14 +186,22 @@ def killpg(pgid: int, sig: int) -> None:
         pass
 
 
+def names(pid: int, directory: Path) -> bool:
+    """Whether a process of the effective user's has something inside `directory` on its command line."""
+    return proc_uid(pid) == os.geteuid() and str(directory).rstrip("/") + "/" in proc_cmdline(pid)
+
+
+def users(directory: Path) -> list[int]:
+    """Pids of the effective user's processes whose command line names something inside `directory` (a
+    hypervisor names its drives)."""
+    return [int(e) for e in os.listdir("/proc") if e.isdigit() and names(int(e), directory)]
+
+
 def servers_under(directory: Path) -> list[int]:
-    """Pids of NBD/FUSE server processes whose command line names something inside `directory`."""
-    prefix = str(directory).rstrip("/") + "/"
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and proc_comm(int(entry)) in SERVER_PROGRAMS and prefix in _proc_cmdline(int(entry)):
-            pids.append(int(entry))
-    return pids
+    """Pids of the effective user's NBD/FUSE server processes whose command line names something inside
+    `directory`."""
+    return [int(e) for e in os.listdir("/proc")
+            if e.isdigit() and proc_comm(int(e)) in SERVER_PROGRAMS and names(int(e), directory)]
 
 
 # ------------------------------------------------------------------ mounts and loop devices

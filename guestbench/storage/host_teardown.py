@@ -1,5 +1,5 @@
-"""Undoing host storage: one recorded resource at a time (HostStorage.close, power cuts), and `sweep_stale`,
-which undoes what runs whose owner died left behind.
+"""Undoing host storage: one recorded resource at a time (HostStorage.close, power cuts, and `sweep_stale` in
+guestbench.storage.host_sweep, which undoes what runs whose owner died left behind).
 
 A resource is a dict in the state file with a "type": fuse (a mount), server (a process), vg (a volume
 group), loop (a loop device), image or path (a file or an empty directory). Each undo acts only on what is
@@ -9,14 +9,12 @@ or device is never touched.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from guestbench.paths import RUN_PREFIX, temp_root
 from guestbench.storage import host_sys as hs
 
 STATE_FILE = "host-storage.json"
@@ -138,94 +136,3 @@ def teardown(res: dict[str, Any], proc: subprocess.Popen[bytes] | None, log: lis
     except Exception as e:  # a teardown must go on with the rest
         log.append(f"failed: tearing down {res}: {e}")
         return False
-
-
-# ------------------------------------------------------------------ leftovers of dead runs
-
-def read_state(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def owner_alive(state: dict[str, Any]) -> bool:
-    owner = state.get("owner") or {}
-    try:
-        return hs.same_process(int(owner["pid"]), owner.get("start"))
-    except (KeyError, TypeError, ValueError):
-        return False
-
-
-def sweep_workdir(workdir: Path, state: dict[str, Any]) -> list[str]:
-    """Remove what a dead owner left in `workdir`: what its state lists, and anything of ours found there
-    that it had no time to record (a kill between creating and recording)."""
-    log: list[str] = []
-    resources = [r for r in state.get("resources", []) if isinstance(r, dict) and "type" in r]
-    prefix = str(workdir).rstrip("/") + "/"
-    # unmount first: a dead FUSE mount makes even looking at its directory fail
-    for mnt in sorted({str(r["mountpoint"]) for r in resources if r["type"] == "fuse"}
-                      | {m for m in hs.mounts() if m.startswith(prefix)}):
-        unmount(mnt, log)
-    for res in reversed(resources):
-        if res["type"] == "server":
-            teardown(res, None, log)
-    for pid in hs.servers_under(workdir):
-        teardown({"type": "server", "program": hs.proc_comm(pid), "pid": pid, "start": hs.proc_start(pid)},
-                 None, log)
-    for res in reversed(resources):
-        if res["type"] == "vg":
-            teardown(res, None, log)
-    loops = {(str(r["device"]), str(r["backing"])) for r in resources if r["type"] == "loop"}
-    for device, backing in sorted(loops | set(hs.loops_under(workdir))):
-        teardown({"type": "loop", "device": device, "backing": backing}, None, log)
-    for res in reversed(resources):
-        if res["type"] in ("image", "path"):
-            teardown(res, None, log)
-    # a state file half written when its owner was killed (guestbench.results.atomic_write_bytes's temp file)
-    for tmp in workdir.glob(f".{STATE_FILE}.*.tmp"):
-        tmp.unlink(missing_ok=True)
-    (workdir / STATE_FILE).unlink(missing_ok=True)
-    return log
-
-
-def _workdirs(run_dir: Path) -> list[Path]:
-    """A run dir and the directories one level below it (a cell's work dir); empty when unreadable."""
-    try:
-        with os.scandir(run_dir) as it:
-            return [run_dir, *sorted(Path(e.path) for e in it if e.is_dir(follow_symlinks=False))]
-    except OSError:
-        return []
-
-
-def sweep_stale(root: Path | None = None) -> list[str]:
-    """Tear down the host storage of runs under `root` (default: the temp root) whose owner process is gone.
-
-    Looks at `<root>/guestbench-run-*/host-storage.json` and one directory level below (a cell's work
-    dir). Directories left empty are removed; nothing else in a run dir is touched.
-    """
-    base = Path(root) if root is not None else temp_root()
-    log: list[str] = []
-    try:
-        run_dirs = sorted(p for p in base.iterdir() if p.name.startswith(RUN_PREFIX))
-    except OSError:
-        return log
-    for run_dir in run_dirs:
-        for workdir in _workdirs(run_dir):
-            state_path = workdir / STATE_FILE
-            if not os.path.lexists(state_path):
-                continue
-            state = read_state(state_path)
-            if state is not None and owner_alive(state):
-                continue
-            owner = (state or {}).get("owner", {}).get("pid", "?")
-            done = sweep_workdir(workdir.resolve(), state or {})
-            log += [f"{workdir} (owner pid {owner} gone): {line}" for line in done]
-            for d in ([workdir] if workdir == run_dir else [workdir, run_dir]):
-                try:
-                    d.rmdir()
-                    log.append(f"removed empty {d}")
-                except OSError:
-                    pass
-    return log

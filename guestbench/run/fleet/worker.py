@@ -16,14 +16,15 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
+from guestbench import rundirs
 from guestbench.errors import UserError
-from guestbench.paths import remove_tree, temp_root
+from guestbench.paths import RUN_PREFIX, WORKER_PREFIX, remove_tree, temp_root
 from guestbench.run.fleet import resources
+from guestbench.storage.host_sys import mounts, users
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -44,8 +45,9 @@ def serve(address: str, usable: list[str], name: str, say: Callable[[str], None]
     if not usable:
         raise UserError("no backend is usable on this host, so it has nothing to offer a fleet; "
                         "'guestbench doctor' says why", source="guestbench worker")
-    home = Path(tempfile.mkdtemp(prefix="gbw-", dir=temp_root()))  # short: sockets live below it
-    os.chmod(home, 0o755)  # libvirt's qemu user reaches disk images in run directories below it
+    for line in sweep_dead_workers(temp_root()):
+        say(f"worker {name}: swept: {line}")
+    home = rundirs.make(temp_root(), WORKER_PREFIX)  # 0755: libvirt's qemu user reaches disk images below it
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     env = {**os.environ, "GUESTBENCH_TMPDIR": str(home)}
     child = subprocess.Popen([sys.executable, "-m", "guestbench.run.fleet.daskworker", address, name,
@@ -80,10 +82,6 @@ def serve(address: str, usable: list[str], name: str, say: Callable[[str], None]
 
 def clean_up(home: Path) -> list[str]:
     """After the worker: its descendants (ours now, as subreaper) stopped, then what they left removed."""
-    from guestbench import cgroups
-    from guestbench.backends.libvirt import destroy_domains, guestfs_domains
-    from guestbench.storage.host import sweep_stale
-
     done: list[str] = []
     deadline = time.monotonic() + SETTLE_S
     while _descendants() and time.monotonic() < deadline:
@@ -102,12 +100,46 @@ def clean_up(home: Path) -> list[str]:
         _reap()
         time.sleep(0.1)
     _reap()
+    return done + remove_leftovers(home)
+
+
+def remove_leftovers(home: Path) -> list[str]:
+    """A worker's directory once its processes are gone: libvirt domains with disks in it, its runs' host
+    storage and control groups, then the directory itself (kept while a run in it is still alive)."""
+    from guestbench import cgroups
+    from guestbench.backends.libvirt import destroy_domains, guestfs_domains
+    from guestbench.storage.host import sweep_stale
+
+    live = [d for d in home.glob(f"{RUN_PREFIX}*") if rundirs.alive(d)]
+    if live:
+        return [f"kept {home}: its run {live[0].name} is still alive"]
+    done: list[str] = []
     try:
         done += [f"destroyed libvirt domain {d}" for d in destroy_domains(guestfs_domains(home))]
     except Exception as e:  # no libvirt here: nothing of it to clean
         done.append(f"libvirt not checked: {e}")
     done += sweep_stale(home) + cgroups.sweep()
+    if any(m.startswith(f"{home}/") for m in mounts()):  # removing the tree would descend into it
+        return done + [f"failed: kept {home}: something is still mounted in it"]
     remove_tree(home)
+    return done
+
+
+def sweep_dead_workers(root: Path) -> list[str]:
+    """The directories (`gbw-*`) of the effective user's workers whose keeper died (SIGKILL) in `root`, with
+    their Dask scratch space and what their runs left; kept while a process of the user's still names one
+    (its Dask worker, stopping)."""
+    found = rundirs.claim_dead(root, WORKER_PREFIX)
+    done = list(found.log)
+    for home in found.claimed:
+        if using := users(home):
+            done.append(f"kept {home}: process {using[0]} still uses it")
+        else:
+            done += remove_leftovers(home)
+        if home.exists():
+            found.release(home)
+        else:
+            done.append(f"removed {home} (its worker died)")
     return done
 
 

@@ -45,7 +45,7 @@ def _make_lv(b: Builder, image: Image) -> str:
     if problem := hs.device_mapper_problem():
         raise Unavailable(_dm_refusal(problem))
     pv = b.losetup(image.path)
-    vg = f"guestbench-{os.getpid()}-{next(_vg_serial)}"
+    vg = f"{hs.VG_PREFIX}{os.getpid()}-{next(_vg_serial)}"  # the prefix tells a sweep it is guestbench's
     devices = ["--devices", pv]  # look at our PV only: no scan of the host's disks, no devices file
     b.res.record({"type": "vg", "vg": vg, "pv": pv})
     hs.check([hs.exe("pvcreate"), *devices, "-ff", "-y", pv])
