@@ -380,12 +380,15 @@ def test_the_old_shared_paths_are_never_used_or_touched(old_paths: Path) -> None
 
 @pytest.mark.launch
 @pytest.mark.timeout(1200)
-def test_a_run_and_doctor_work_beside_every_old_path_another_user_made(old_paths: Path, drop: Path) -> None:
+def test_a_run_doctor_and_exec_work_beside_every_old_path_another_user_made(old_paths: Path, drop: Path) -> None:
     # the scenario and results live in the session's directory: /tmp is the namespace's own
     sc = write_scenario(drop / "s.yaml", "name: beside\nrepetitions: 1\nwarmup: 0\nmeasurements: [startup]\n")
     gb = [sys.executable, "-m", "guestbench"]
-    (run, doctor) = in_namespace([[*gb, "scenario", str(sc), "--backend", "uml", "--results", str(drop / "r")],
-                                  [*gb, "doctor", "--backend", "uml", "--json"]], hide=[], timeout=600)
+    (run, doctor, exec_) = in_namespace([[*gb, "scenario", str(sc), "--backend", "uml", "--results", str(drop / "r")],
+                                         [*gb, "doctor", "--backend", "uml", "--json"],
+                                         [*gb, "exec", "uml", "--", "guestfish", "-a", "/dev/null", "run"]],
+                                        hide=[], timeout=600)
+    assert exec_[0] == 0, exec_[2][-3000:]
     assert run[0] == 0, run[2][-3000:]
     (results,) = (drop / "r").glob("*.json")
     (cell,) = json.loads(results.read_text())["cells"]
