@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "duration from earlier results files (in --results); nothing is launched")
     _add_run_options(s)
     s.add_argument("--cluster", metavar="ADDRESS",
-                   help="run on the hosts of a Dask cluster (tcp://HOST:8786) whose workers are 'guestbench worker's; "
+                   help="run on the hosts of a Dask cluster (tls://HOST:8786) whose workers are 'guestbench worker's; "
                    "one results file here, each cell naming its host")
     s.add_argument("--hosts", metavar="NAMES", help="with --cluster: comma-separated worker names, or all (default)")
     s.add_argument("--insecure", action="store_true", help=INSECURE_HELP)
@@ -166,7 +166,8 @@ def _add_fleet(sub: Any) -> None:
                        description="Check this host's backends as doctor does, then run a Dask worker (one thread) "
                        "that offers the usable ones to the scheduler; one fleet measurement at a time. When the "
                        "worker ends, however it ends, what it started is stopped and removed.")
-    w.add_argument("address", help="the Dask scheduler's address, e.g. tcp://10.0.0.1:8786 (tls:// with TLS)")
+    w.add_argument("address", help="the Dask scheduler's address, e.g. tls://10.0.0.1:8786 (plain tcp:// on "
+                   "loopback, or with --insecure)")
     w.add_argument("--backend", help=f"comma-separated backends to offer ({', '.join(BACKENDS)}; default: every "
                    "usable one)")
     w.add_argument("--name", help="this host's name in results (default: the host name)")

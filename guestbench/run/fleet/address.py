@@ -10,9 +10,9 @@ import socket
 from typing import Callable
 
 from guestbench.errors import UserError
+from guestbench.run.fleet.tls import DOC
 
 ENCRYPTED = ("tls", "wss")  # Dask's protocols with TLS (mutual authentication when configured: docs/fleet.md)
-DOC = "docs/fleet.md, 'Security'"
 SHOWN = 80  # the most of a hostile address an error line quotes
 
 
