@@ -113,6 +113,20 @@ def test_insecure_needs_a_cluster_and_a_bad_address_is_one_line(tmp_path: Path) 
     assert "is not a scheduler address" in proc.stderr
 
 
+def test_a_worker_listens_on_loopback_for_a_loopback_scheduler_else_on_the_address_that_routes_to_it() -> None:
+    from guestbench.run.fleet import address
+
+    for given, expect in (("tcp://127.0.0.1:8786", "127.0.0.1"), ("tcp://localhost:8786", "127.0.0.1"),
+                          ("tls://[::1]:8786", "::1"), ("127.0.0.2:8786", "127.0.0.1")):
+        assert address.listen_host(given, "test", given) == expect, given
+    own = _own_address()
+    if own is not None:  # the route to this host's own address (or to a peer on its network) starts there
+        assert address.listen_host(f"tls://{own}:8786", "test", "x") == own
+        mine = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+        assert address.listen_host(f"tls://{TEST_NET}:8786", "test", "x") in mine  # no packet is sent
+    assert not address.is_loopback(TEST_NET) and not address.is_loopback("no-such-host.invalid")
+
+
 @pytest.mark.launch
 def test_fleet_local_listens_on_loopback_only_and_its_worker_is_unreachable_from_the_network() -> None:
     """Every listening socket of `fleet local` (its scheduler, the worker's keeper, the Dask worker), read with
