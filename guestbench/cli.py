@@ -48,6 +48,10 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+INSECURE_HELP = ("allow a plain tcp:// scheduler address that is not loopback, with a warning: anyone who reaches its "
+                 "port can run code as root on every worker (without it such an address is refused; use tls://)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="guestbench", description="Which hypervisor backend should my libguestfs appliances run "
                 "on, here, and what will it cost me?")
@@ -63,9 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "duration from earlier results files (in --results); nothing is launched")
     _add_run_options(s)
     s.add_argument("--cluster", metavar="ADDRESS",
-                   help="run on the hosts of a Dask cluster (tcp://HOST:8786) whose workers are 'guestbench worker's; "
+                   help="run on the hosts of a Dask cluster (tls://HOST:8786) whose workers are 'guestbench worker's; "
                    "one results file here, each cell naming its host")
     s.add_argument("--hosts", metavar="NAMES", help="with --cluster: comma-separated worker names, or all (default)")
+    s.add_argument("--insecure", action="store_true", help=INSECURE_HELP)
     s.add_argument("--exit-with-stdin", action="store_true", help=argparse.SUPPRESS)  # a fleet host's run
     _add_fleet(sub)
 
@@ -162,13 +167,15 @@ def _add_fleet(sub: Any) -> None:
                        description="Check this host's backends as doctor does, then run a Dask worker (one thread) "
                        "that offers the usable ones to the scheduler; one fleet measurement at a time. When the "
                        "worker ends, however it ends, what it started is stopped and removed.")
-    w.add_argument("address", help="the Dask scheduler's address, e.g. tcp://10.0.0.1:8786 (tls:// with TLS)")
+    w.add_argument("address", help="the Dask scheduler's address, e.g. tls://10.0.0.1:8786 (plain tcp:// on "
+                   "loopback, or with --insecure)")
     w.add_argument("--backend", help=f"comma-separated backends to offer ({', '.join(BACKENDS)}; default: every "
                    "usable one)")
     w.add_argument("--name", help="this host's name in results (default: the host name)")
     w.add_argument("--refresh", action="store_true", help="probe again instead of reusing cached verdicts")
     w.add_argument("--probe-timeout", type=float, help="limit for a backend's probe launch, seconds")
     w.add_argument("-v", "--verbose", action="store_true", help="show probe launches' console")
+    w.add_argument("--insecure", action="store_true", help=INSECURE_HELP)
     f = sub.add_parser("fleet", help="fleet helpers: a scheduler and workers on this machine")
     fsub = f.add_subparsers(dest="fleet_command", required=True, parser_class=_Parser)
     fl = fsub.add_parser("local", help="start a Dask scheduler and N guestbench workers here; print the address; "
@@ -310,7 +317,8 @@ def _run_fleet(args: argparse.Namespace, sc: Any, console: Console) -> Any:
                             key=f"--hosts {args.hosts}")
     child = [*(["--reprobe"] if args.reprobe else []), *(["--defer-probe"] if args.defer_probe else []),
              *(["--probe-timeout", str(args.probe_timeout)] if args.probe_timeout else [])]
-    opts = FleetOptions(address=args.cluster, hosts=hosts, child_options=child, command=("guestbench", *sys.argv[1:]))
+    opts = FleetOptions(address=args.cluster, hosts=hosts, child_options=child, command=("guestbench", *sys.argv[1:]),
+                        insecure=args.insecure)
     try:
         return run_fleet(sc, opts, Path(args.results), console)
     except Interrupted:
@@ -322,16 +330,20 @@ def _run_fleet(args: argparse.Namespace, sc: Any, console: Console) -> Any:
 def cmd_worker(args: argparse.Namespace) -> int:
     from guestbench.run.fleet import worker
 
-    from guestbench.run.fleet import tls
+    from guestbench.run.fleet import address, tls
 
     _check_probe_timeout(args)
-    tls.check(args.address, "worker", "command line", f"guestbench worker {args.address}")
+    where = f"guestbench worker {args.address}"
+    err = Console(stderr=True)
+    address.check(args.address, args.insecure, "command line", where,
+                  lambda line: err.print(line, style="yellow", highlight=False, markup=False))
+    tls.check(args.address, "worker", "command line", where)
+    listen = address.listen_host(args.address, "command line", where)
     names = list(BACKENDS)
     if args.backend:
         from guestbench.scenario import Checker
 
         names = list(Checker("command line").backends("--backend", args.backend))
-    err = Console(stderr=True)
     with err.status("") as status:
         checked = probe.check_all(names, refresh=args.refresh, timeout=args.probe_timeout, verbose=args.verbose,
                                   on_checking=lambda name: status.update(f"checking {name}"))
@@ -341,7 +353,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import socket
 
     name = args.name or socket.gethostname().split(".")[0]
-    return worker.serve(args.address, [n for n, av in checked.items() if av.usable], name,
+    return worker.serve(args.address, listen, [n for n, av in checked.items() if av.usable], name,
                         lambda line: err.print(line, highlight=False, markup=False))
 
 
@@ -387,8 +399,9 @@ def cmd_scenario(args: argparse.Namespace) -> int:
     from guestbench.run.runner import exit_status
 
     sc = _scenario_from_args(args)
-    if args.hosts and not args.cluster:
-        raise UserError("needs --cluster ADDRESS", source="command line", key="--hosts")
+    for flag in ("hosts", "insecure"):
+        if getattr(args, flag) and not args.cluster:
+            raise UserError("needs --cluster ADDRESS", source="command line", key=f"--{flag}")
     if args.dry_run:
         if args.cluster:
             raise UserError("is not available with --cluster (each host's gate decides there)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -64,3 +65,43 @@ def test_dry_run_prints_the_table_and_exits_0_and_bad_input_is_one_line(tmp_path
     assert "Cells that would run" in ok.stdout and "Nothing was launched" in ok.stdout
     bad = guestbench("scenario", "scenarios/upload.yaml", "--dry-run", "--csv")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--csv" in bad.stderr
+
+
+COMMANDS = """name: commands
+repetitions: 1
+warmup: 0
+backends: [tcg]
+measurements:
+  - measurement: command
+    label: listing
+    argv: [virt-ls, -a, "{image}", /etc]
+    env: {LD_PRELOAD: /opt/hook.so, LIBGUESTFS_DEBUG: 1}
+  - measurement: command
+    label: script
+    guestfish: |
+      run
+      mount /dev/sda /
+      ls /srv
+"""
+
+
+def test_dry_run_shows_the_argv_script_and_environment_each_cell_would_run_as_root(tmp_path: Path) -> None:
+    """A scenario's command, guestfish script and env run as root on the host: a reviewer sees them first."""
+    for program in ("virt-ls", "guestfish"):
+        if shutil.which(program) is None:
+            pytest.skip(f"{program} is not installed")
+    sc = tmp_path / "s.yaml"
+    sc.write_text(COMMANDS)
+    shown = guestbench("scenario", str(sc), "--dry-run", "--results", str(tmp_path / "r"))
+    assert shown.returncode == 0, shown.stderr
+    out = " ".join(shown.stdout.split())  # the table may wrap
+    assert "What the cells run on this host" in out, out
+    assert "virt-ls -a '{image}' /etc" in out and "LD_PRELOAD=/opt/hook.so LIBGUESTFS_DEBUG=1" in out, out
+    assert "guestfish --format=raw -a '{image}' -f '{workdir}/script.gf'" in out, out
+    assert "script: guestfish script: run ; mount /dev/sda / ; ls /srv" in out, out
+    doc = json.loads(guestbench("scenario", str(sc), "--dry-run", "--json", "--results", str(tmp_path / "r")).stdout)
+    cells = {c["label"]: c for c in doc["cells"]}
+    assert cells["listing"]["program"] == {"argv": ["virt-ls", "-a", "{image}", "/etc"]}
+    assert cells["listing"]["env"] == {"LD_PRELOAD": "/opt/hook.so", "LIBGUESTFS_DEBUG": "1"}
+    assert cells["script"]["program"]["script"] == "run\nmount /dev/sda /\nls /srv\n" and cells["script"]["env"] == {}
+    assert not (tmp_path / "r").exists()

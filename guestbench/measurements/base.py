@@ -186,6 +186,11 @@ class Measurement:
         shown = ", ".join(f"{p.name}={p.show(params[p.name])}" for p in self.params if p.name in params)
         return f"{self.name}({shown})" if shown else self.name
 
+    def host_program(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The user's program the cell runs on the host (as root), for a dry run to show before it runs:
+        {"argv": [...]} and, for a script, {"script": text}; {} when it runs only guestbench's own code."""
+        return {}
+
     def make_payload(self, params: dict[str, Any]) -> tuple[Path, str]:
         """The host file the worker reads (path, sha256), made once per cell before any worker starts."""
         from guestbench.payload import payload

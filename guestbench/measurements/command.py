@@ -22,6 +22,7 @@ from guestbench.errors import Unavailable
 from guestbench.storage.image import FILESYSTEMS, ImageError, ImageSpec, make_image, sha256
 
 MIN_DISK = 8 * 2**20
+SCRIPT = "script.gf"  # a guestfish script's file in the cell's work dir
 
 
 class Command(Measurement):
@@ -112,16 +113,20 @@ class Command(Measurement):
             if key in ctx.state:
                 ctx.state[key].unlink(missing_ok=True)
 
+    def host_program(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The argv with {image} and {workdir} still in it (and the guestfish script): what runs, as given."""
+        if params["argv"] is not None:
+            return {"argv": list(params["argv"])}
+        return {"argv": ["guestfish", *(["--ro"] if params["readonly"] else []), "--format=" + params["format"],
+                         "-a", "{image}", "-f", "{workdir}/" + SCRIPT], "script": params["guestfish"]}
+
     # ---- helpers ----
     def _argv(self, ctx: CellContext) -> list[str]:
-        p = ctx.params
         subst = {"image": str(ctx.state["image"]), "workdir": str(ctx.workdir)}
-        if p["argv"] is not None:
-            return [_fill(a, subst) for a in p["argv"]]
-        script = ctx.workdir / "script.gf"
-        script.write_text(_fill(p["guestfish"], subst))
-        fmt = ["--format=" + p["format"]]
-        return ["guestfish", *(["--ro"] if p["readonly"] else []), *fmt, "-a", subst["image"], "-f", str(script)]
+        shown = self.host_program(ctx.params)
+        if "script" in shown:
+            (ctx.workdir / SCRIPT).write_text(_fill(shown["script"], subst))
+        return [_fill(a, subst) for a in shown["argv"]]
 
     @staticmethod
     def _image_text(p: dict[str, Any]) -> str:

@@ -7,12 +7,18 @@ estimate of a cell is its iterations times the median sample of the same cell in
 in the newest earlier results file that has one (same placement, backend, measurement and parameters; else the
 same measurement with other parameters, said so), plus one appliance start-up per cell where the measurement does not time the launch itself. A cell with
 no earlier figure has no estimate and is counted apart: the total never pretends to know it.
+
+Each cell that runs a user's program on the host (a command measurement's argv or guestfish script) or sets an
+environment is listed with them: they run as the user guestbench runs as, root, so a reviewer of a scenario sees
+that code before it runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shlex
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +54,8 @@ class PlannedCell:
     iterations: int  # launches of the cell: cold + warm-ups + repetitions (the cap, with a precision target)
     estimate_s: float | None = None
     basis: str = "no earlier figure"
+    env: dict[str, str] = field(default_factory=dict)  # the scenario item's, for its workers and programs
+    program: dict[str, Any] = field(default_factory=dict)  # the user's argv (and script) it runs on the host
 
 
 @dataclass
@@ -134,7 +142,8 @@ def dry_run(sc: Scenario, results_dir: Path) -> DryRun:
         for group in planner.plan(sc, runnable):
             for c in group.cells:
                 cells.append(PlannedCell(placement, c["backend"], c["label"], c["measurement"], c["params"],
-                                         len(group.iterations)))
+                                         len(group.iterations), env=dict(c.get("env") or {}),
+                                         program=get_measurement(c["measurement"]).host_program(c["params"])))
     for cell in cells:
         estimate(cell, earlier)
     return DryRun(sc, verdicts, cells, files)
@@ -161,6 +170,14 @@ def document(dr: DryRun) -> Document:
     cells = Table("cells", f"Cells that would run ({len(dr.cells)})",
                   ["placement", "backend", "label", "measurement", "launches", "estimate", "from"], rows,
                   empty="no cell: no backend of the scenario is usable here")
+    runs = [[c.placement, c.backend, c.label, shlex.join(c.program.get("argv") or []) or "-",
+             " ".join(f"{k}={shlex.quote(v)}" for k, v in c.env.items()) or "-"]
+            for c in dr.cells if c.program or c.env]
+    who = "root" if os.geteuid() == 0 else "this user"
+    programs = Table("programs", f"What the cells run on this host, as {who} (a scenario file is code)",
+                     ["placement", "backend", "label", "command ({image}, {workdir}: the cell's)", "environment"], runs,
+                     notes=[f"{c.label}: guestfish script: {_one_line(c.program['script'])}"
+                            for c in _unique_scripts(dr.cells)], quiet_when_empty=True)
     known = dr.estimated_s - dr.probe_s
     lines = [f"estimated duration: {format_duration(known)} for the {len(dr.cells) - len(dr.unknown)} cells with an "
              "earlier figure" + (f", plus backend probes of up to {format_duration(dr.probe_s)} (their time-outs)"
@@ -174,4 +191,17 @@ def document(dr: DryRun) -> Document:
     intro = [Para(f"{sc.source}: valid. {sampling}; placements {', '.join(sc.placements)}. Nothing was launched.",
                   "meta")]
     return Document(f"guestbench scenario --dry-run: {sc.name}", intro,
-                    [Section("", "", [verdicts, cells, Bullets(lines, title="Estimate")])])
+                    [Section("", "", [verdicts, cells, programs, Bullets(lines, title="Estimate")])])
+
+
+def _one_line(script: str) -> str:
+    return " ; ".join(ln.strip() for ln in script.splitlines() if ln.strip())
+
+
+def _unique_scripts(cells: list[PlannedCell]) -> list[PlannedCell]:
+    """One cell per scenario item with a guestfish script (its backends' cells run the same one)."""
+    seen: dict[str, PlannedCell] = {}
+    for c in cells:
+        if "script" in c.program:
+            seen.setdefault(c.label, c)
+    return list(seen.values())

@@ -10,5 +10,8 @@ placement merges the level-1 guest's).
 - ``worker``: ``guestbench worker``: checks the backends, runs a Dask worker, and cleans up after it;
 - ``task``: what runs on a worker: the host's share, as a ``guestbench scenario`` child process;
 - ``coordinator``: ``scenario --cluster``: picks hosts, submits, merges, notices lost hosts, cancels;
-- ``local``: ``guestbench fleet local N``: a scheduler and N workers on this machine.
+- ``local``: ``guestbench fleet local N``: a scheduler and N workers on this machine;
+- ``address``: who may send work: a plain scheduler address off loopback is refused without ``--insecure``, and
+  a worker listens only on the interface that reaches its scheduler;
+- ``tls``: the Dask TLS settings a ``tls://`` address needs, checked before connecting.
 """

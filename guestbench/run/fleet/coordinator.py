@@ -15,7 +15,7 @@ import queue
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 
@@ -24,6 +24,7 @@ from guestbench.backends import BACKENDS
 from guestbench.errors import Interrupted, UserError
 from guestbench.measurements import get as get_measurement
 from guestbench.results import Failure, ResultsFile, results_path, utc_now
+from guestbench.run.fleet import address as fleet_address
 from guestbench.run.fleet import resources, task, tls
 from guestbench.run.record import progress_display
 from guestbench.run.supervisor import TrapSignals
@@ -42,6 +43,7 @@ class FleetOptions:
     hosts: list[str] | None = None  # names; None: every worker
     child_options: list[str] = field(default_factory=list)  # passed to each host's `guestbench scenario`
     command: tuple[str, ...] = ()
+    insecure: bool = False  # a plain tcp:// scheduler not on loopback is allowed (guestbench.run.fleet.address)
 
 
 @dataclass
@@ -52,10 +54,12 @@ class HostPlan:
     backends: list[str]  # what it will launch: the scenario's backends it can launch
 
 
-def connect(address: str) -> Any:
-    """A Dask client, or one line saying why there is none."""
+def connect(address: str, insecure: bool = False, warn: Callable[[str], None] = print) -> Any:
+    """A Dask client, or one line saying why there is none (a plain address not on loopback is refused before
+    any connection unless `insecure`)."""
     from distributed import Client
 
+    fleet_address.check(address, insecure, "command line", f"--cluster {address}", warn)
     tls.check(address, "client", "command line", f"--cluster {address}")
     try:
         return Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
@@ -116,7 +120,8 @@ class FleetRun:
     def run(self, results_dir: Any) -> ResultsFile:
         from distributed import Event
 
-        client = connect(self.opts.address)
+        client = connect(self.opts.address, self.opts.insecure,
+                         lambda line: self.console.print(line, style="yellow", highlight=False, markup=False))
         try:
             plans, idle = choose(self.sc, workers(client), self.opts.hosts, self.opts.address)
             if not plans:

@@ -1,5 +1,9 @@
 """The Dask worker process of `guestbench worker` (its keeper is guestbench.run.fleet.worker):
-python -m guestbench.run.fleet.daskworker ADDRESS NAME RESOURCES_JSON LOCAL_DIR."""
+python -m guestbench.run.fleet.daskworker ADDRESS NAME LISTEN_HOST RESOURCES_JSON LOCAL_DIR.
+
+It listens on LISTEN_HOST only (the interface that reaches the scheduler: guestbench.run.fleet.address), and
+its HTTP server (health and metrics routes; there is no dashboard) on loopback only: a worker runs, as root,
+whatever reaches it, so it is reachable from no further than it must be."""
 
 from __future__ import annotations
 
@@ -10,18 +14,19 @@ import sys
 from guestbench.run.fleet.worker import DEATH_TIMEOUT_S
 
 
-async def _serve(address: str, name: str, offered: dict[str, float], local_dir: str) -> None:
+async def _serve(address: str, name: str, host: str, offered: dict[str, float], local_dir: str) -> None:
     from distributed import Worker
 
     async with Worker(address, nthreads=1, name=name, resources=offered, local_directory=local_dir,
-                      death_timeout=DEATH_TIMEOUT_S, memory_limit=0) as w:  # its tasks hold no data
+                      death_timeout=DEATH_TIMEOUT_S, memory_limit=0,  # its tasks hold no data
+                      host=host, dashboard=False, dashboard_address="127.0.0.1:0") as w:
         await w.finished()
 
 
 def main(argv: list[str]) -> int:
-    address, name, offered, local_dir = argv
+    address, name, host, offered, local_dir = argv
     try:
-        asyncio.run(_serve(address, name, json.loads(offered), local_dir))
+        asyncio.run(_serve(address, name, host, json.loads(offered), local_dir))
     except (TimeoutError, OSError) as e:  # no scheduler there (Dask retries until death_timeout)
         print(f"guestbench worker: cannot reach a Dask scheduler at {address} within {DEATH_TIMEOUT_S} s "
               f"({type(e).__name__}: {e}); start one with 'dask scheduler' and give its address", file=sys.stderr)

@@ -29,7 +29,8 @@ class LocalCluster:
         self.procs: list[subprocess.Popen[bytes]] = []
         sched_file = self.dir / "scheduler.json"
         self.scheduler = self._start([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                                      "--port", "0", "--no-dashboard", "--scheduler-file", str(sched_file)])
+                                      "--port", "0", "--no-dashboard", "--dashboard-address", "127.0.0.1:0",
+                                      "--scheduler-file", str(sched_file)])  # its HTTP server too: loopback only
         self.address = self._address(sched_file)
         host = _hostname()
         for i in range(1, workers + 1):

@@ -40,8 +40,9 @@ def _die_with_parent() -> None:
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def serve(address: str, usable: list[str], name: str, say: Callable[[str], None]) -> int:
-    """Run the Dask worker until it ends; clean up after it; its exit status (0 when stopped by a signal)."""
+def serve(address: str, listen: str, usable: list[str], name: str, say: Callable[[str], None]) -> int:
+    """Run the Dask worker, listening on `listen` only, until it ends; clean up after it; its exit status (0 when
+    stopped by a signal)."""
     if not usable:
         raise UserError("no backend is usable on this host, so it has nothing to offer a fleet; "
                         "'guestbench doctor' says why", source="guestbench worker")
@@ -50,10 +51,11 @@ def serve(address: str, usable: list[str], name: str, say: Callable[[str], None]
     home = rundirs.make(temp_root(), WORKER_PREFIX)  # 0755: libvirt's qemu user reaches disk images below it
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     env = {**os.environ, "GUESTBENCH_TMPDIR": str(home)}
-    child = subprocess.Popen([sys.executable, "-m", "guestbench.run.fleet.daskworker", address, name,
+    child = subprocess.Popen([sys.executable, "-m", "guestbench.run.fleet.daskworker", address, name, listen,
                               json.dumps(resources.advertised(usable)), str(home / "dask")],
                              env=env, preexec_fn=_die_with_parent)
-    say(f"worker {name}: pid {child.pid}, offering {', '.join(usable)} to {address}; its files in {home}")
+    say(f"worker {name}: pid {child.pid}, offering {', '.join(usable)} to {address}, listening on {listen}; "
+        f"its files in {home}")
     stopping = False
 
     def stop(signum: int, frame: object) -> None:

@@ -1,0 +1,78 @@
+"""Who may send a fleet work: whoever can submit to the scheduler runs code as root on every worker (a scenario's
+`command`, `env` and guestfish scripts are code). So a plain (unencrypted, unauthenticated) scheduler address
+that is not loopback is refused unless the user says `--insecure`, before any connection is tried; and a worker
+listens only on the interface that reaches its scheduler, never on every interface."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from typing import Callable
+
+from guestbench.errors import UserError
+from guestbench.run.fleet.tls import DOC
+
+ENCRYPTED = ("tls", "wss")  # Dask's protocols with TLS (mutual authentication when configured: docs/fleet.md)
+SHOWN = 80  # the most of a hostile address an error line quotes
+
+
+def parse(address: str, source: str, key: str) -> tuple[str, str, int]:
+    """(protocol, host, port) of a Dask address ("tcp" when none is given, as Dask reads it), or one line."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        protocol, location = parse_address(address)
+        host, port = parse_host_port(location, 8786)
+    except (ValueError, TypeError):
+        raise UserError("is not a scheduler address; allowed: tls://HOST:PORT (or tcp://HOST:PORT)",
+                        source=source, key=key[:SHOWN]) from None
+    return protocol, host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address `host` names is a loopback one (a name is resolved; one that does not resolve is not)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+    except (OSError, UnicodeError):
+        return False
+    return bool(found) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in found)
+
+
+def check(address: str, insecure: bool, source: str, key: str, warn: Callable[[str], None]) -> None:
+    """Refuse a plain-text scheduler address that is not loopback unless `insecure`; with it, say what it costs."""
+    protocol, host, _ = parse(address, source, key)
+    if protocol in ENCRYPTED or protocol == "inproc" or is_loopback(host):
+        return
+    if not insecure:
+        raise UserError(f"plain {protocol}:// to a scheduler not on loopback lets anyone who reaches its port run "
+                        f"code as root on every worker; use tls:// with certificates ({DOC}) or pass --insecure",
+                        source=source, key=key[:SHOWN])
+    warn(f"warning: --insecure: {protocol}:// is neither encrypted nor authenticated; whoever reaches "
+         f"{host[:SHOWN]} can run code as root on every worker of this fleet")
+
+
+def listen_host(address: str, source: str, key: str) -> str:
+    """The local address a worker listens on: loopback for a loopback scheduler, else the address the kernel
+    would send from to reach the scheduler (a UDP socket's connect() picks the route; no packet is sent)."""
+    _, host, port = parse(address, source, key)
+    if is_loopback(host):
+        return "::1" if ":" in host else "127.0.0.1"
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+    except (OSError, UnicodeError) as e:
+        raise UserError(f"cannot resolve the scheduler's host ({e})", source=source, key=key[:SHOWN]) from None
+    for family, kind, proto, _, sockaddr in infos:
+        try:
+            with socket.socket(family, kind, proto) as s:
+                s.connect(sockaddr)
+                local = str(s.getsockname()[0])
+        except OSError:
+            continue
+        if not ipaddress.ip_address(local.split("%")[0]).is_unspecified:
+            return local
+    raise UserError("no route from this host to the scheduler; allowed: an address this host can reach",
+                    source=source, key=key[:SHOWN])

@@ -1,0 +1,188 @@
+"""Fleet workers take work only from who may send it: a real `fleet local` (scheduler and worker) listens on
+loopback only, read from the kernel with `ss`; a worker allowed a plain scheduler on this host's own network
+address listens on that address, not on every interface; a plain tcp:// address that is not loopback is refused
+in one line before any connection (strace says none is tried), for `guestbench worker` and `scenario --cluster`."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, guestbench, processes_mentioning, write_scenario
+from test_fleet import START_S, _address, _cluster_workers, _wait
+
+TEST_NET = "192.0.2.1"  # TEST-NET-1 (RFC 5737): no scheduler there; a connection attempt would hang or fail
+REFUSE_S = 30.0  # the refusal comes before any connection: the CLI's start-up only
+SCENARIO = "name: fleet-security\nrepetitions: 1\nwarmup: 0\nbackends: [uml]\nmeasurements: [startup]\n"
+
+
+def _own_address() -> str | None:
+    """This machine's first non-loopback IPv4 address (`hostname -I`), if it has one."""
+    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    found = [a for a in out if ipaddress.ip_address(a).version == 4 and not ipaddress.ip_address(a).is_loopback]
+    return found[0] if found else None
+
+
+def _tree(root: int) -> set[int]:
+    """`root` and every process below it."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat[stat.rfind(")") + 2:].split()[1])
+    out = {root}
+    grew = True
+    while grew:
+        below = {pid for pid, ppid in parents.items() if ppid in out} - out
+        grew = bool(below)
+        out |= below
+    return out
+
+
+def _listening(pids: set[int]) -> list[tuple[str, int]]:
+    """The TCP sockets the processes `pids` listen on, as the kernel lists them: (local address, port)."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        if any(f"pid={p}," in line for p in pids):
+            local = line.split()[3]
+            host, port = local.rsplit(":", 1)
+            found.append((host.strip("[]").split("%")[0], int(port)))
+    return found
+
+
+def _refused_before_connecting(tmp_path: Path, *args: str) -> str:
+    """Run the CLI under strace: exit 2 with one line, quickly, and no connect() to TEST-NET's address."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    trace = tmp_path / "connects"
+    t0 = time.monotonic()
+    proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=connect", "-o", str(trace), sys.executable, "-m",
+                           "guestbench", *args], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          stdin=subprocess.DEVNULL)
+    took = time.monotonic() - t0
+    assert proc.returncode == 2, (args, proc.stderr[-2000:])
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert took < REFUSE_S, f"the refusal took {took:.1f} s"
+    tried = [ln for ln in trace.read_text().splitlines() if TEST_NET in ln or "sin_port=htons(8786)" in ln]
+    assert tried == [], tried
+    return proc.stderr
+
+
+@pytest.mark.parametrize("address", [f"tcp://{TEST_NET}:8786", f"{TEST_NET}:8786"])
+def test_a_plain_scheduler_address_off_loopback_is_refused_before_any_connection(tmp_path: Path,
+                                                                                 address: str) -> None:
+    sc = write_scenario(tmp_path / "s.yaml", SCENARIO)
+    for args in (("worker", address, "--backend", "uml"),
+                 ("scenario", str(sc), "--cluster", address, "--results", str(tmp_path / "r"))):
+        err = _refused_before_connecting(tmp_path, *args)
+        assert "plain tcp:// to a scheduler not on loopback" in err and "run code as root" in err, err
+        assert "tls://" in err and "docs/fleet.md" in err and "--insecure" in err, err
+        assert "Traceback" not in err
+    assert not (tmp_path / "r").exists()  # refused before a results file was made
+
+
+def test_the_machines_own_network_address_is_not_loopback_either(tmp_path: Path) -> None:
+    own = _own_address()
+    if own is None:
+        pytest.skip("this machine has no non-loopback IPv4 address")
+    proc = guestbench("worker", f"tcp://{own}:8786", "--backend", "uml", timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "not on loopback" in proc.stderr
+
+
+def test_insecure_needs_a_cluster_and_a_bad_address_is_one_line(tmp_path: Path) -> None:
+    sc = write_scenario(tmp_path / "s.yaml", SCENARIO)
+    proc = guestbench("scenario", str(sc), "--insecure", "--results", str(tmp_path / "r"), timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip() == "guestbench: command line: --insecure: needs --cluster " \
+        "ADDRESS", proc.stderr
+    proc = guestbench("worker", "tcp://[::1", timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "is not a scheduler address" in proc.stderr
+
+
+def test_a_worker_listens_on_loopback_for_a_loopback_scheduler_else_on_the_address_that_routes_to_it() -> None:
+    from guestbench.run.fleet import address
+
+    for given, expect in (("tcp://127.0.0.1:8786", "127.0.0.1"), ("tcp://localhost:8786", "127.0.0.1"),
+                          ("tls://[::1]:8786", "::1"), ("127.0.0.2:8786", "127.0.0.1")):
+        assert address.listen_host(given, "test", given) == expect, given
+    own = _own_address()
+    if own is not None:  # the route to this host's own address (or to a peer on its network) starts there
+        assert address.listen_host(f"tls://{own}:8786", "test", "x") == own
+        mine = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+        assert address.listen_host(f"tls://{TEST_NET}:8786", "test", "x") in mine  # no packet is sent
+    assert not address.is_loopback(TEST_NET) and not address.is_loopback("no-such-host.invalid")
+
+
+@pytest.mark.launch
+def test_fleet_local_listens_on_loopback_only_and_its_worker_is_unreachable_from_the_network() -> None:
+    """Every listening socket of `fleet local` (its scheduler, the worker's keeper, the Dask worker), read with
+    ss: on 127.0.0.1 or ::1 only. Before, the worker listened on 0.0.0.0 and [::] and ran a direct `run` RPC
+    as root; the scheduler's HTTP server listened on 0.0.0.0."""
+    proc = subprocess.Popen([sys.executable, "-m", "guestbench", "fleet", "local", "1", "--backend", "uml"], cwd=ROOT,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        address = proc.stdout.readline().strip()
+        assert address.startswith("tcp://127.0.0.1:"), address
+        workers = _wait("the worker", lambda: _cluster_workers(address), START_S, every=1.0)
+        worker_port = int(next(iter(workers.values()))["address"].rsplit(":", 1)[1])
+        # the worker's HTTP server may start just after it registers: wait for its two sockets
+        sockets = _wait("the worker's sockets", lambda: (s := _listening(_tree(proc.pid))) and len(s) >= 4 and s,
+                        60)
+        assert all(ipaddress.ip_address(host).is_loopback for host, _ in sockets), sockets
+        assert worker_port in {port for _, port in sockets}, (worker_port, sockets)
+        own = _own_address()
+        if own is not None:  # from the network, the worker's port is closed
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection((own, worker_port), timeout=10).close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=300)
+    assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+    assert processes_mentioning(address) == []
+
+
+@pytest.mark.launch
+def test_an_insecure_worker_listens_on_the_address_that_reaches_its_scheduler(tmp_path: Path) -> None:
+    """A plain scheduler on this machine's own network address, a worker allowed it with --insecure: a warning
+    line, and the worker listens on that address (its HTTP server on loopback), never on every interface."""
+    own = _own_address()
+    if own is None:
+        pytest.skip("this machine has no non-loopback IPv4 address")
+    sched_file = tmp_path / "scheduler.json"
+    sched = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", own, "--port", "0",
+                              "--no-dashboard", "--dashboard-address", "127.0.0.1:0", "--scheduler-file",
+                              str(sched_file)], stdin=subprocess.DEVNULL, stderr=open(tmp_path / "s.log", "wb"))
+    worker = None
+    try:
+        address = _wait("the scheduler's address", lambda: _address(sched_file), 60)
+        worker = subprocess.Popen([sys.executable, "-m", "guestbench", "worker", address, "--insecure", "--backend",
+                                   "uml", "--name", "insecure"], cwd=ROOT, stdin=subprocess.DEVNULL,
+                                  stderr=open(tmp_path / "w.log", "wb"))
+        _wait("the worker", lambda: "insecure" in _cluster_workers(address) or worker.poll() is not None, START_S,
+              every=1.0)
+        log = (tmp_path / "w.log").read_text()
+        assert worker.poll() is None, log
+        assert "warning: --insecure" in log and "run code as root on every worker" in log, log
+        sockets = _wait("the worker's sockets", lambda: len(s := _listening(_tree(worker.pid))) >= 2 and s, 60)
+        assert {host for host, _ in sockets} == {own, "127.0.0.1"}, sockets
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=300)
+        sched.terminate()
+        sched.wait(timeout=30)
