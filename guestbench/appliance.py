@@ -214,7 +214,8 @@ def built(out: Path) -> bool:
     if not os.path.lexists(out):
         return False
     owned.check_dir(out, "a cached appliance")
-    return all([owned.own_file(out / name, "a cached appliance's file") for name in FILES])
+    booted = out.parent.name.split("-")[0] != "uml"  # UML's kernel runs on the host: it must be the user's alone
+    return all([owned.own_file(out / name, "a cached appliance's file", booted=booted) for name in FILES])
 
 
 def prebuilt(flavour: str, variant: str) -> Path | None:

@@ -87,6 +87,11 @@ def ensure_dir(path: Path, what: str, mode: int = 0o755, *, env: str = STATE_ENV
     missing. 0755 by default: libvirt's qemu user must reach disk images and appliances below it, never write."""
     path = Path(os.path.abspath(path))
     missing = [p for p in (path, *path.parents) if not os.path.lexists(p)]
+    euid = os.geteuid()
+    for parent in (p for p in path.parents if p not in missing):  # before making anything in them
+        why = _problem(os.lstat(parent), euid, sticky_ok=True)
+        if why:
+            raise UnsafePath(f"{what} {path}: its parent {parent} {why}, so another user could replace it")
     for p in reversed(missing):
         try:
             os.mkdir(p, mode)
@@ -94,7 +99,15 @@ def ensure_dir(path: Path, what: str, mode: int = 0o755, *, env: str = STATE_ENV
             continue
         except OSError as e:
             raise UnsafePath(f"{what} {p}: cannot make it: {e.strerror}") from None
-        os.chmod(p, mode)  # the umask may have taken bits away
+        try:  # the umask may have taken bits away; never through a link put in its place meanwhile
+            fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError as e:
+            raise UnsafePath(f"{what} {p}: changed while being made ({e.strerror})") from None
+        try:
+            if os.fstat(fd).st_uid == euid:
+                os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
     return check_dir(path, what, env=env)
 
 
@@ -156,10 +169,23 @@ def own_path(base: Path) -> Path:
     return base
 
 
-def own_file(path: Path, what: str) -> bool:
+def qemu_uids() -> set[int]:
+    """The users libvirt runs qemu as (Debian's libvirt-qemu, Fedora's qemu): libvirt gives them the disks of a
+    domain it starts and does not always give them back (a read-only backing file stays theirs)."""
+    uids = set()
+    for name in ("libvirt-qemu", "qemu"):
+        try:
+            uids.add(pwd.getpwnam(name).pw_uid)
+        except KeyError:
+            pass
+    return uids
+
+
+def own_file(path: Path, what: str, *, booted: bool = False) -> bool:
     """Whether `path` exists; an existing one must be a regular file of the effective user's that nobody else can
-    write (it is run or trusted: an appliance's kernel, a level-1 image), else UnsafePath. Call it on a file in a
-    directory check_dir passed, so that the answer cannot change behind it."""
+    write (it is run or trusted: an appliance's kernel, a level-1 image), else UnsafePath. `booted`: a file only
+    ever booted by qemu, never run on the host, may also be libvirt's qemu user's (qemu_uids). Call it on a file in
+    a directory check_dir passed, so that the answer cannot change behind it."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -171,7 +197,7 @@ def own_file(path: Path, what: str) -> bool:
         why = "is a symbolic link"
     elif not stat.S_ISREG(st.st_mode):
         why = "is not a regular file"
-    elif st.st_uid != euid:
+    elif st.st_uid != euid and not (booted and euid == 0 and st.st_uid in qemu_uids()):
         why = f"is owned by {_owner(st.st_uid)}, not {_owner(euid)}"
     elif st.st_mode & 0o022:
         why = f"is writable by others (mode {stat.S_IMODE(st.st_mode):o})"

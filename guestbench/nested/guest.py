@@ -22,6 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable
 from xml.sax.saxutils import escape
 
+from guestbench.errors import one_line
 from guestbench.nested import live
 from guestbench.nested.image import OUTPUT_WRITTEN, Image
 from guestbench.paths import make_run_dir, remove_tree
@@ -239,6 +240,13 @@ def extract_output(archive: Path, dest: Path, *, max_members: int = MAX_MEMBERS,
     (tarfile's extraction filters came with Python 3.11.4; this is the same "data" policy, spelled out.)"""
     dest.mkdir(parents=True, exist_ok=True)
     skipped: list[str] = []
+    try:
+        return _extract(archive, dest, max_members, max_bytes, skipped)
+    except tarfile.TarError as e:
+        raise GuestError(f"the level-1 guest's output is not a readable tar: {one_line(e)[:120]}") from None
+
+
+def _extract(archive: Path, dest: Path, max_members: int, max_bytes: int, skipped: list[str]) -> list[str]:
     total = 0
     with tarfile.open(archive, mode="r:") as tar:
         for count, member in enumerate(tar, start=1):
@@ -257,8 +265,8 @@ def extract_output(archive: Path, dest: Path, *, max_members: int = MAX_MEMBERS,
                     raise GuestError(f"the level-1 guest's output holds more than {max_bytes} bytes; refused")
                 if parts:
                     _write_member(tar, member, dest, parts)
-            except (FileExistsError, NotADirectoryError):
-                skipped.append(member.name[:80])  # a second member of one name: the first one stays
+            except OSError:  # a second member of one name (the first one stays), a name too long for the host
+                skipped.append(member.name[:80])
             tar.members.clear()  # what was read is not kept: memory stays bounded whatever the count
     return skipped
 

@@ -173,7 +173,7 @@ def built(out: Path) -> bool:
     if not os.path.lexists(out):
         return False
     owned.check_dir(out, "a level-1 image")
-    return all([owned.own_file(out / name, "a level-1 image's file") for name in IMAGE_FILES])
+    return all([owned.own_file(out / name, "a level-1 image's file", booted=True) for name in IMAGE_FILES])
 
 
 def key(ins: dict[str, object]) -> str:

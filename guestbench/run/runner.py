@@ -71,13 +71,14 @@ class Runner:
             return self._run(others)
 
     def _run(self, others: neighbours.Neighbours) -> ResultsFile:
-        fp = host.fingerprint()
-        results = ResultsFile.create(results_path(self.opts.results_dir, self.sc.name), scenario=self.sc.to_dict(),
-                                     host=fp, command=list(self.opts.command), guestbench=fp["guestbench"])
-        # what a run killed with SIGKILL left on the host (its run directory, loop devices, NBD servers, mounts)
+        # what a run killed with SIGKILL left on the host (its run directory, loop devices, NBD servers, mounts);
+        # first, so that a temp root that is not safely this user's is refused before a results file is made
         for line in sweep_stale():
             self.console.print(f"swept: {line}", markup=False, highlight=False, style="dim", soft_wrap=True)
         cgroups.sweep()  # and its workers' control groups
+        fp = host.fingerprint()
+        results = ResultsFile.create(results_path(self.opts.results_dir, self.sc.name), scenario=self.sc.to_dict(),
+                                     host=fp, command=list(self.opts.command), guestbench=fp["guestbench"])
         run_dir = make_run_dir()
         gate = Gate(results, self.console, self.executor, run_dir, reprobe=self.opts.reprobe,
                     probe_timeout=self.opts.probe_timeout, defer=self.opts.defer_probe, verbose=self.opts.verbose)

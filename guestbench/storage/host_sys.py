@@ -192,9 +192,11 @@ def names(pid: int, directory: Path) -> bool:
 
 
 def users(directory: Path) -> list[int]:
-    """Pids of the effective user's processes whose command line names something inside `directory` (a
-    hypervisor names its drives)."""
-    return [int(e) for e in os.listdir("/proc") if e.isdigit() and names(int(e), directory)]
+    """Pids of processes, whoever runs them, whose command line names something inside `directory` (a hypervisor
+    names its drives). Any user's: libvirt runs qemu as its own user, and a directory still in use is only ever
+    kept for it, never acted on."""
+    inside = str(directory).rstrip("/") + "/"
+    return [int(e) for e in os.listdir("/proc") if e.isdigit() and inside in proc_cmdline(int(e))]
 
 
 def servers_under(directory: Path) -> list[int]:
