@@ -10,6 +10,7 @@ as HTML where it is shown) or send control characters to a terminal that prints 
 from __future__ import annotations
 
 import html
+import re
 
 from guestbench.errors import printable
 from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Table
@@ -17,9 +18,15 @@ from guestbench.output.document import Bullets, Document, Figure, Heading, Para,
 BOLD = ("bad", "best", "regression")
 
 
+TAG = re.compile(r"<[A-Za-z/!?][^<>]*>?")
+"""What a Markdown renderer would pass on as HTML: a tag, a comment, a declaration (p<0.05 is no tag)."""
+
+
 def md_text(text: str) -> str:
-    """User text made safe inside a table cell or a list item: no control characters, HTML escaped, | escaped."""
-    return html.escape(printable(text), quote=False).replace("|", "\\|")
+    """User text made safe inside a table cell or a list item: no control characters, no HTML tags (escaped:
+    <script> shows as text), | escaped."""
+    text = TAG.sub(lambda m: html.escape(m.group(), quote=False), printable(text))
+    return text.replace("|", "\\|")
 
 
 def to_markdown(document: Document) -> str:
