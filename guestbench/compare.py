@@ -450,8 +450,8 @@ def to_csv(comparisons: Sequence[Comparison], fail_above_pct: float | None) -> s
 
 
 def _json_float(x: float) -> float | None:
-    """NaN is not JSON; None is."""
-    return None if math.isnan(x) else x
+    """NaN and infinity are not JSON; None is (a figure overflows on a doctored file: 1e308 seconds)."""
+    return None if not math.isfinite(x) else x
 
 
 def _row_dict(r: ComparisonRow, fail_above_pct: float | None) -> dict[str, Any]:

@@ -521,8 +521,8 @@ def to_csv(doc: dict[str, Any]) -> str:
 
 
 def _json_float(x: float | None) -> float | None:
-    """NaN is not JSON; None is."""
-    return None if x is None or math.isnan(x) else x
+    """NaN and infinity are not JSON; None is (a figure overflows on a doctored file: 1e308 seconds)."""
+    return None if x is None or not math.isfinite(x) else x
 
 
 def _row_dict(r: Row) -> dict[str, Any]:
