@@ -180,3 +180,13 @@ def test_a_label_that_looks_like_mathtext_is_drawn_as_text(tmp_path: Path) -> No
     done = _guestbench("report", "-o", str(tmp_path / "report"), str(_hostile(tmp_path, r"x$\frac$")), timeout=90)
     assert done.returncode == 0 and "internal error" not in done.stderr, done.stderr
     assert r"x$\frac$" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_dry_run_passes_over_a_fifo_among_the_results_it_reads(shared: Path) -> None:
+    """--dry-run reads every results file of the results directory for its time estimates."""
+    _as_nobody("mkfifo", "-m", "0666", str(shared / "20261121T000000Z-upload.json"))
+    shutil.copy(SHIPPED, shared / SHIPPED.name)
+    done = _guestbench("scenario", "scenarios/startup.yaml", "--dry-run", "--backend", "tcg", "--results",
+                       str(shared))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Nothing was launched" in done.stdout and SHIPPED.name in done.stdout
