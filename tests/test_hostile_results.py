@@ -190,3 +190,28 @@ def test_a_dry_run_passes_over_a_fifo_among_the_results_it_reads(shared: Path) -
                        str(shared))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Nothing was launched" in done.stdout and SHIPPED.name in done.stdout
+
+
+def test_a_300_character_label_gets_a_chart_whose_file_name_fits(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    done = _guestbench("report", "-o", str(out), str(_hostile(tmp_path, "L" * 300)), timeout=90)
+    assert done.returncode == 0, done.stderr  # was: "cannot write the report: File name too long", exit 2
+    names = [p.name for p in out.glob("*.svg")]
+    assert len(names) == 2 and all(len(n) < 200 for n in names)
+
+
+@pytest.mark.parametrize("case", ["metrics-null", "seconds-1e308"])
+def test_values_the_model_allows_are_shown_not_an_internal_error(tmp_path: Path, case: str) -> None:
+    """Found by replacing each field of the shipped files with hostile values: both were exit 70."""
+    if case == "metrics-null":  # a workload sample's metrics may be null
+        doc = json.loads((ROOT / "tests/data/workloads/20261124T221938Z-workloads.json").read_text())
+        for s in doc["cells"][0]["samples"]:
+            s["metrics"] = None
+    else:  # finite, but their mean overflows to infinity, which is not JSON
+        doc = _shipped()
+        for s in doc["cells"][0]["samples"]:
+            s["seconds"] = 1e308
+    path = tmp_path / "doctored.json"
+    path.write_text(json.dumps(doc))
+    done = _guestbench("show", *(["--json"] if case == "seconds-1e308" else []), str(path))
+    assert done.returncode == 0 and "internal error" not in done.stderr, done.stderr
