@@ -20,7 +20,7 @@ import numpy as np
 
 from guestbench import host
 from guestbench.errors import UserError
-from guestbench.report import NONE, doc_cells, fmt_seconds, load_figures, sample_seconds  # as `show` reads them
+from guestbench.report import NONE, csv_row, doc_cells, fmt_seconds, load_figures, sample_seconds  # as `show` reads them
 from guestbench.results import figures as cell_figures
 from guestbench.results.figures import SECONDS, figures
 from guestbench.results import hosts as fleet_hosts
@@ -439,10 +439,10 @@ def to_csv(comparisons: Sequence[Comparison], fail_above_pct: float | None) -> s
     for c in comparisons:
         for r in c.rows:
             regression = "" if fail_above_pct is None else str(r.is_regression(fail_above_pct)).lower()
-            writer.writerow([r.backend, r.placement, r.measurement, r.n_base, r.n_other,
-                             _csv_float(r.median_base), _csv_float(r.median_other), _csv_float(r.ratio),
-                             _csv_float(r.ci_low), _csv_float(r.ci_high), _csv_float(r.p_value, ".6g"),
-                             r.verdict_text(), regression])
+            writer.writerow(csv_row([r.backend, r.placement, r.measurement, r.n_base, r.n_other,
+                                     _csv_float(r.median_base), _csv_float(r.median_other), _csv_float(r.ratio),
+                                     _csv_float(r.ci_low), _csv_float(r.ci_high), _csv_float(r.p_value, ".6g"),
+                                     r.verdict_text(), regression]))
     return buf.getvalue()
 
 
@@ -450,8 +450,8 @@ def to_csv(comparisons: Sequence[Comparison], fail_above_pct: float | None) -> s
 
 
 def _json_float(x: float) -> float | None:
-    """NaN is not JSON; None is."""
-    return None if math.isnan(x) else x
+    """NaN and infinity are not JSON; None is (a figure overflows on a doctored file: 1e308 seconds)."""
+    return None if not math.isfinite(x) else x
 
 
 def _row_dict(r: ComparisonRow, fail_above_pct: float | None) -> dict[str, Any]:

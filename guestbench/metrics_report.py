@@ -167,7 +167,7 @@ def _table(group: str, placement: str, cells: list[dict[str, Any]],
     for key, mt in declared.items():
         values, medians, spans = [], [], []
         for col in columns:
-            got = [s.get("metrics", {}).get(key) for s in _samples(col.cell)]
+            got = [(s.get("metrics") or {}).get(key) for s in _samples(col.cell)]
             got = [v for v in got if v is not None]
             text, med = figure(got) if got else (NONE if not col.status else "", None)
             values.append(text)

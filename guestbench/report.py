@@ -17,6 +17,7 @@ from typing import Any
 
 
 from guestbench import cost, density_report, metrics_report, phases, units
+from guestbench.errors import printable
 from guestbench.noise import BUSY_RULE
 from guestbench.results import figures as cell_figures
 from guestbench.results import hosts as fleet_hosts
@@ -486,6 +487,12 @@ def _csv_float(x: float | None) -> str:
     return "" if x is None or math.isnan(x) else f"{x:.6f}"
 
 
+def csv_row(values: Iterable[Any]) -> list[Any]:
+    """A CSV line's fields with the text from results files (names, labels) free of control characters, which
+    a terminal printing the CSV would obey."""
+    return [printable(v) if isinstance(v, str) else v for v in values]
+
+
 def _csv_record(r: Row) -> list[str]:
     s = r.summary
     stats = [s.median, s.mean, s.stdev, s.ci_low, s.ci_high] if s else [None] * 5
@@ -501,12 +508,12 @@ def to_csv(doc: dict[str, Any]) -> str:
     if not fleet_hosts.is_fleet(doc):
         writer.writerow(CSV_HEADER.split(","))
         for r in rows(doc):
-            writer.writerow(_csv_record(r))
+            writer.writerow(csv_row(_csv_record(r)))
         return buf.getvalue()
     writer.writerow([*CSV_HEADER.split(","), "host"])
     for name in fleet_hosts.names(doc):
         for r in rows(fleet_hosts.view(doc, name)):
-            writer.writerow([*_csv_record(r), name])
+            writer.writerow(csv_row([*_csv_record(r), name]))
     return buf.getvalue()
 
 
@@ -514,8 +521,8 @@ def to_csv(doc: dict[str, Any]) -> str:
 
 
 def _json_float(x: float | None) -> float | None:
-    """NaN is not JSON; None is."""
-    return None if x is None or math.isnan(x) else x
+    """NaN and infinity are not JSON; None is (a figure overflows on a doctored file: 1e308 seconds)."""
+    return None if x is None or not math.isfinite(x) else x
 
 
 def _row_dict(r: Row) -> dict[str, Any]:

@@ -25,13 +25,27 @@ MIN_N_FOR_OUTLIERS = 4
 
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
-RATIO_CI_METHOD = (f"95% percentile bootstrap of the ratio of medians ({BOOTSTRAP_RESAMPLES:,} resamples of each "
-                   f"side independently, numpy default_rng({BOOTSTRAP_SEED}) per row)")
-
 PERMUTATIONS = 10_000
 PERMUTATION_SEED = 0
+MIN_PERMUTATIONS = 100
+
+RESAMPLE_BUDGET = 50_000_000
+"""Values resampled (a bootstrap side) or shuffled (a permutation test) at most, so that compare's time stays
+bounded whatever n a results file holds: up to 5,000 samples a side (or pooled) the figures are those of the
+plain method, beyond that see ratio_ci and permutation_p."""
+
+CHUNK_ELEMENTS = 1 << 21
+"""Resample matrices are built this many values at a time (16 MB of float64) so memory does not grow with n;
+numpy's generator gives the same stream in chunks as in one matrix, so the figures do not change."""
+
+RATIO_CI_METHOD = (f"95% percentile bootstrap of the ratio of medians ({BOOTSTRAP_RESAMPLES:,} resamples of each "
+                   f"side independently, numpy default_rng({BOOTSTRAP_SEED}) per row; past "
+                   f"{RESAMPLE_BUDGET // BOOTSTRAP_RESAMPLES:,} samples a side the resamples' medians are drawn "
+                   "from their exact distribution, as order statistics)")
 PERMUTATION_METHOD = (f"two-sided permutation test of the difference of medians ({PERMUTATIONS:,} random "
-                      f"relabellings of the pooled samples, numpy default_rng({PERMUTATION_SEED}))")
+                      f"relabellings of the pooled samples, numpy default_rng({PERMUTATION_SEED}); past "
+                      f"{RESAMPLE_BUDGET // PERMUTATIONS:,} pooled samples fewer, down to {MIN_PERMUTATIONS}, "
+                      f"so that at most {RESAMPLE_BUDGET:,} values are shuffled)")
 
 _CONFIDENCE = 0.95
 _TUKEY_K = 1.5
@@ -170,8 +184,8 @@ def ratio_ci(base: Sequence[float], other: Sequence[float]) -> tuple[float, floa
     if b.size < 2 or o.size < 2:
         return math.nan, math.nan
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    med_b = np.median(rng.choice(b, size=(BOOTSTRAP_RESAMPLES, b.size), replace=True), axis=1)
-    med_o = np.median(rng.choice(o, size=(BOOTSTRAP_RESAMPLES, o.size), replace=True), axis=1)
+    med_b = _bootstrap_medians(b, rng)
+    med_o = _bootstrap_medians(o, rng)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = med_o / med_b
     if not np.all(np.isfinite(ratios)):
@@ -180,19 +194,59 @@ def ratio_ci(base: Sequence[float], other: Sequence[float]) -> tuple[float, floa
     return float(low), float(high)
 
 
+def _bootstrap_medians(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The medians of BOOTSTRAP_RESAMPLES resamples of `x` with replacement, CHUNK_ELEMENTS values at a time;
+    past RESAMPLE_BUDGET values, drawn from the medians' exact distribution instead (same law, O(resamples))."""
+    n, count = x.size, BOOTSTRAP_RESAMPLES
+    if n * count > RESAMPLE_BUDGET:
+        return _order_statistic_medians(np.sort(x), count, rng)
+    rows = max(1, CHUNK_ELEMENTS // n)
+    return np.concatenate([np.median(rng.choice(x, size=(min(rows, count - start), n), replace=True), axis=1)
+                           for start in range(0, count, rows)])
+
+
+def _order_statistic_medians(xs: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """Medians of `count` resamples of the sorted `xs`, without resampling.
+
+    A resample is Q(U_1), ..., Q(U_n) for uniform U_i and the empirical quantile Q(u) = xs[ceil(u n) - 1], which
+    is monotone, so its k-th smallest value is Q(U_(k)) with U_(k) ~ Beta(k, n - k + 1); for an even n the median
+    also needs U_(k+1), which given U_(k) = u is u + (1 - u) Beta(1, n - k).
+    """
+    n = xs.size
+    k = (n + 1) // 2
+    u = rng.beta(k, n - k + 1, size=count)
+    low = xs[_quantile_index(u, n)]
+    if n % 2:
+        return low
+    u_next = u + (1 - u) * rng.beta(1, n - k, size=count)
+    return (low + xs[_quantile_index(u_next, n)]) / 2  # type: ignore[no-any-return]
+
+
+def _quantile_index(u: np.ndarray, n: int) -> np.ndarray:
+    return np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)
+
+
 def permutation_p(base: Sequence[float], other: Sequence[float], resamples: int = PERMUTATIONS,
                   seed: int = PERMUTATION_SEED) -> float:
     """How often relabelling the pooled samples at random gives a difference of medians at least as large as the
     one observed (two-sided, counting the observed labelling itself); nan without a sample on each side.
 
     It assumes nothing about the shape of the timings (A/B tools in this field use it for that reason); with
-    few samples the attainable p is coarse (3 against 3: no lower than about 0.1)."""
+    few samples the attainable p is coarse (3 against 3: no lower than about 0.1). Relabellings are shuffled
+    CHUNK_ELEMENTS values at a time; past RESAMPLE_BUDGET values there are fewer of them (MIN_PERMUTATIONS at
+    least), which coarsens p, still a valid permutation p, rather than let the time grow with n."""
     b, o = np.asarray(base, dtype=float), np.asarray(other, dtype=float)
     if b.size == 0 or o.size == 0:
         return math.nan
     observed = abs(float(np.median(o)) - float(np.median(b)))
-    pooled = np.tile(np.concatenate([b, o]), (resamples, 1))
-    shuffled = np.random.default_rng(seed).permuted(pooled, axis=1)
-    diffs = np.abs(np.median(shuffled[:, b.size:], axis=1) - np.median(shuffled[:, :b.size], axis=1))
-    extreme = int(np.count_nonzero(diffs >= observed - 1e-12 * max(1.0, observed)))
-    return (extreme + 1) / (resamples + 1)
+    pooled = np.concatenate([b, o])
+    count = resamples if pooled.size * resamples <= RESAMPLE_BUDGET else \
+        min(resamples, max(MIN_PERMUTATIONS, RESAMPLE_BUDGET // pooled.size))
+    rng = np.random.default_rng(seed)
+    rows = max(1, CHUNK_ELEMENTS // pooled.size)
+    extreme = 0
+    for start in range(0, count, rows):
+        shuffled = rng.permuted(np.tile(pooled, (min(rows, count - start), 1)), axis=1)
+        diffs = np.abs(np.median(shuffled[:, b.size:], axis=1) - np.median(shuffled[:, :b.size], axis=1))
+        extreme += int(np.count_nonzero(diffs >= observed - 1e-12 * max(1.0, observed)))
+    return (extreme + 1) / (count + 1)

@@ -121,3 +121,37 @@ def test_ranking_ignores_a_faster_backend_without_ci() -> None:
         "startup: kvm has n=1: no spread, cannot rank",
         "startup: cannot rank tcg vs libvirt-tcg: their 95% CIs overlap",
     ]
+
+
+def test_bootstrap_and_permutation_in_chunks_give_the_same_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunking the resample matrices (bounded memory) must not change a figure: numpy's stream is the same."""
+    from guestbench import stats
+
+    g = np.random.default_rng(3)
+    base, other = list(g.gamma(3, 1, 40)), list(g.gamma(3, 1.2, 37))
+    whole = stats.ratio_ci(base, other), stats.permutation_p(base, other)
+    monkeypatch.setattr(stats, "CHUNK_ELEMENTS", 1001)  # rows of 77 values: many chunks, odd sizes
+    assert (stats.ratio_ci(base, other), stats.permutation_p(base, other)) == whole
+
+
+def test_large_n_bootstrap_draws_medians_from_their_exact_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the resampling budget the medians come from order statistics: the same law, so the same CI within
+    bootstrap noise, for odd and even n."""
+    from guestbench import stats
+
+    g = np.random.default_rng(4)
+    for n in (301, 300):
+        base, other = list(g.lognormal(0, 0.3, n)), list(g.lognormal(0.05, 0.3, n))
+        resampled = stats.ratio_ci(base, other)
+        monkeypatch.setattr(stats, "RESAMPLE_BUDGET", 1000)
+        exact = stats.ratio_ci(base, other)
+        monkeypatch.undo()
+        assert exact != resampled and exact == pytest.approx(resampled, rel=0.01)
+
+
+def test_large_n_permutation_takes_fewer_relabellings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from guestbench import stats
+
+    monkeypatch.setattr(stats, "RESAMPLE_BUDGET", 1000)
+    base, other = [1.0 + i / 100 for i in range(50)], [2.0 + i / 100 for i in range(50)]
+    assert stats.permutation_p(base, other) == pytest.approx(1 / (stats.MIN_PERMUTATIONS + 1))

@@ -24,9 +24,11 @@ matplotlib.use("Agg")
 
 from matplotlib.figure import Figure  # noqa: E402  (after the backend is chosen)
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
 
 from guestbench import density_report, phases, report  # noqa: E402
 from guestbench.backends import BACKENDS, Backend  # noqa: E402
+from guestbench.errors import printable  # noqa: E402
 from guestbench.output.document import Chart, slug  # noqa: E402
 from guestbench.report import Row, fmt_mb_per_s, fmt_seconds  # noqa: E402
 
@@ -59,8 +61,14 @@ def _placement_order(group: list[Row]) -> list[Row]:
 
 
 def _render(fig: Figure) -> tuple[bytes, bytes]:
+    """PNG and SVG of a figure. Its text comes from results files: drawn as plain text (a "$\\frac$" label would
+    be mathtext that fails to parse), control characters removed (else warnings print them on stderr)."""
+    for text in fig.findobj(Text):
+        text.set_parse_math(False)
+        text.set_text(printable(text.get_text()))
     png, svg = io.BytesIO(), io.BytesIO()
-    with matplotlib.rc_context({"svg.hashsalt": "guestbench"}):  # fixed SVG ids: same results, same files
+    # fixed SVG ids: same results, same files; plain text for the tick labels drawn now
+    with matplotlib.rc_context({"svg.hashsalt": "guestbench", "text.parse_math": False}):
         fig.savefig(png, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
         fig.savefig(svg, format="svg", bbox_inches="tight", metadata={"Date": None})
     return png.getvalue(), svg.getvalue()
@@ -119,7 +127,7 @@ def measurement_chart(scenario: str, label: str, pairs: list[tuple[dict[str, Any
                                                         for i in range(len(samples))]
             ax.scatter(samples, [y + o for o in offsets], s=9, color="black", zorder=3, linewidths=0)
         ax.text((s.max if s else 0) + top * 0.02, y, _bar_text(r), va="center", fontsize=8)
-    ax.set_yticks(range(len(group)), names)
+    ax.set_yticks(range(len(group)), [printable(n) for n in names])
     ax.set_ylim(len(group) - 0.5, -0.5)  # first row on top; rows without a bar keep their room
     ax.set_xlim(0, top * 1.45)
     ax.set_xlabel("seconds (s), lower is faster")
@@ -178,7 +186,7 @@ def phase_chart(scenario: str, pt: report.PhaseTable) -> Chart:
                         color="black" if hatch else "white")
             left += median
         ax.plot([bp.median_total] * 2, [y - 0.38, y + 0.38], color="black", linewidth=2.2)
-    ax.set_yticks(range(len(bps)), [_phase_bar_name(bp) for bp in bps])
+    ax.set_yticks(range(len(bps)), [printable(_phase_bar_name(bp)) for bp in bps])
     ax.set_ylim(len(bps) - 0.5, -0.5)
     ax.set_xlim(0, top * 1.04)
     ax.set_xlabel("seconds since launch() was called (s)")

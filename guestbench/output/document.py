@@ -11,6 +11,7 @@ CSS class, Markdown makes `bad` and `best` bold.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Union
@@ -123,6 +124,14 @@ class Document:
         return [p for s in self.sections for p in s.parts if isinstance(p, Figure)]
 
 
+SLUG_MAX = 80
+
+
 def slug(text: str) -> str:
-    """A file-name and anchor-safe form of a label or file stem."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "chart"
+    """A file-name and anchor-safe form of a label or file stem; a long one is cut to SLUG_MAX characters and
+    ends in a hash of the whole text, so two long labels stay apart and a chart's file name (stem-chart.svg)
+    stays well under the 255 bytes a file name may have."""
+    out = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "chart"
+    if len(out) <= SLUG_MAX:
+        return out
+    return f"{out[:SLUG_MAX - 9]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"

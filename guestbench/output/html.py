@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from guestbench import safe_write
-from guestbench.errors import UserError
+from guestbench.errors import UserError, printable
 from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Table, slug
 from guestbench.output.markdown import to_markdown
 from guestbench.output.results_doc import report_document
@@ -58,7 +58,8 @@ figure img { max-width: 100%; height: auto; }
 
 
 def _e(text: str) -> str:
-    return html.escape(text, quote=True)
+    """The one way model text becomes HTML: escaped, control characters removed."""
+    return html.escape(printable(text), quote=True)
 
 
 def _png_width(png: bytes) -> int:

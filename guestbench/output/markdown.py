@@ -3,19 +3,30 @@
 An untitled single section sits under the document's `#` title and its tables get `##` headings; a
 document of titled sections (a report of several files, a comparison) puts each section under `##` and its
 tables under `###`. Header lines end in two spaces (a line break, not a new paragraph). Cells styled `bad`
-or `best` are bold; user text is escaped so it cannot break a table.
+or `best` are bold; user text goes through `md_text`, so it cannot break a table, add HTML (report.md is rendered
+as HTML where it is shown) or send control characters to a terminal that prints it.
 """
 
 from __future__ import annotations
 
+import html
+import re
+
+from guestbench.errors import printable
 from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Table
 
 BOLD = ("bad", "best", "regression")
 
 
+TAG = re.compile(r"<[A-Za-z/!?][^<>]*>?")
+"""What a Markdown renderer would pass on as HTML: a tag, a comment, a declaration (p<0.05 is no tag)."""
+
+
 def md_text(text: str) -> str:
-    """User text made safe inside a table cell or a list item."""
-    return text.replace("|", "\\|").replace("\n", " ")
+    """User text made safe inside a table cell or a list item: no control characters, no HTML tags (escaped:
+    <script> shows as text), | escaped."""
+    text = TAG.sub(lambda m: html.escape(m.group(), quote=False), printable(text))
+    return text.replace("|", "\\|")
 
 
 def to_markdown(document: Document) -> str:
@@ -46,7 +57,7 @@ def _part(p: Part, level: int) -> list[str]:
         head = [f"{'#' * level} {md_text(p.title)}", ""] if p.title else []
         lead = f"**{md_text(p.lead)}** " if p.lead and p.style in BOLD else ""
         items = [f"- {lead}{md_text(i)}" for i in p.items]
-        return head + (items or ([p.empty] if p.title else []))
+        return head + (items or ([md_text(p.empty)] if p.title else []))
     if isinstance(p, Heading):
         return [f"{'#' * (level + p.level - 1)} {md_text(p.text)}"]
     if isinstance(p, Para):
@@ -56,7 +67,8 @@ def _part(p: Part, level: int) -> list[str]:
             return [f"{md_text(p.text)}  "]
         return [f"**{md_text(p.text)}**" if p.kind == "bad" else md_text(p.text)]
     if isinstance(p, Figure):
-        return [f"![{p.chart.title}]({p.png_name})", "", f"Chart: {md_text(p.caption)} (also {p.stem}.svg)"]
+        alt = md_text(p.chart.title).replace("[", "\\[").replace("]", "\\]")
+        return [f"![{alt}]({p.png_name})", "", f"Chart: {md_text(p.caption)} (also {p.stem}.svg)"]
     raise TypeError(f"not a document part: {p!r}")
 
 

@@ -2,6 +2,7 @@
 model that refuses what no run can have written.
 
 - ``io``: atomic writers, ``ResultsFile`` (the run's document, rewritten after every change), ``load_results``;
+- ``limits``: reading a file nobody vouches for (a regular file under a size cap, numbers of bounded length);
 - ``model``: dataclasses for the run, its cells, samples, failures, backend verdicts and placements;
 - ``validate`` and ``schema-v3.json``: the published JSON Schema, checked on every save in the tests.
 The format, field by field, and its version history: docs/results-format.md.

@@ -18,6 +18,7 @@ from typing import Any
 from guestbench import safe_write
 from guestbench.errors import UserError
 import guestbench.results.validate as validate
+from guestbench.results import limits
 from guestbench.results.model import READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, Cell, ModelError, Run
 
 
@@ -120,23 +121,9 @@ class ResultsFile:
 
 
 def read_json(path: str | Path, what: str, expected: str) -> Any:
-    """Read a JSON file a user named; any problem is a one-line UserError saying what was expected."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise UserError(f"no such {what}", source=str(p)) from None
-    except OSError as e:
-        raise UserError(f"cannot read {what}: {e.strerror}", source=str(p)) from None
-    except UnicodeDecodeError:
-        raise UserError(f"not valid JSON (not UTF-8 text); expected {expected}", source=str(p)) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}; expected {expected}",
-                        source=str(p)) from None
-    except RecursionError:
-        raise UserError(f"JSON nested too deeply; expected {expected}", source=str(p)) from None
+    """Read a JSON file a user named, bounded as untrusted input (results.limits: a regular file under a size cap,
+    numbers of bounded length); any problem is a one-line UserError saying what was expected."""
+    return limits.loads(limits.read_capped(path, what), str(path), expected)
 
 
 def load_results(path: str | Path) -> dict[str, Any]:

@@ -16,7 +16,6 @@ that code before it runs.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shlex
 import statistics
@@ -25,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from guestbench.backends import BACKENDS
+from guestbench.errors import UserError
 from guestbench.measurements import get as get_measurement
 from guestbench.output.document import Bullets, Document, Para, Section, Table
 from guestbench.reasons import short_reason
 from guestbench.report import sample_seconds
+from guestbench.results import read_json
 from guestbench.run import plan as planner
 from guestbench.run import probe
 from guestbench.scenario import Scenario
@@ -92,9 +93,9 @@ def history(results_dir: Path) -> tuple[list[str], list[dict[str, Any]]]:
     """The readable results files in `results_dir` (others are passed over: a dry run reports, it does not judge)."""
     names, cells = [], []
     for path in sorted(results_dir.glob("*.json")) if results_dir.is_dir() else []:
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
+        try:  # bounded: a FIFO or a device among them is passed over, not waited on (results.limits)
+            doc = read_json(path, "results file", "a guestbench results file")
+        except UserError:
             continue
         found = [c for c in doc.get("cells") or [] if isinstance(c, dict) and sample_seconds(c)] \
             if isinstance(doc, dict) else []

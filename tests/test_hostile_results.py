@@ -1,0 +1,217 @@
+"""Results files and pytest-benchmark JSON are untrusted input (issue 31, docs/safety.md): a FIFO, a device, an
+oversized file or a 5000-digit number is refused at once with one line (exit 2), compare stays in bounded memory
+on a big file, and names from a file reach a terminal or a report inert (no ESC, no HTML, no mathtext).
+
+Every case runs the real CLI (`python -m guestbench ...`) in its own process, on files planted by the real
+unprivileged user nobody where the file's origin matters, built from the results files shipped in tests/data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "tests" / "data" / "results" / "20261121T211449Z-startup.json"
+HOSTILE_LABEL = "evil\x1b]0;pwned\x07\x1b[31mred\x9b<script>alert(1)</script>"
+DIGITS = "9" * 5000
+
+
+def _guestbench(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "guestbench", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _refused(done: subprocess.CompletedProcess[str], *expected: str) -> str:
+    """Exit 2 with one short line on stderr, no traceback; the line."""
+    line = done.stderr.rstrip("\n")
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "\n" not in line and len(line) <= 300 and "Traceback" not in done.stderr, line
+    for text in expected:
+        assert text in line, line
+    return line
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A directory any user may write in, like /tmp, where nobody plants files (in /tmp itself: pytest's
+    tmp_path is under a 0700 directory nobody cannot reach)."""
+    d = Path(tempfile.mkdtemp(prefix="guestbench-test-shared-", dir="/tmp"))
+    d.chmod(0o1777)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d)
+
+
+def _as_nobody(*cmd: str) -> None:
+    subprocess.run(["runuser", "-u", "nobody", "--", *cmd], check=True, timeout=30)
+
+
+def _shipped() -> dict[str, Any]:
+    return json.loads(SHIPPED.read_text())  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("command", ["show", "compare", "report", "import", "export"])
+def test_a_fifo_planted_by_another_user_is_refused_at_once(shared: Path, tmp_path: Path, command: str) -> None:
+    fifo = shared / "results.json"
+    _as_nobody("mkfifo", "-m", "0666", str(fifo))
+    args = {"show": ["show", str(fifo)], "compare": ["compare", str(SHIPPED), str(fifo)],
+            "report": ["report", "-o", str(tmp_path / "report"), str(fifo)],
+            "import": ["import", str(fifo), "-o", str(tmp_path / "out.json")],
+            "export": ["export", str(fifo), "-o", str(tmp_path / "out.json")]}[command]
+    _refused(_guestbench(*args), str(fifo), "is a FIFO", "must be a regular file")
+
+
+@pytest.mark.parametrize("device", ["/dev/urandom", "/dev/zero"])
+@pytest.mark.parametrize("command", ["show", "import"])
+def test_a_device_is_refused_at_once(device: str, command: str, tmp_path: Path) -> None:
+    args = [command, device] + (["-o", str(tmp_path / "out.json")] if command == "import" else [])
+    _refused(_guestbench(*args), device, "is a character device")
+
+
+def test_an_oversized_file_is_refused_without_reading_it(shared: Path) -> None:
+    big = shared / "big.json"
+    _as_nobody("truncate", "-s", "100G", str(big))  # sparse: costs no disk
+    _refused(_guestbench("show", str(big)), "may be at most 67,108,864 bytes")
+
+
+def test_a_5000_digit_number_in_a_results_file_is_one_line(tmp_path: Path) -> None:
+    doc = _shipped()
+    doc["cells"][0]["samples"][0]["seconds"] = 12345
+    path = tmp_path / "digits.json"
+    path.write_text(json.dumps(doc).replace("12345", DIGITS, 1))
+    line = _refused(_guestbench("show", str(path)), "a number of 5,000 characters", "at most 100")
+    assert DIGITS[:100] not in line  # quotes a short prefix only
+
+
+def test_a_5000_digit_number_in_a_pytest_benchmark_import_is_one_line(tmp_path: Path) -> None:
+    bench = {"machine_info": {}, "commit_info": {}, "version": "4.0.0", "datetime": "2026-11-21T21:15:00",
+             "benchmarks": [{"name": "test_x[tcg]", "group": "x", "param": "tcg",
+                             "stats": {"data": [1.5, 12345], "iterations": 1}}]}
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(bench).replace("12345", DIGITS))
+    _refused(_guestbench("import", str(path), "-o", str(tmp_path / "out.json")), "a number of 5,000 characters")
+    assert not (tmp_path / "out.json").exists()
+
+
+def _run_measured(args: list[str], timeout: float) -> tuple[int, str, int]:
+    """Exit status, stderr and the peak RSS in KiB of one guestbench process (wait4: that child's own)."""
+    with open(os.devnull, "wb") as out, subprocess.Popen([sys.executable, "-m", "guestbench", *args], cwd=ROOT,
+                                                         stdout=out, stderr=subprocess.PIPE) as proc:
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            err = proc.stderr.read() if proc.stderr else b""
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+    return proc.returncode, err.decode(errors="replace"), usage.ru_maxrss
+
+
+def test_compare_on_a_14_mb_results_file_stays_in_bounded_memory(tmp_path: Path) -> None:
+    doc = _shipped()
+    cell = doc["cells"][0]
+    first = cell["samples"][0]
+    cell["samples"] = [dict(first, rep=i + 1, seconds=first["seconds"] * (1 + (i % 97) / 1000))
+                       for i in range(165_000)]
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps(doc))
+    assert 13_000_000 < big.stat().st_size < 16_000_000
+    status, err, peak_kib = _run_measured(["compare", "--json", str(SHIPPED), str(big)], timeout=90)
+    assert status in (0, 1) and "Traceback" not in err and "internal error" not in err, err[-2000:]
+    assert peak_kib < 1024 * 1024, f"peak RSS {peak_kib} KiB"
+
+
+def _hostile(tmp_path: Path, label: str = HOSTILE_LABEL) -> Path:
+    doc = _shipped()
+    cell = doc["cells"][0]
+    cell["label"] = label
+    cell["backend"] = cell["backend"] + "\x1b[2J"
+    doc["scenario"]["name"] = "sc\x1b[5m<b>x</b>"
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["table", "--markdown", "--csv"])
+def test_show_prints_no_escape_sequence_from_a_name(tmp_path: Path, fmt: str) -> None:
+    done = _guestbench("show", *([] if fmt == "table" else [fmt]), str(_hostile(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout + done.stderr and "\x9b" not in done.stdout and "\x07" not in done.stdout
+    assert "evil]0;pwned[31mred" in done.stdout  # the plain text stays
+
+
+def test_compare_prints_no_escape_sequence_from_a_name(tmp_path: Path) -> None:
+    done = _guestbench("compare", str(SHIPPED), str(_hostile(tmp_path)))
+    assert done.returncode in (0, 1), done.stderr
+    assert "\x1b" not in done.stdout + done.stderr
+
+
+def test_an_error_line_escapes_control_characters_of_a_file_name(tmp_path: Path) -> None:
+    line = _refused(_guestbench("show", str(tmp_path / "a\x1b]0;x\x07.json")), "no such results file")
+    assert "\x1b" not in line and "\\x1b]0;x\\x07.json" in line
+
+
+def test_report_md_escapes_html_and_every_output_is_inert(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    done = _guestbench("report", "-o", str(out), str(_hostile(tmp_path)), timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout + done.stderr  # matplotlib's missing-glyph warnings printed them
+    md, page = (out / "report.md").read_text(), (out / "index.html").read_text()
+    assert "<script>" not in md and "&lt;script&gt;alert(1)&lt;/script&gt;" in md and "<b>" not in md
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    for text in (md, page, *(p.read_text() for p in out.glob("*.svg"))):
+        assert "\x1b" not in text and "\x07" not in text
+
+
+def test_a_label_that_looks_like_mathtext_is_drawn_as_text(tmp_path: Path) -> None:
+    done = _guestbench("report", "-o", str(tmp_path / "report"), str(_hostile(tmp_path, r"x$\frac$")), timeout=90)
+    assert done.returncode == 0 and "internal error" not in done.stderr, done.stderr
+    assert r"x$\frac$" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_dry_run_passes_over_a_fifo_among_the_results_it_reads(shared: Path) -> None:
+    """--dry-run reads every results file of the results directory for its time estimates."""
+    _as_nobody("mkfifo", "-m", "0666", str(shared / "20261121T000000Z-upload.json"))
+    shutil.copy(SHIPPED, shared / SHIPPED.name)
+    done = _guestbench("scenario", "scenarios/startup.yaml", "--dry-run", "--backend", "tcg", "--results",
+                       str(shared))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Nothing was launched" in done.stdout and SHIPPED.name in done.stdout
+
+
+def test_a_300_character_label_gets_a_chart_whose_file_name_fits(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    done = _guestbench("report", "-o", str(out), str(_hostile(tmp_path, "L" * 300)), timeout=90)
+    assert done.returncode == 0, done.stderr  # was: "cannot write the report: File name too long", exit 2
+    names = [p.name for p in out.glob("*.svg")]
+    assert len(names) == 2 and all(len(n) < 200 for n in names)
+
+
+@pytest.mark.parametrize("case", ["metrics-null", "seconds-1e308"])
+def test_values_the_model_allows_are_shown_not_an_internal_error(tmp_path: Path, case: str) -> None:
+    """Found by replacing each field of the shipped files with hostile values: both were exit 70."""
+    if case == "metrics-null":  # a workload sample's metrics may be null
+        doc = json.loads((ROOT / "tests/data/workloads/20261124T221938Z-workloads.json").read_text())
+        for s in doc["cells"][0]["samples"]:
+            s["metrics"] = None
+    else:  # finite, but their mean overflows to infinity, which is not JSON
+        doc = _shipped()
+        for s in doc["cells"][0]["samples"]:
+            s["seconds"] = 1e308
+    path = tmp_path / "doctored.json"
+    path.write_text(json.dumps(doc))
+    done = _guestbench("show", *(["--json"] if case == "seconds-1e308" else []), str(path))
+    assert done.returncode == 0 and "internal error" not in done.stderr, done.stderr
