@@ -44,7 +44,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (no usage dump) and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"guestbench: command line: {message}; see '{self.prog} --help'\n")
+        sys.stderr.write(f"guestbench: command line: {_one_line(message, limit=300)}; see '{self.prog} --help'\n")
         raise SystemExit(EXIT_USAGE)
 
 
@@ -661,8 +661,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "compare": cmd_compare, "report": cmd_report, "nested": cmd_nested, "export": cmd_export,
                 "import": cmd_import, "env": cmd_env, "exec": cmd_exec, "ab": cmd_ab, "worker": cmd_worker,
                 "fleet": cmd_fleet}[args.command](args)
-    except UserError as e:
-        sys.stderr.write(f"guestbench: {_one_line(str(e))}\n")
+    except UserError as e:  # values are clipped where quoted; the limit is for whatever was not
+        sys.stderr.write(f"guestbench: {_one_line(str(e), limit=1000)}\n")
         return e.exit_status
     except Interrupted as e:
         return 128 + e.signum
@@ -684,7 +684,7 @@ def _internal_error(e: Exception, args: argparse.Namespace) -> int:
     """A bug, not bad input: one line, the traceback only with -v."""
     if getattr(args, "verbose", False):
         traceback.print_exc()
-    sys.stderr.write(f"guestbench: internal error: {type(e).__name__}: {_one_line(str(e))} "
+    sys.stderr.write(f"guestbench: internal error: {type(e).__name__}: {_one_line(str(e), limit=1000)} "
                      "(run with -v for the traceback)\n")
     return EXIT_INTERNAL
 
