@@ -13,7 +13,7 @@ MAX_REPETITIONS = 100_000  # repetitions and max_repetitions
 MAX_WARMUP = 1_000
 # items and their matrix combinations; at this many the file a nested or fleet run hands on stays within
 # guestbench.bounded's caps (about 15 values and 250 bytes a cell)
-MAX_CELLS = 2_000
+MAX_CELLS = 1_000
 MAX_SAMPLES = 1_000_000  # a cell's launches (cold, warm-ups, repetitions) summed over the cells, per backend
 MAX_NAME = 100  # characters: the name is part of the results file's name
 MAX_CELL_LABEL = 200  # characters: a cell's label (with its backend) names the cell's directory in the run's
