@@ -5,8 +5,9 @@ never end, /dev/zero would fill memory, and a few hundred bytes of YAML aliases 
 So a file is read only when it is a regular file under a size cap (refused at once otherwise, before any read:
 it is stat'ed before it is opened and fstat'ed after, and opened non-blocking, so a FIFO swapped in between
 cannot block), and YAML is composed with bounds on aliases, nodes (counting what each alias expands to) and
-depth, from libyaml's events where PyYAML has it (fast enough that a 1 MiB file takes a second). Symbolic links are followed: the path is named by the user running guestbench, reading it changes
-nothing, and the file finally read is checked as above. Every refusal is a UserError (exit 2, one line).
+depth, from libyaml's events where PyYAML has it (fast enough that a 1 MiB file takes about a second).
+Symbolic links are followed: the path is named by the user running guestbench, reading it changes nothing,
+and the file finally read is checked as above. Every refusal is a UserError (exit 2, one line).
 """
 
 from __future__ import annotations
