@@ -44,7 +44,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (no usage dump) and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"guestbench: command line: {_one_line(message, limit=300)}; see '{self.prog} --help'\n")
+        sys.stderr.write(f"guestbench: command line: {_one_line(message, limit=160)}; see '{self.prog} --help'\n")
         raise SystemExit(EXIT_USAGE)
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from guestbench import cost, limits
-from guestbench.limits import MAX_COUNT, MAX_MIB, MAX_REPETITIONS, MAX_WARMUP
 from guestbench.backends import BACKENDS
 from guestbench.bounded import read_text, safe_yaml
 from guestbench.errors import UserError, clip
+from guestbench.limits import INT64_MAX, MAX_COUNT, MAX_LABEL, MAX_MIB, MAX_REPETITIONS, MAX_TEXT, MAX_WARMUP
 from guestbench.measurements import MEASUREMENTS
 from guestbench.measurements.base import min_disk_size
 from guestbench.results.model import ORDERS
@@ -77,7 +77,7 @@ NESTED_KEYS = {"memory": "the level-1 VM's RAM: an integer in MiB or a size (e.g
                "vcpus": "integer >= 1: the level-1 VM's vCPUs",
                "timeout_scale": "number > 0: factor for every time-out inside the level-1 VM",
                "timeout": "seconds > 0: limit for the whole level-1 run (boot, probes, every sample)"}
-LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+LABEL = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_LABEL - 1}}}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SIDE = "ab"  # the variant key and item key of `guestbench ab`'s two configurations (A and B of one item)
 SIDES = ("A", "B")
@@ -218,12 +218,14 @@ class Checker:
     def fail(self, key: str, message: str) -> UserError:
         return UserError(message, source=self.source, key=key)
 
-    def integer(self, key: str, value: object, minimum: int, maximum: int = 2**63 - 1) -> int:
-        allowed = f"an integer >= {minimum}" + (f" and <= {maximum}" if maximum < 2**63 - 1 else "")
+    def integer(self, key: str, value: object, minimum: int, maximum: int = INT64_MAX) -> int:
+        allowed = f"an integer >= {minimum}" + (f" and <= {maximum}" if maximum < INT64_MAX else "")
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(key, f"{clip(value)} is not an integer; allowed: {allowed}")
-        if not minimum <= value <= maximum:
-            raise self.fail(key, f"{clip(value)} is too {'small' if value < minimum else 'large'}; allowed: {allowed}")
+        if value > maximum:
+            raise self.fail(key, f"{clip(value)} is too large; allowed: an integer >= {minimum} and <= {maximum}")
+        if value < minimum:
+            raise self.fail(key, f"{clip(value)} is too small; allowed: {allowed}")
         return value
 
     def seconds(self, key: str, value: object) -> float:
@@ -246,7 +248,7 @@ class Checker:
             raise self.fail(key, f"{clip(value)} is not a boolean; allowed: true, false")
         return value
 
-    def string(self, key: str, value: object, most: int = 10_000) -> str:
+    def string(self, key: str, value: object, most: int = MAX_TEXT) -> str:
         """Text: it may break lines but holds no other control character (no terminal escape sequence)."""
         if not isinstance(value, str) or not value.strip():
             raise self.fail(key, f"{clip(value)} is not a non-empty string")
@@ -422,7 +424,7 @@ class Checker:
         label = item.get("label", name)
         if not isinstance(label, str) or not LABEL.fullmatch(label):
             raise self.fail(f"{key}.label", f"{clip(label)} is not allowed; allowed: letters, digits, . _ - "
-                            "(starting with a letter or digit), at most 64")
+                            f"(starting with a letter or digit), at most {MAX_LABEL}")
         axes = self.matrix(f"{key}.matrix", item["matrix"], m, set(item) - set(ITEM_KEYS)) \
             if "matrix" in item else []
         specs = []
