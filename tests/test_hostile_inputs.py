@@ -111,6 +111,8 @@ CASES: dict[str, Case] = {
     "file-dev-zero": Case(("scenario", "/dev/zero", "--dry-run"), "is a character device"),
     "file-sparse-100g": Case(("scenario", "{d}/sparse.yaml", "--dry-run"), "allowed: at most 1MiB"),
     "file-symlink-to-fifo": Case(("scenario", "{d}/link.yaml", "--dry-run"), "is a FIFO"),
+    "file-path-5000": Case(("scenario", "x" * 5000, "--dry-run"), "cannot read scenario file: File name too long"),
+    "flag-results-path-5000": _flag_case("--results", "r" * 5000, "File name too long: rrrr"),
     "flag-repetitions-4000-digits": _flag_case("--repetitions", "9" * 4000, "--repetitions: <an integer of about"),
     "flag-repetitions-5000-digits": _flag_case("--repetitions", "9" * 5000, "invalid int value"),
     "flag-repetitions-1e9": _flag_case("--repetitions", "1000000000", "--repetitions: 1000000000 is too large"),
