@@ -143,6 +143,7 @@ class _BoundedComposer(Composer):
             self._count(size, depth + height - 1, event.start_mark)
             return super().compose_node(parent, index)
         before, outer = self.counted[1], self.deepest
+        self.deepest = 0  # this node's own subtree, for its height
         self._count(1, depth, event.start_mark)
         self.depth = depth
         try:

@@ -232,6 +232,8 @@ def test_alias_count_depth_through_aliases_and_ordinary_anchors() -> None:
     deep = "a: &x " + "[" * 30 + "]" * 30 + "\nb: " + "[" * 30 + "*x" + "]" * 30 + "\n"  # 30 + 31 levels
     with pytest.raises(UserError, match="nested more than 50 levels"):
         bounded.safe_yaml(deep, "src")
+    beside = "a: " + "[" * 45 + "]" * 45 + "\nb: &x 1\nc: " + "[" * 45 + "*x" + "]" * 45 + "\n"  # x is 1 high
+    assert bounded.safe_yaml(beside, "src")["b"] == 1
     merged = "defaults: &d {size: 1GiB, cache: unsafe}\nitem: {<<: *d, label: x}\n"
     assert bounded.safe_yaml(merged, "src")["item"] == {"size": "1GiB", "cache": "unsafe", "label": "x"}
 
