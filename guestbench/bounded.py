@@ -231,6 +231,13 @@ def safe_yaml(text: str, source: str, *, aliases: int = MAX_ALIASES, nodes: int 
             if len(text) > PRECISE_SYNTAX_CHARS:
                 raise
             return _load(text, aliases, nodes, depth, fast=False)  # PyYAML's own words for the same error
+    except yaml.reader.ReaderError as e:  # libyaml gives the character's code, PyYAML the character
+        code = e.character if isinstance(e.character, int) else ord(str(e.character)[:1] or "\0")
+        raise UserError(f"not valid YAML: {e.reason} (#x{code:x} at character {e.position}); allowed: printable "
+                        "text", source=source) from None
+    except UnicodeEncodeError as e:  # a lone surrogate: a command-line word that was not UTF-8
+        raise UserError(f"not valid YAML: character {e.start} is not UTF-8; allowed: UTF-8 text", source=source) \
+            from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -126,6 +126,8 @@ CASES: dict[str, Case] = {
     "flag-timeout-5000-digits": _flag_case("--timeout", "9" * 5000, "--timeout: "),
     "flag-measurement-esc": _flag_case("--measurement", "\x1b[2J" + "m" * 5000, "--measurement: "),
     # ab has no --dry-run: a results "directory" that is a file stops it should its sides ever pass
+    "ab-raw-esc": Case(("ab", "scenarios/upload.yaml", "--b", "cache=\x1b[2J", "--results", "{d}/fifo.yaml"),
+                       "command line: --b cache: '\\x1b[2J' is not allowed"),
     "ab-size-5000-digits": Case(("ab", "scenarios/upload.yaml", "--b", "size=" + "9" * 5000, "--results",
                                  "{d}/fifo.yaml"), "command line: --b size: bad size"),
 }
@@ -241,6 +243,13 @@ def test_alias_count_depth_through_aliases_and_ordinary_anchors() -> None:
 def test_syntax_errors_keep_pyyaml_words_and_position() -> None:
     with pytest.raises(UserError, match=r"src: not valid YAML at line 1, column 6: expected ',' or '\]'"):
         bounded.safe_yaml("a: [b", "src")
+
+
+def test_raw_control_characters_and_lone_surrogates_are_refused_in_words() -> None:
+    with pytest.raises(UserError, match=r"src: not valid YAML: control characters are not allowed \(#x1b at"):
+        bounded.safe_yaml("name: a\x1bb\n", "src")
+    with pytest.raises(UserError, match="src: not valid YAML: character 6 is not UTF-8"):
+        bounded.safe_yaml("name: \udcff\n", "src")  # how Python hands on a command-line byte that is not UTF-8
 
 
 def test_clip_quotes_a_short_prefix_without_building_the_whole_repr() -> None:
