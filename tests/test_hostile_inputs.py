@@ -273,3 +273,10 @@ def test_a_symlink_to_a_scenario_is_read(tmp_path: Path) -> None:
     real.write_text("name: x\n" + MIN)
     (tmp_path / "link.yaml").symlink_to(real)
     assert load_scenario(tmp_path / "link.yaml").name == "x"
+
+
+def test_a_command_matrix_value_with_escape_sequences_labels_its_cell_escaped() -> None:
+    """A matrix of commands labels each cell with its words; an ESC among them is shown, never sent raw."""
+    doc = {"name": "x", "measurements": [{"measurement": "command", "matrix": {"argv": [["echo", "\x1b[2J"], ["true"]]}}]}
+    labels = [m.label for m in parse_scenario(doc, "src").measurements]
+    assert labels == ["command.echo '\\x1b[2J'", "command.true"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guestbench.errors import clip
+from guestbench.errors import clip, one_line
 from guestbench.units import SIZE_HELP, format_size, parse_size
 
 FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
@@ -92,7 +92,8 @@ class Param:
         if self.kind == "bool":
             return "true" if value else "false"
         if self.kind in ("argv", "text"):
-            text = shlex.join(value) if isinstance(value, list) else " ".join(str(value).split())
+            # a command's words name cells and their directories: no control character reaches a terminal or a path
+            text = one_line(shlex.join(value) if isinstance(value, list) else " ".join(str(value).split()))
             return text if len(text) <= 40 else text[:37] + "..."
         return format_size(value) if self.kind == "size" else str(value)
 
