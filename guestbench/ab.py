@@ -15,10 +15,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import yaml
-
 from guestbench import compare
-from guestbench.errors import UserError
+from guestbench.bounded import safe_yaml
+from guestbench.errors import UserError, clip
 from guestbench.measurements import MEASUREMENTS
 from guestbench.scenario import ENV_NAME, SIDE, SIDES, Checker, MeasurementSpec, Scenario
 
@@ -31,7 +30,7 @@ def parse_side(words: list[str], flag: str) -> dict[str, str]:
     for word in words:
         key, eq, value = word.partition("=")
         if not eq or not key:
-            raise UserError(f"{word!r} is not KEY=VALUE; allowed: a measurement parameter (cache=unsafe), "
+            raise UserError(f"{clip(word)} is not KEY=VALUE; allowed: a measurement parameter (cache=unsafe), "
                             "memsize=MiB, or an environment variable (LIBGUESTFS_HV=/path)", source="command line",
                             key=flag)
         if key in out:
@@ -41,10 +40,11 @@ def parse_side(words: list[str], flag: str) -> dict[str, str]:
 
 
 def _value(text: str) -> Any:
-    """A command-line value typed as YAML would type it (3 → int, true → bool), so parameters parse as in a file."""
+    """A command-line value typed as YAML would type it (3 → int, true → bool), so parameters parse as in a file
+    (within the bounds of a file's YAML)."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return safe_yaml(text, "command line")
+    except UserError:
         return text
 
 
@@ -55,7 +55,7 @@ def _side(c: Checker, spec: MeasurementSpec, side: dict[str, str], name: str,
     params, env, memsize = dict(spec.params), dict(spec.env), spec.memsize
     for key, text in side.items():
         if key in spec.variant:
-            raise c.fail(f"{flag} {key}", f"is a matrix axis of item {spec.group!r}, whose cells already differ in "
+            raise c.fail(f"{flag} {key}", f"is a matrix axis of item {clip(spec.group)}, whose cells already differ in "
                          "it; give a side a key the matrix does not vary")
         if key == "memsize":
             memsize = c.memsize(f"{flag} memsize", text)

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from guestbench import __version__, ab, appliance, compare, host, report, space
 from guestbench.backends import BACKENDS
-from guestbench.errors import Interrupted, UserError, one_line as _one_line
+from guestbench.errors import Interrupted, UserError, clip_text, one_line as _one_line
 from guestbench.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.reasons import short_reason
 from guestbench.results import load_results
@@ -35,7 +35,8 @@ from guestbench.run import probe
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70
 # OSErrors that are the host's state, not guestbench's bug: a full or read-only filesystem, a denied permission
-HOST_PROBLEMS = (*space.NO_SPACE, errno.EROFS, errno.EACCES, errno.EPERM)
+# OSErrors the user can act on (and a path given that no system call takes: too long, a loop of links)
+HOST_PROBLEMS = (*space.NO_SPACE, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.ELOOP)
 # the appliances doctor reports: the UML backend's, and the workload ones of both flavours
 DOCTOR_APPLIANCES = (("uml", "standard"), ("qemu", "workload"), ("uml", "workload"))
 
@@ -44,7 +45,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (no usage dump) and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"guestbench: command line: {message}; see '{self.prog} --help'\n")
+        sys.stderr.write(f"guestbench: command line: {_one_line(message, limit=160)}; see '{self.prog} --help'\n")
         raise SystemExit(EXIT_USAGE)
 
 
@@ -679,8 +680,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "compare": cmd_compare, "report": cmd_report, "nested": cmd_nested, "export": cmd_export,
                 "import": cmd_import, "env": cmd_env, "exec": cmd_exec, "ab": cmd_ab, "worker": cmd_worker,
                 "fleet": cmd_fleet}[args.command](args)
-    except UserError as e:
-        sys.stderr.write(f"guestbench: {_one_line(str(e))}\n")
+    except UserError as e:  # values are clipped where quoted; the limit is for whatever was not
+        sys.stderr.write(f"guestbench: {_one_line(str(e), limit=1000)}\n")
         return e.exit_status
     except Interrupted as e:
         return 128 + e.signum
@@ -692,7 +693,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if e.errno not in HOST_PROBLEMS:
             return _internal_error(e, args)
         # the user frees space or fixes a permission, and runs again: said like bad input
-        sys.stderr.write(f"guestbench: {_one_line(space.os_error_line(e))}\n")
+        if e.filename is not None:  # a path given on the command line is quoted, not copied
+            e.filename = clip_text(str(e.filename), 200)
+        sys.stderr.write(f"guestbench: {_one_line(space.os_error_line(e), limit=1000)}\n")
         return EXIT_USAGE
     except Exception as e:
         return _internal_error(e, args)
@@ -702,7 +705,7 @@ def _internal_error(e: Exception, args: argparse.Namespace) -> int:
     """A bug, not bad input: one line, the traceback only with -v."""
     if getattr(args, "verbose", False):
         traceback.print_exc()
-    sys.stderr.write(f"guestbench: internal error: {type(e).__name__}: {_one_line(str(e))} "
+    sys.stderr.write(f"guestbench: internal error: {type(e).__name__}: {_one_line(str(e), limit=1000)} "
                      "(run with -v for the traceback)\n")
     return EXIT_INTERNAL
 

@@ -4,7 +4,11 @@ them into one line and an exit status, never a traceback."""
 from __future__ import annotations
 
 import re
+import reprlib
+import unicodedata
+from typing import Any
 
+CLIP = 60  # characters of a value quoted in a message: enough to recognise it, never a whole hostile file
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # C0 but tab, DEL, C1: ESC starts terminal sequences
 
 
@@ -17,7 +21,7 @@ class UserError(Exception):
     exit_status = 2
 
     def __init__(self, message: str, *, source: str | None = None, key: str | None = None) -> None:
-        parts = [p for p in (source, key) if p]
+        parts = [clip_text(p, 200) for p in (source, key) if p]  # a hostile key or path is quoted, not copied
         prefix = ": ".join(parts)
         super().__init__(f"{prefix}: {message}" if prefix else message)
         self.source = source
@@ -37,20 +41,64 @@ class Unavailable(RuntimeError):
     reported as unavailable with this message, shown to the user as is, and not retried sample after sample."""
 
 
-def one_line(message: object, *, squeeze: bool = False) -> str:
+def one_line(message: object, *, squeeze: bool = False, limit: int | None = None) -> str:
     """A message as one line, so an error report stays one line on stderr or in a results cell.
 
-    By default line breaks and other control characters are escaped (a user's key or file name that holds one
-    is still shown exactly, and an ESC from a hostile file cannot drive the terminal); `squeeze` folds every run
-    of white space to one space instead (a tool's multi-line output).
+    By default line breaks are escaped (a user's key or file name that holds one is still shown exactly);
+    `squeeze` folds every run of white space to one space instead (a tool's multi-line output). Other control
+    characters (ESC of a terminal sequence, a hostile key's BEL) are escaped too, so a message never drives the
+    terminal; `limit` cuts what is longer, saying how much was left out.
     """
-    text = " ".join(str(message).split()) if squeeze else str(message)
-    return _CONTROL.sub(_escape, text)
+    text = str(message)
+    text = " ".join(text.split()) if squeeze else text.replace("\r", "\\r").replace("\n", "\\n")
+    text = "".join(_escape(ch) for ch in text) if any(_control(ch) for ch in text) else text
+    return clip_text(text, limit) if limit is not None else text
 
 
-def _escape(match: re.Match[str]) -> str:
-    char = match.group()
-    return {"\n": "\\n", "\r": "\\r"}.get(char, f"\\x{ord(char):02x}")
+def _control(ch: str) -> bool:
+    return unicodedata.category(ch) == "Cc" or ch in "\u2028\u2029"
+
+
+def _escape(ch: str) -> str:
+    return ch.encode("unicode_escape").decode("ascii") if _control(ch) else ch
+
+
+def clip_text(text: str, n: int) -> str:
+    """`text` if it has at most n characters, else its first n and how many more there were."""
+    return text if len(text) <= n else f"{text[:n]}... ({len(text) - n} more characters)"
+
+
+class _Clipped(reprlib.Repr):
+    """reprlib's bounded repr, but a string shows its prefix (not its two ends), a mapping keeps its order, and an
+    integer too long to print (Python refuses past 4300 digits) says how long it is."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.maxlevel, self.maxlist, self.maxtuple, self.maxdict, self.maxset = 3, 6, 6, 4, 6
+        self.maxstring = self.maxlong = self.maxother = n
+
+    def repr_str(self, x: str, level: int) -> str:
+        return repr(x) if len(x) <= self.maxstring else repr(x[:self.maxstring]) + "..."
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > self.maxlong * 3.33:  # more than maxlong digits
+            return f"<an integer of about {int(x.bit_length() * 0.30103) + 1} digits>"
+        return repr(x)
+
+    def repr_dict(self, x: dict[Any, Any], level: int) -> str:
+        if not x:
+            return "{}"
+        if level <= 0:
+            return "{...}"
+        items = [f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}" for k, v in list(x.items())[:self.maxdict]]
+        return "{" + ", ".join(items) + (", ...}" if len(x) > self.maxdict else "}")
+
+
+def clip(value: object, n: int = CLIP) -> str:
+    """A value as a message quotes it: its repr, of at most about n characters (a string's prefix, a container's
+    first items), computed without ever building the whole repr of a huge or deeply shared structure."""
+    text = _Clipped(n).repr(value)
+    return text if len(text) <= n + 10 else text[:n] + "..."
 
 
 def printable(text: object) -> str:

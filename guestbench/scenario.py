@@ -9,15 +9,16 @@ import dataclasses
 import itertools
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from guestbench import cost
+from guestbench import cost, limits
 from guestbench.backends import BACKENDS
-from guestbench.errors import UserError
+from guestbench.bounded import read_text, safe_yaml
+from guestbench.errors import UserError, clip
+from guestbench.limits import INT64_MAX, MAX_COUNT, MAX_LABEL, MAX_MIB, MAX_REPETITIONS, MAX_TEXT, MAX_WARMUP
 from guestbench.measurements import MEASUREMENTS
 from guestbench.measurements.base import min_disk_size
 from guestbench.results.model import ORDERS
@@ -76,7 +77,7 @@ NESTED_KEYS = {"memory": "the level-1 VM's RAM: an integer in MiB or a size (e.g
                "vcpus": "integer >= 1: the level-1 VM's vCPUs",
                "timeout_scale": "number > 0: factor for every time-out inside the level-1 VM",
                "timeout": "seconds > 0: limit for the whole level-1 run (boot, probes, every sample)"}
-LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+LABEL = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_LABEL - 1}}}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SIDE = "ab"  # the variant key and item key of `guestbench ab`'s two configurations (A and B of one item)
 SIDES = ("A", "B")
@@ -217,11 +218,14 @@ class Checker:
     def fail(self, key: str, message: str) -> UserError:
         return UserError(message, source=self.source, key=key)
 
-    def integer(self, key: str, value: object, minimum: int) -> int:
+    def integer(self, key: str, value: object, minimum: int, maximum: int = INT64_MAX) -> int:
+        allowed = f"an integer >= {minimum}" + (f" and <= {maximum}" if maximum < INT64_MAX else "")
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, f"{value!r} is not an integer; allowed: an integer >= {minimum}")
+            raise self.fail(key, f"{clip(value)} is not an integer; allowed: {allowed}")
+        if value > maximum:
+            raise self.fail(key, f"{clip(value)} is too large; allowed: an integer >= {minimum} and <= {maximum}")
         if value < minimum:
-            raise self.fail(key, f"{value} is too small; allowed: an integer >= {minimum}")
+            raise self.fail(key, f"{clip(value)} is too small; allowed: {allowed}")
         return value
 
     def seconds(self, key: str, value: object) -> float:
@@ -237,16 +241,21 @@ class Checker:
                 secs = math.inf
             if 0 < secs < math.inf:  # not NaN, not infinite
                 return secs
-        raise self.fail(key, f"{given!r} is not a duration; allowed: seconds > 0, e.g. 300, 90s, 5min")
+        raise self.fail(key, f"{clip(given)} is not a duration; allowed: seconds > 0, e.g. 300, 90s, 5min")
 
     def boolean(self, key: str, value: object) -> bool:
         if not isinstance(value, bool):
-            raise self.fail(key, f"{value!r} is not a boolean; allowed: true, false")
+            raise self.fail(key, f"{clip(value)} is not a boolean; allowed: true, false")
         return value
 
-    def string(self, key: str, value: object) -> str:
+    def string(self, key: str, value: object, most: int = MAX_TEXT) -> str:
+        """Text: it may break lines but holds no other control character (no terminal escape sequence)."""
         if not isinstance(value, str) or not value.strip():
-            raise self.fail(key, f"{value!r} is not a non-empty string")
+            raise self.fail(key, f"{clip(value)} is not a non-empty string")
+        if len(value) > most:
+            raise self.fail(key, f"{clip(value)} has {len(value)} characters; allowed: at most {most}")
+        if any(unicodedata.category(ch) == "Cc" for ch in value if ch not in "\n\t"):
+            raise self.fail(key, f"{clip(value)} holds a control character; allowed: text without them")
         return value
 
     def names(self, key: str, value: object, what: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
@@ -255,15 +264,15 @@ class Checker:
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",")]
         if not isinstance(value, list):
-            raise self.fail(key, f"{value!r} is not a list; allowed: a list of {choices}")
+            raise self.fail(key, f"{clip(value)} is not a list; allowed: a list of {choices}")
         if not value:
             raise self.fail(key, f"the list is empty; allowed: one or more of {choices}")
         out: list[str] = []
         for i, name in enumerate(value):
             if not isinstance(name, str) or name not in allowed:
-                raise self.fail(f"{key}[{i}]", f"unknown {what} {name!r}; allowed: {choices}")
+                raise self.fail(f"{key}[{i}]", f"unknown {what} {clip(name)}; allowed: {choices}")
             if name in out:
-                raise self.fail(f"{key}[{i}]", f"{what} {name!r} is listed twice")
+                raise self.fail(f"{key}[{i}]", f"{what} {clip(name)} is listed twice")
             out.append(name)
         return tuple(out)
 
@@ -277,20 +286,21 @@ class Checker:
     def env(self, key: str, value: object) -> dict[str, str]:
         """An item's environment: NAME: value, names as the shell spells them; values are strings (or numbers)."""
         if not isinstance(value, dict) or not value:
-            raise self.fail(key, f"{value!r} is not a mapping; allowed: NAME: value, e.g. LIBGUESTFS_HV: /usr/bin/qemu")
+            raise self.fail(key, f"{clip(value)} is not a mapping; allowed: NAME: value, e.g. LIBGUESTFS_HV: "
+                            "/usr/bin/qemu")
         out = {}
         for name, v in value.items():
             if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
                 raise self.fail(f"{key}.{name}", "is not an environment variable name; allowed: letters, digits and "
                                 "_ (not first a digit), e.g. LIBGUESTFS_HV")
             if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-                raise self.fail(f"{key}.{name}", f"{v!r} is not a value; allowed: a string or a number")
+                raise self.fail(f"{key}.{name}", f"{clip(v)} is not a value; allowed: a string or a number")
             out[name] = str(v)
         return out
 
     def order(self, key: str, value: object) -> str:
         if not isinstance(value, str) or value not in ORDERS:
-            raise self.fail(key, f"{value!r} is not an order; allowed: {', '.join(ORDERS)}")
+            raise self.fail(key, f"{clip(value)} is not an order; allowed: {', '.join(ORDERS)}")
         return value
 
     def fraction(self, key: str, value: object) -> float:
@@ -301,18 +311,18 @@ class Checker:
             value = float(m.group(1)) / 100 if m else None
         if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1:
             return float(value)
-        raise self.fail(key, f"{given!r} is not a precision; allowed: a percentage above 0% and below 100% "
+        raise self.fail(key, f"{clip(given)} is not a precision; allowed: a percentage above 0% and below 100% "
                         "(e.g. 5%) or a fraction between 0 and 1 (e.g. 0.05)")
 
     def positive(self, key: str, value: object) -> float:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
             return float(value)
-        raise self.fail(key, f"{value!r} is not a number > 0")
+        raise self.fail(key, f"{clip(value)} is not a number > 0")
 
     def cost(self, key: str, value: object) -> cost.Prices:
         """Prices in one of cost.FORMS; every amount a number >= 0."""
         if not isinstance(value, dict) or not value:
-            raise self.fail(key, f"{value!r} is not a mapping; allowed: {cost.FORMS}")
+            raise self.fail(key, f"{clip(value)} is not a mapping; allowed: {cost.FORMS}")
         fields: dict[str, Any] = {}
         for k, v in value.items():
             if k not in cost.KEYS:
@@ -320,11 +330,11 @@ class Checker:
             if k == "currency":
                 fields[k] = self.string(f"{key}.{k}", v)
             elif k == "vcpus":
-                fields[k] = self.integer(f"{key}.{k}", v, 1)
+                fields[k] = self.integer(f"{key}.{k}", v, 1, MAX_COUNT)
             elif k == "memory":
                 fields["memory_mib"] = self.memsize(f"{key}.{k}", v)
             elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise self.fail(f"{key}.{k}", f"{v!r} is not a price; allowed: a number >= 0")
+                raise self.fail(f"{key}.{k}", f"{clip(v)} is not a price; allowed: a number >= 0")
             else:
                 fields[k] = float(v)
         units = {"vcpu_hour", "gib_hour"} & set(fields)
@@ -336,7 +346,7 @@ class Checker:
 
     def nested(self, key: str, value: object) -> NestedSpec:
         if not isinstance(value, dict):
-            raise self.fail(key, f"{value!r} is not a mapping; allowed keys: {', '.join(NESTED_KEYS)}")
+            raise self.fail(key, f"{clip(value)} is not a mapping; allowed keys: {', '.join(NESTED_KEYS)}")
         spec = NestedSpec()
         for k, v in value.items():
             if k == "memory":
@@ -345,7 +355,7 @@ class Checker:
                     raise self.fail(f"{key}.memory", f"{mib} MiB is too small; allowed: at least 1024 (MiB)")
                 spec = dataclasses.replace(spec, memory_mib=mib)
             elif k == "vcpus":
-                spec = dataclasses.replace(spec, vcpus=self.integer(f"{key}.vcpus", v, 1))
+                spec = dataclasses.replace(spec, vcpus=self.integer(f"{key}.vcpus", v, 1, MAX_COUNT))
             elif k == "timeout_scale":
                 spec = dataclasses.replace(spec, timeout_scale=self.positive(f"{key}.timeout_scale", v))
             elif k == "timeout":
@@ -357,7 +367,7 @@ class Checker:
     def memsize(self, key: str, value: object) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             mib = value
-        elif isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value, re.ASCII):
+        elif isinstance(value, str) and re.fullmatch(r"\s*\d{1,30}\s*", value, re.ASCII):
             mib = int(value)  # a bare number is MiB, as in the file (e.g. --memsize 2048)
         else:
             try:
@@ -365,10 +375,11 @@ class Checker:
             except ValueError as e:
                 raise self.fail(key, f"{e}; or an integer number of MiB") from None
             if nbytes % 2**20:
-                raise self.fail(key, f"{value!r} is not a whole number of MiB")
+                raise self.fail(key, f"{clip(value)} is not a whole number of MiB")
             mib = nbytes // 2**20
-        if mib < 256:
-            raise self.fail(key, f"{mib} MiB is too small; allowed: at least 256 (MiB)")
+        if not 256 <= mib <= MAX_MIB:
+            raise self.fail(key, f"{clip(mib)} MiB is too {'small' if mib < 256 else 'large'}; allowed: at least 256 "
+                            f"and at most {MAX_MIB} (MiB)")
         return mib
 
     def measurement(self, key: str, item: object, memsize: int | None) -> list[MeasurementSpec]:
@@ -377,12 +388,12 @@ class Checker:
         if isinstance(item, str):
             item = {"measurement": item}
         if not isinstance(item, dict):
-            raise self.fail(key, f"{item!r} is neither a measurement name nor a mapping; allowed: {allowed}")
+            raise self.fail(key, f"{clip(item)} is neither a measurement name nor a mapping; allowed: {allowed}")
         name = item.get("measurement")
         if name is None:
             raise self.fail(key, f"missing key 'measurement'; allowed: {allowed}")
         if not isinstance(name, str) or name not in MEASUREMENTS:
-            raise self.fail(f"{key}.measurement", f"unknown measurement {name!r}; allowed: {allowed}")
+            raise self.fail(f"{key}.measurement", f"unknown measurement {clip(name)}; allowed: {allowed}")
         m = MEASUREMENTS[name]
         params = m.defaults()
         known = {p.name for p in m.params}
@@ -390,8 +401,8 @@ class Checker:
         if "appliance" in item:
             own = item["appliance"]
             if not isinstance(own, dict) or set(own) - {"memsize"} or not own:
-                raise self.fail(f"{key}.appliance", f"{own!r} is not allowed; allowed: a mapping with memsize (this "
-                                "item's appliance memory, over the scenario's)")
+                raise self.fail(f"{key}.appliance", f"{clip(own)} is not allowed; allowed: a mapping with memsize "
+                                "(this item's appliance memory, over the scenario's)")
             memsize = self.memsize(f"{key}.appliance.memsize", own["memsize"])
         item_memsize = memsize if "appliance" in item else None
         for k, v in item.items():
@@ -408,12 +419,12 @@ class Checker:
                 del params[k]
         side = item.get(SIDE)
         if SIDE in item and side not in SIDES:
-            raise self.fail(f"{key}.{SIDE}", f"{side!r} is not allowed; allowed: {' or '.join(SIDES)} (which side "
+            raise self.fail(f"{key}.{SIDE}", f"{clip(side)} is not allowed; allowed: {' or '.join(SIDES)} (which side "
                             "of guestbench ab the item is)")
         label = item.get("label", name)
         if not isinstance(label, str) or not LABEL.fullmatch(label):
-            raise self.fail(f"{key}.label", f"{label!r} is not allowed; allowed: letters, digits, . _ - "
-                            "(starting with a letter or digit)")
+            raise self.fail(f"{key}.label", f"{clip(label)} is not allowed; allowed: letters, digits, . _ - "
+                            f"(starting with a letter or digit), at most {MAX_LABEL}")
         axes = self.matrix(f"{key}.matrix", item["matrix"], m, set(item) - set(ITEM_KEYS)) \
             if "matrix" in item else []
         specs = []
@@ -428,6 +439,7 @@ class Checker:
             cell_label = label + "".join(f".{m.param(k).show(v)}" for k, v in variant.items())
             if side is not None:
                 variant, cell_label = {**variant, SIDE: side}, f"{cell_label}.{side}"
+            limits.cell_label(self.source, where, cell_label)
             specs.append(MeasurementSpec(name, cell_label, cell_params, group=label, variant=variant, env=env,
                                          memsize=item_memsize))
         return specs
@@ -436,8 +448,9 @@ class Checker:
         """`matrix:` maps parameter names to lists of values; every combination becomes a cell."""
         names = ", ".join(sorted(p.name for p in m.params))
         if not isinstance(value, dict) or not value:
-            raise self.fail(key, f"{value!r} is not a non-empty mapping; allowed: parameter: [values...] with "
+            raise self.fail(key, f"{clip(value)} is not a non-empty mapping; allowed: parameter: [values...] with "
                             f"parameters of {m.name}: {names}")
+        limits.combinations(self.source, key, value)
         axes: list[tuple[str, list[Any]]] = []
         for k, values in value.items():
             if k not in {p.name for p in m.params}:
@@ -445,7 +458,7 @@ class Checker:
             if k in fixed:
                 raise self.fail(f"{key}.{k}", "is also given as a fixed parameter; give it in one place")
             if not isinstance(values, list) or not values:
-                raise self.fail(f"{key}.{k}", f"{values!r} is not a non-empty list; allowed: a list of values, "
+                raise self.fail(f"{key}.{k}", f"{clip(values)} is not a non-empty list; allowed: a list of values, "
                                 f"each {m.param(k).allowed()}")
             parsed = []
             for i, v in enumerate(values):
@@ -454,7 +467,7 @@ class Checker:
                 except ValueError as e:
                     raise self.fail(f"{key}.{k}[{i}]", str(e)) from None
                 if parsed[-1] in parsed[:-1]:
-                    raise self.fail(f"{key}.{k}[{i}]", f"{v!r} is listed twice")
+                    raise self.fail(f"{key}.{k}[{i}]", f"{clip(v)} is listed twice")
             axes.append((k, parsed))
         return axes
 
@@ -467,6 +480,7 @@ class Checker:
         specs: list[tuple[int, MeasurementSpec]] = []
         for i, item in enumerate(value):
             specs += [(i, s) for s in self.measurement(f"{key}[{i}]", item, memsize)]
+            limits.cells(self.source, f"{key}[{i}]", len(specs))
         seen: set[str] = set()
         for i, s in specs:
             if s.label in seen:
@@ -492,21 +506,21 @@ def parse_scenario(data: object, source: str) -> Scenario:
     appliance = data.get("appliance")
     if appliance is not None:
         if not isinstance(appliance, dict):
-            raise c.fail("appliance", f"{appliance!r} is not a mapping; allowed keys: {', '.join(APPLIANCE_KEYS)}")
+            raise c.fail("appliance", f"{clip(appliance)} is not a mapping; allowed keys: {', '.join(APPLIANCE_KEYS)}")
         for k, v in appliance.items():
             if k == "memsize":
                 memsize = c.memsize("appliance.memsize", v)
             elif k == "smp":
-                smp = c.integer("appliance.smp", v, 1)
+                smp = c.integer("appliance.smp", v, 1, MAX_COUNT)
             else:
                 raise c.fail(f"appliance.{k}", f"unknown key; allowed: {', '.join(APPLIANCE_KEYS)}")
     return _check_sampling(c, Scenario(
-        name=c.string("name", data["name"]),
+        name=c.string("name", data["name"], limits.MAX_NAME),
         source=source,
         description=c.string("description", data["description"]) if "description" in data else "",
         backends=c.backends("backends", data["backends"]) if "backends" in data else None,
-        repetitions=c.integer("repetitions", data.get("repetitions", DEFAULT_REPETITIONS), 1),
-        warmup=c.integer("warmup", data.get("warmup", DEFAULT_WARMUP), 0),
+        repetitions=c.integer("repetitions", data.get("repetitions", DEFAULT_REPETITIONS), 1, MAX_REPETITIONS),
+        warmup=c.integer("warmup", data.get("warmup", DEFAULT_WARMUP), 0, MAX_WARMUP),
         timeout=c.seconds("timeout", data.get("timeout", DEFAULT_TIMEOUT_S)),
         sample_timeout=c.seconds("sample_timeout", data.get("sample_timeout", DEFAULT_SAMPLE_TIMEOUT_S)),
         memsize=memsize,
@@ -534,13 +548,13 @@ def _sampling(c: Checker, given: dict[str, Any], prefix: str, sep: str) -> dict[
     if given.get("precision") is not None:
         out["precision"] = c.fraction(name("precision"), given["precision"])
     if given.get("max_repetitions") is not None:
-        out["max_repetitions"] = c.integer(name("max_repetitions"), given["max_repetitions"], 1)
+        out["max_repetitions"] = c.integer(name("max_repetitions"), given["max_repetitions"], 1, MAX_REPETITIONS)
     return out
 
 
 def _check_sampling(c: Checker, sc: Scenario, prefix: str, sep: str) -> Scenario:
     """The combinations a key alone cannot refuse: a cap needs a target and may not be below repetitions;
-    a seed needs order random."""
+    a seed needs order random; and the samples a run would plan are capped."""
     def name(key: str) -> str:
         return prefix + key.replace("_", sep)
 
@@ -551,32 +565,17 @@ def _check_sampling(c: Checker, sc: Scenario, prefix: str, sep: str) -> Scenario
         if sc.max_repetitions < sc.repetitions:
             raise c.fail(name("max_repetitions"), f"{sc.max_repetitions} is below repetitions ({sc.repetitions}); "
                          "allowed: an integer >= repetitions")
+    limits.samples(c.source, name("repetitions"), len(sc.measurements), 1 + sc.warmup + sc.rep_cap)
     if sc.seed is not None and sc.order != "random":
         raise c.fail(name("seed"), "is only used by order random; give order: random (or --order random)")
     return sc
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    p = Path(path)
+    """A scenario file: a regular file of at most 1 MiB, YAML within guestbench.bounded's limits, then checked."""
     source = str(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise UserError("no such scenario file; give the path of a YAML file, e.g. scenarios/startup.yaml",
-                        source=source) from None
-    except IsADirectoryError:
-        raise UserError("is a directory; give the path of a YAML scenario file", source=source) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"cannot read: {getattr(e, 'strerror', None) or e}", source=source) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or "syntax error"
-        raise UserError(f"not valid YAML{where}: {problem}", source=source) from None
-    except RecursionError:
-        raise UserError("not valid YAML: nested too deeply", source=source) from None
+    text = read_text(path, "scenario file", hint="give the path of a YAML file, e.g. scenarios/startup.yaml")
+    data = safe_yaml(text, source)
     if data is None:
         raise UserError(f"the file is empty; allowed keys: {', '.join(TOP_KEYS)}", source=source)
     return parse_scenario(data, source)
@@ -590,9 +589,9 @@ def apply_overrides(sc: Scenario, **overrides: Any) -> Scenario:
     if "backend" in given:
         changes["backends"] = c.backends("--backend", given["backend"])
     if "repetitions" in given:
-        changes["repetitions"] = c.integer("--repetitions", given["repetitions"], 1)
+        changes["repetitions"] = c.integer("--repetitions", given["repetitions"], 1, MAX_REPETITIONS)
     if "warmup" in given:
-        changes["warmup"] = c.integer("--warmup", given["warmup"], 0)
+        changes["warmup"] = c.integer("--warmup", given["warmup"], 0, MAX_WARMUP)
     if "timeout" in given:
         changes["timeout"] = c.seconds("--timeout", given["timeout"])
     if "sample_timeout" in given:
@@ -612,7 +611,7 @@ def apply_overrides(sc: Scenario, **overrides: Any) -> Scenario:
         labels = [m.label for m in measurements]
         for w in wanted:
             if w not in labels:
-                raise c.fail("--measurement", f"{w!r} is not in this scenario; allowed: {', '.join(labels)}")
+                raise c.fail("--measurement", f"{clip(w)} is not in this scenario; allowed: {', '.join(labels)}")
         if not wanted:
             raise c.fail("--measurement", f"empty; allowed: {', '.join(labels)}")
         measurements = tuple(m for m in measurements if m.label in wanted)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+from guestbench.errors import clip
+
 _UNITS: dict[str, int] = {
     "": 1, "b": 1,
     "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -22,7 +24,7 @@ def parse_size(value: object, *, what: str = "size", fractions: bool = True) -> 
     `what` names the value in messages ("image size"); `fractions=False` refuses a number with a fraction
     such as 1.5G (host image sizes, which always took whole numbers).
     """
-    bad = f"bad {what} {value!r}"
+    bad = f"bad {what} {clip(value)}"
     if isinstance(value, bool):
         raise ValueError(f"{bad}; expected {SIZE_HELP}")
     if isinstance(value, int):
@@ -42,7 +44,7 @@ def parse_size(value: object, *, what: str = "size", fractions: bool = True) -> 
     try:
         number = Fraction(m.group(1)) * _UNITS[m.group(2).lower()]
     except ValueError:  # more digits than int() converts
-        raise ValueError(f"bad {what} {value[:40]!r}...; too large (at most {MAX_SIZE} bytes)") from None
+        raise ValueError(f"{bad}; too large (at most {MAX_SIZE} bytes)") from None
     if number > MAX_SIZE:
         raise ValueError(f"{bad}; too large (at most {MAX_SIZE} bytes)")
     if number < 1 or number.denominator != 1:

@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guestbench.errors import clip, one_line
 from guestbench.units import SIZE_HELP, format_size, parse_size
 
 FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
 DISK_FORMATS = ("raw", "qcow2")
+C_INT_MAX = 2**31 - 1  # the most any integer parameter may be: what libguestfs and the tools take as an int
 # libguestfs's add_drive accepts exactly these two cache modes.
 CACHE_MODES = ("writeback", "unsafe")
 
@@ -34,7 +36,7 @@ class Param:
     help: str
     choices: tuple[str, ...] = ()
     minimum: int = 1  # for "int"
-    maximum: int | None = None
+    maximum: int | None = None  # None: up to C_INT_MAX
     # left out of a cell's parameters at its default: a setting added later (upload's verify) changes neither the
     # cells of older results files nor how they compare with new ones
     optional: bool = False
@@ -46,29 +48,31 @@ class Param:
         if self.kind == "int":
             if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum or \
                     (self.maximum is not None and value > self.maximum):
-                raise ValueError(f"{value!r} is not allowed; allowed: {self.allowed()}")
+                raise ValueError(f"{clip(value)} is not allowed; allowed: {self.allowed()}")
+            if value > C_INT_MAX:
+                raise ValueError(f"{clip(value)} is too large; allowed: {self.allowed()} and <= {C_INT_MAX}")
             return value
         if self.kind == "bool":
             if not isinstance(value, bool):
-                raise ValueError(f"{value!r} is not allowed; allowed: true, false")
+                raise ValueError(f"{clip(value)} is not allowed; allowed: true, false")
             return value
         if self.kind == "choice":
             if not isinstance(value, str) or value not in self.choices:
-                raise ValueError(f"{value!r} is not allowed; allowed: {', '.join(self.choices)}")
+                raise ValueError(f"{clip(value)} is not allowed; allowed: {', '.join(self.choices)}")
             return value
         if self.kind == "argv":
             if isinstance(value, str):
                 try:
                     value = shlex.split(value)
                 except ValueError as e:
-                    raise ValueError(f"{value!r} cannot be split into words ({e}); allowed: {self.allowed()}") \
+                    raise ValueError(f"{clip(value)} cannot be split into words ({e}); allowed: {self.allowed()}") \
                         from None
             if not isinstance(value, list) or not value or not all(isinstance(a, str) and a for a in value):
-                raise ValueError(f"{value!r} is not allowed; allowed: {self.allowed()}")
+                raise ValueError(f"{clip(value)} is not allowed; allowed: {self.allowed()}")
             return list(value)
         if self.kind == "text":
             if not isinstance(value, str):
-                raise ValueError(f"{value!r} is not allowed; allowed: {self.allowed()}")
+                raise ValueError(f"{clip(value)} is not allowed; allowed: {self.allowed()}")
             return value
         raise AssertionError(self.kind)
 
@@ -88,7 +92,8 @@ class Param:
         if self.kind == "bool":
             return "true" if value else "false"
         if self.kind in ("argv", "text"):
-            text = shlex.join(value) if isinstance(value, list) else " ".join(str(value).split())
+            # a command's words name cells and their directories: no control character reaches a terminal or a path
+            text = one_line(shlex.join(value) if isinstance(value, list) else " ".join(str(value).split()))
             return text if len(text) <= 40 else text[:37] + "..."
         return format_size(value) if self.kind == "size" else str(value)
 
