@@ -372,7 +372,9 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     try:
         print(cluster.address, flush=True)
         err.print(f"fleet local: scheduler {cluster.address}, {args.workers} worker(s) starting; Ctrl-C stops them",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
+        err.print(f"fleet local: mutual TLS; for `guestbench scenario --cluster {cluster.address}` (as root): "
+                  f"{cluster.exports()}", highlight=False, markup=False, soft_wrap=True)
         cluster.wait()
     finally:
         cluster.close()
