@@ -178,8 +178,8 @@ def _add_fleet(sub: Any) -> None:
     w.add_argument("--insecure", action="store_true", help=INSECURE_HELP)
     f = sub.add_parser("fleet", help="fleet helpers: a scheduler and workers on this machine")
     fsub = f.add_subparsers(dest="fleet_command", required=True, parser_class=_Parser)
-    fl = fsub.add_parser("local", help="start a Dask scheduler and N guestbench workers here; print the address; "
-                         "stop them on Ctrl-C")
+    fl = fsub.add_parser("local", help="start a Dask scheduler and N guestbench workers here, speaking TLS with "
+                         "throw-away certificates; print the address and the client settings; stop them on Ctrl-C")
     fl.add_argument("workers", type=int, help="how many workers (0: the scheduler alone)")
     fl.add_argument("--backend", help="comma-separated backends each worker offers (default: every usable one)")
 
