@@ -1,6 +1,7 @@
 """Fleet workers take work only from who may send it: a real `fleet local` (scheduler and worker) listens on
-loopback only, read from the kernel with `ss`, and speaks mutual TLS only to its own throw-away certificates; a worker allowed a plain scheduler on this host's own network
-address listens on that address, not on every interface; a plain tcp:// address that is not loopback is refused
+loopback only, read from the kernel with `ss`, and speaks mutual TLS only to its own throw-away certificates; a
+worker allowed a plain scheduler on this host's own network address listens on that address, not on every
+interface; a plain tcp:// address that is not loopback is refused
 in one line before any connection (strace says none is tried), for `guestbench worker` and `scenario --cluster`."""
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from pathlib import Path
 CA_FILE, CERT_FILE, KEY_FILE = "ca.pem", "fleet.pem", "fleet-key.pem"
 VALID = datetime.timedelta(days=30)  # a fleet lives as long as its `fleet local`; the files go with it
 ENV = "DASK_DISTRIBUTED__COMM__"
+LOOPBACK = ipaddress.IPv4Address("127.0.0.1")  # where fleet local listens (Dask checks no host name anyway)
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -47,8 +48,8 @@ def make(directory: Path) -> dict[str, str]:
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(ca_name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + VALID)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(LOOPBACK)]),
+                           critical=False)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
                            critical=False)
             .sign(ca_key, hashes.SHA256()))
