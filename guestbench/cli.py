@@ -179,8 +179,8 @@ def _add_fleet(sub: Any) -> None:
     w.add_argument("--insecure", action="store_true", help=INSECURE_HELP)
     f = sub.add_parser("fleet", help="fleet helpers: a scheduler and workers on this machine")
     fsub = f.add_subparsers(dest="fleet_command", required=True, parser_class=_Parser)
-    fl = fsub.add_parser("local", help="start a Dask scheduler and N guestbench workers here; print the address; "
-                         "stop them on Ctrl-C")
+    fl = fsub.add_parser("local", help="start a Dask scheduler and N guestbench workers here, speaking TLS with "
+                         "throw-away certificates; print the address and the client settings; stop them on Ctrl-C")
     fl.add_argument("workers", type=int, help="how many workers (0: the scheduler alone)")
     fl.add_argument("--backend", help="comma-separated backends each worker offers (default: every usable one)")
 
@@ -373,7 +373,9 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     try:
         print(cluster.address, flush=True)
         err.print(f"fleet local: scheduler {cluster.address}, {args.workers} worker(s) starting; Ctrl-C stops them",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
+        err.print(f"fleet local: mutual TLS; for `guestbench scenario --cluster {cluster.address}` (as root): "
+                  f"{cluster.exports()}", highlight=False, markup=False, soft_wrap=True)
         cluster.wait()
     finally:
         cluster.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -34,10 +35,11 @@ def _wait(what: str, check: Any, timeout: float, every: float = 0.2) -> Any:
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
-def _cluster_workers(address: str) -> dict[str, dict[str, Any]]:
+def _cluster_workers(address: str, security: Any = None) -> dict[str, dict[str, Any]]:
+    """`security`: a distributed.Security (else Dask's settings from the environment)."""
     from distributed import Client
 
-    with Client(address, timeout=20, set_as_default=False) as c:
+    with Client(address, timeout=20, set_as_default=False, security=security) as c:
         return {str(w["name"]): {"address": a, "resources": w["resources"], "pid": w.get("pid")}
                 for a, w in c.scheduler_info(n_workers=-1)["workers"].items()}
 
@@ -272,15 +274,41 @@ def test_ctrl_c_of_a_cluster_run_stops_the_hosts_and_keeps_every_sample(fleet: F
     assert set(_cluster_workers(fleet.address)) == {"alpha", "beta"}
 
 
+def fleet_local(workers: int) -> tuple[subprocess.Popen[str], str, dict[str, str]]:
+    """`guestbench fleet local N --backend uml`: the process, its address (stdout's first line) and the client
+    settings its stderr gives in an `export` line."""
+    proc = subprocess.Popen([sys.executable, "-m", "guestbench", "fleet", "local", str(workers), "--backend", "uml"],
+                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        address = proc.stdout.readline().strip()
+        lines = [proc.stderr.readline() for _ in range(2)]
+        assert len(lines[1].split(": export ")) == 2, lines
+        settings = dict(word.split("=", 1) for word in shlex.split(lines[1].split(": export ")[1]))
+    except BaseException:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=300)
+        raise
+    return proc, address, settings
+
+
+def tls_security(settings: dict[str, str]) -> Any:
+    """A distributed.Security from Dask's client settings as environment variables."""
+    from distributed.security import Security
+
+    prefix = "DASK_DISTRIBUTED__COMM__TLS__"
+    return Security(require_encryption=True, tls_ca_file=settings[f"{prefix}CA_FILE"],
+                    tls_client_cert=settings[f"{prefix}CLIENT__CERT"], tls_client_key=settings[f"{prefix}CLIENT__KEY"])
+
+
 def test_fleet_local_starts_a_scheduler_and_workers_and_stops_them_on_ctrl_c(tmp_path: Path) -> None:
     homes = _worker_homes()
-    proc = subprocess.Popen([sys.executable, "-m", "guestbench", "fleet", "local", "2", "--backend", "uml"], cwd=ROOT,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, address, settings = fleet_local(2)
     try:
-        assert proc.stdout is not None
-        address = proc.stdout.readline().strip()
-        assert address.startswith("tcp://127.0.0.1:"), address
-        workers = _wait("two workers", lambda: (w := _cluster_workers(address)) and len(w) == 2 and w, START_S,
+        assert address.startswith("tls://127.0.0.1:"), address
+        sec = tls_security(settings)
+        workers = _wait("two workers", lambda: (w := _cluster_workers(address, sec)) and len(w) == 2 and w, START_S,
                         every=1.0)
         assert all(w["resources"] == {"bench": 1, "uml": 1} for w in workers.values())
     finally:

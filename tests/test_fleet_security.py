@@ -1,27 +1,32 @@
 """Fleet workers take work only from who may send it: a real `fleet local` (scheduler and worker) listens on
-loopback only, read from the kernel with `ss`; a worker allowed a plain scheduler on this host's own network
-address listens on that address, not on every interface; a plain tcp:// address that is not loopback is refused
+loopback only, read from the kernel with `ss`, and speaks mutual TLS only to its own throw-away certificates; a
+worker allowed a plain scheduler on this host's own network address listens on that address, not on every
+interface; a plain tcp:// address that is not loopback is refused
 in one line before any connection (strace says none is tried), for `guestbench worker` and `scenario --cluster`."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
 from conftest import ROOT, guestbench, processes_mentioning, write_scenario
-from test_fleet import START_S, _address, _cluster_workers, _wait
+from test_fleet import START_S, _address, _cluster_workers, _tls_settings, _wait, fleet_local, tls_security
 
 TEST_NET = "192.0.2.1"  # TEST-NET-1 (RFC 5737): no scheduler there; a connection attempt would hang or fail
 REFUSE_S = 30.0  # the refusal comes before any connection: the CLI's start-up only
+REACH_S = 20.0  # a client without the fleet's certificate is turned away at the handshake: seconds
 SCENARIO = "name: fleet-security\nrepetitions: 1\nwarmup: 0\nbackends: [uml]\nmeasurements: [startup]\n"
 
 
@@ -132,13 +137,10 @@ def test_fleet_local_listens_on_loopback_only_and_its_worker_is_unreachable_from
     """Every listening socket of `fleet local` (its scheduler, the worker's keeper, the Dask worker), read with
     ss: on 127.0.0.1 or ::1 only. Before, the worker listened on 0.0.0.0 and [::] and ran a direct `run` RPC
     as root; the scheduler's HTTP server listened on 0.0.0.0."""
-    proc = subprocess.Popen([sys.executable, "-m", "guestbench", "fleet", "local", "1", "--backend", "uml"], cwd=ROOT,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, address, settings = fleet_local(1)
     try:
-        assert proc.stdout is not None
-        address = proc.stdout.readline().strip()
-        assert address.startswith("tcp://127.0.0.1:"), address
-        workers = _wait("the worker", lambda: _cluster_workers(address), START_S, every=1.0)
+        assert address.startswith("tls://127.0.0.1:"), address
+        workers = _wait("the worker", lambda: _cluster_workers(address, tls_security(settings)), START_S, every=1.0)
         worker_port = int(next(iter(workers.values()))["address"].rsplit(":", 1)[1])
         # the worker's HTTP server may start just after it registers: wait for its two sockets
         sockets = _wait("the worker's sockets", lambda: (s := _listening(_tree(proc.pid))) and len(s) >= 4 and s,
@@ -154,6 +156,70 @@ def test_fleet_local_listens_on_loopback_only_and_its_worker_is_unreachable_from
         proc.wait(timeout=300)
     assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
     assert processes_mentioning(address) == []
+
+
+def _identity(address: str, security: Any) -> dict[str, Any]:
+    """The `identity` RPC of the Dask server at `address`, asked as a client with `security` (None: none)."""
+    from distributed.core import rpc
+
+    async def ask() -> dict[str, Any]:
+        args = security.get_connection_args("client") if security is not None else {}
+        async with rpc(address, timeout=5, connection_args=args) as r:
+            return dict(await r.identity())
+
+    return asyncio.run(asyncio.wait_for(ask(), REACH_S))
+
+
+def _refused(what: str, attempt: Callable[[], object]) -> None:
+    """`attempt` fails (Dask: refused, closed or timed out at the handshake), within REACH_S."""
+    t0 = time.monotonic()
+    with pytest.raises((OSError, TimeoutError, asyncio.TimeoutError)):
+        attempt()
+    assert time.monotonic() - t0 < REACH_S, f"{what} took {time.monotonic() - t0:.1f} s to fail"
+
+
+@pytest.mark.launch
+def test_fleet_local_speaks_tls_only_to_its_own_certificate_kept_private_and_removed_at_ctrl_c(tmp_path: Path) -> None:
+    """Any local user could submit work to the scheduler of `fleet local` (plain tcp:// on loopback), or ask a
+    worker directly, and have it run as root. Now: without a certificate from the fleet's own CA (plain tcp://,
+    or TLS with another CA) neither the scheduler nor the worker lets a client in; the certificates are in a
+    0700 directory of root's (keys 0600, unreadable by nobody), gone after Ctrl-C."""
+    from distributed import Client
+    from distributed.security import Security
+
+    proc, address, settings = fleet_local(1)
+    private = Path(settings["DASK_DISTRIBUTED__COMM__TLS__CA_FILE"]).parent
+    try:
+        assert address.startswith("tls://127.0.0.1:"), address
+        ours = tls_security(settings)
+        worker = next(iter(_wait("the worker", lambda: _cluster_workers(address, ours), START_S, every=1.0).values()))
+        assert _identity(worker["address"], ours)["type"] == "Worker"  # with the fleet's certificate: in
+        st = os.lstat(private)
+        assert (stat.S_IMODE(st.st_mode), st.st_uid, stat.S_ISDIR(st.st_mode)) == (0o700, 0, True), private
+        pems = sorted(private.glob("*.pem"))
+        assert len(pems) == 3 and all(stat.S_IMODE(os.lstat(p).st_mode) == 0o600 for p in pems), pems
+        key = settings["DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"]
+        assert subprocess.run(["runuser", "-u", "nobody", "--", "cat", key], capture_output=True).returncode != 0
+        other = Security(require_encryption=True, **{f"tls_{k}": v for k, v in zip(
+            ("ca_file", "client_cert", "client_key"), _other_ca(tmp_path))})
+        plain = {"tcp": address.replace("tls://", "tcp://"), "tls": address}
+        for scheme, sec in (("tcp", None), ("tls", other)):
+            _refused(f"a {scheme} client of the scheduler", lambda: Client(
+                plain[scheme], timeout=5, set_as_default=False, security=sec).close())
+            _refused(f"a {scheme} client of the worker", lambda: _identity(
+                worker["address"].replace("tls://", f"{scheme}://"), sec))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=300)
+    assert proc.returncode == 0
+    assert not os.path.lexists(private), sorted(os.listdir(private))
+
+
+def _other_ca(tmp: Path) -> tuple[str, str, str]:
+    """A CA of another's, self-made: its certificate, doubling as the client's, and key."""
+    env = _tls_settings(tmp)
+    return (env["DASK_DISTRIBUTED__COMM__TLS__CA_FILE"], env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT"],
+            env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"])
 
 
 @pytest.mark.launch

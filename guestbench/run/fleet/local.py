@@ -1,10 +1,16 @@
 """`guestbench fleet local N`: a Dask scheduler and N guestbench workers on this machine, as subprocesses, until a
 signal. For trying fleet runs on one machine (and for the tests): the workers share this host, so their samples
-are taken on a busy host whenever two measure at once, and the results say so (busy check)."""
+are taken on a busy host whenever two measure at once, and the results say so (busy check).
+
+The fleet speaks mutual TLS with throw-away certificates (ephemeral.py) kept in its private directory, so only
+root, who can read them, can reach the scheduler or a worker: not any local user, as a plain tcp:// loopback
+address would let. The directory, keys included, goes when the fleet stops."""
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -13,8 +19,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from guestbench import owned
 from guestbench.errors import UserError
 from guestbench.paths import remove_tree
+from guestbench.run.fleet import ephemeral
 
 START_S = 60.0  # how long the scheduler may take to write its address
 STOP_S = 200.0  # how long the workers may take to stop (their keeper waits for host runs to clean up)
@@ -25,10 +33,20 @@ class LocalCluster:
 
     def __init__(self, workers: int, backends: str | None, say: Callable[[str], None]) -> None:
         self.say = say
-        self.dir = Path(tempfile.mkdtemp(prefix="guestbench-fleet-local-"))
+        self.dir = Path(tempfile.mkdtemp(prefix="fleet-local-", dir=owned.runtime_dir()))  # 0700, root's
         self.procs: list[subprocess.Popen[bytes]] = []
+        try:
+            tls = ephemeral.make(self.dir)
+        except BaseException:
+            remove_tree(self.dir)
+            raise
+        self.client_settings = ephemeral.client_settings(tls)
+        self.env = {**os.environ, **tls}
         sched_file = self.dir / "scheduler.json"
         self.scheduler = self._start([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                                      "--protocol", "tls", "--tls-ca-file", tls[f"{ephemeral.ENV}TLS__CA_FILE"],
+                                      "--tls-cert", tls[f"{ephemeral.ENV}TLS__SCHEDULER__CERT"],
+                                      "--tls-key", tls[f"{ephemeral.ENV}TLS__SCHEDULER__KEY"],
                                       "--port", "0", "--no-dashboard", "--dashboard-address", "127.0.0.1:0",
                                       "--scheduler-file", str(sched_file)])  # its HTTP server too: loopback only
         self.address = self._address(sched_file)
@@ -40,7 +58,8 @@ class LocalCluster:
             self._start(cmd)
 
     def _start(self, cmd: list[str]) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=open(self.dir / f"{len(self.procs)}.log", "wb"))
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=self.env,
+                                stderr=open(self.dir / f"{len(self.procs)}.log", "wb"))
         self.procs.append(proc)
         return proc
 
@@ -57,6 +76,10 @@ class LocalCluster:
                 time.sleep(0.1)
         self.close()
         raise UserError(f"the Dask scheduler did not start within {START_S:g} s", source="guestbench fleet local")
+
+    def exports(self) -> str:
+        """The shell line that lets root's `guestbench scenario --cluster ADDRESS` in: Dask's client settings."""
+        return "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in self.client_settings.items())
 
     def wait(self) -> None:
         """Until a signal, or until the scheduler ends."""
