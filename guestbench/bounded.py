@@ -50,24 +50,9 @@ def read_bytes(path: str | Path, what: str, cap: int = MAX_FILE_BYTES, hint: str
     """The contents of the regular file at `path` (a `what`, e.g. "scenario file"), at most `cap` bytes; a
     UserError naming the path otherwise. `hint` says what to give instead when the file is missing."""
     source = str(path)
+    fd = _open_regular(path, what, hint)
     try:
-        before = os.stat(path)
-        if stat.S_ISDIR(before.st_mode):
-            raise UserError(f"is a directory; give the path of a {what}", source=source)
-        if not stat.S_ISREG(before.st_mode):
-            raise UserError(f"is {_kind(before.st_mode)}, not a regular file; allowed: a {what} (a regular file)",
-                            source=source)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise UserError(f"no such {what}" + (f"; {hint}" if hint else ""), source=source) from None
-    except OSError as e:
-        raise UserError(f"cannot read {what}: {e.strerror or e}", source=source) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino):
-            raise UserError(f"changed while it was opened (now {_kind(st.st_mode)}); allowed: a {what} (a regular "
-                            "file)", source=source)
-        _check_size(st.st_size, what, cap, source)
+        _check_size(os.fstat(fd).st_size, what, cap, source)
         chunks, got = [], 0
         while chunk := os.read(fd, min(1 << 16, cap + 1 - got)):
             chunks.append(chunk)
@@ -80,6 +65,31 @@ def read_bytes(path: str | Path, what: str, cap: int = MAX_FILE_BYTES, hint: str
         raise UserError(f"cannot read {what}: {e.strerror or e}", source=source) from None
     finally:
         os.close(fd)
+
+
+def _open_regular(path: str | Path, what: str, hint: str) -> int:
+    """A descriptor open for reading on `path` once it is known to be a regular file. The path is first opened
+    with O_PATH, which opens nothing (no wait on a FIFO, no device's open side effects) and checked with fstat;
+    only then is the very file checked opened for reading, through /proc/self/fd."""
+    source = str(path)
+    try:
+        handle = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise UserError(f"no such {what}" + (f"; {hint}" if hint else ""), source=source) from None
+    except OSError as e:
+        raise UserError(f"cannot read {what}: {e.strerror or e}", source=source) from None
+    try:
+        mode = os.fstat(handle).st_mode
+        if stat.S_ISDIR(mode):
+            raise UserError(f"is a directory; give the path of a {what}", source=source)
+        if not stat.S_ISREG(mode):
+            raise UserError(f"is {_kind(mode)}, not a regular file; allowed: a {what} (a regular file)",
+                            source=source)
+        return os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as e:
+        raise UserError(f"cannot read {what}: {e.strerror or e}", source=source) from None
+    finally:
+        os.close(handle)
 
 
 def _check_size(size: int, what: str, cap: int, source: str) -> None:

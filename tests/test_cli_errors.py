@@ -137,7 +137,7 @@ CASES: dict[str, Case] = {
     "no-subcommand": Case((), ("command line", "required: command")),
     # ---- show
     "show-missing": Case(("show", "{d}/nope.json"), ("guestbench: {d}/nope.json: no such results file",)),
-    "show-directory": Case(("show", "{d}"), ("{d}: is a directory; a results file must be a regular file",)),
+    "show-directory": Case(("show", "{d}"), ("{d}: is a directory; give the path of a results file",)),
     "show-not-json": Case(("show", "{d}/text.json"), ("{d}/text.json: not valid JSON (line 1, column 1)",
                                                       "expected a guestbench results file")),
     "show-binary": Case(("show", "{d}/binary.json"), ("{d}/binary.json: not valid JSON",)),

@@ -483,7 +483,7 @@ def bad(tmp_path: Path) -> Path:
     (["{d}/nope.json", "--output", "{d}/out"], "{d}/nope.json: no such results file"),
     (["{d}/other.json", "--output", "{d}/out"], "{d}/other.json: not a guestbench results file"),
     (["{d}/a-file", "--output", "{d}/out"], "{d}/a-file: not valid JSON"),
-    (["{d}", "--output", "{d}/out"], "{d}: is a directory; a results file must be a regular file"),
+    (["{d}", "--output", "{d}/out"], "{d}: is a directory; give the path of a results file"),
     (["{real}", "--output", "{d}/a-file"], "report directory {d}/a-file is a regular file; expected a directory"),
     (["{real}", "--output", "{d}/a-file/sub"], "report directory {d}/a-file/sub: {d}/a-file is a regular file; "
                                                "expected a directory"),

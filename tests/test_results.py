@@ -245,7 +245,7 @@ def test_load_results_missing(tmp_path: Path) -> None:
 
 
 def test_load_results_directory(tmp_path: Path) -> None:
-    assert "is a directory; a results file must be a regular file" in load_error(tmp_path)
+    assert "is a directory; give the path of a results file" in load_error(tmp_path)
 
 
 def test_load_results_not_json(tmp_path: Path) -> None:
