@@ -252,3 +252,33 @@ def test_an_insecure_worker_listens_on_the_address_that_reaches_its_scheduler(tm
             worker.wait(timeout=300)
         sched.terminate()
         sched.wait(timeout=30)
+
+
+def test_the_directory_of_a_killed_fleet_local_is_swept_at_the_next_start_and_no_one_elses(tmp_path: Path) -> None:
+    """What a SIGKILLed `fleet local` leaves (its keys) goes when the next one starts; a live one's directory, and
+    one another user made, stay. Real processes: an owner that exits, one that lives, and the user nobody."""
+    from guestbench import rundirs
+    from guestbench.run.fleet import local
+
+    root = tmp_path / "run"
+    root.mkdir(mode=0o755)
+    make = f"from guestbench import rundirs; from pathlib import Path; print(rundirs.make(Path({str(root)!r}), 'fleet-local-'))"
+    dead = Path(subprocess.run([sys.executable, "-c", make], cwd=ROOT, capture_output=True, text=True,
+                               check=True).stdout.strip())
+    (dead / "key.pem").write_text("secret")
+    live_proc = subprocess.Popen([sys.executable, "-c", make + "; import sys; sys.stdout.flush(); sys.stdin.read()"],
+                                 cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert live_proc.stdout is not None
+        live = Path(live_proc.stdout.readline().strip())
+        strangers = root / "fleet-local-nobody"
+        strangers.mkdir(mode=0o755)
+        (strangers / rundirs.OWNER_FILE).write_text('{"pid": 1, "start": 0}')
+        shutil.chown(strangers, "nobody")
+        shutil.chown(strangers / rundirs.OWNER_FILE, "nobody")
+        log = local.sweep_dead(root)
+        assert not dead.exists() and live.is_dir() and strangers.is_dir(), log
+        assert any("removed" in line and str(dead) in line for line in log), log
+        assert any("left alone" in line and "fleet-local-nobody" in line for line in log), log
+    finally:
+        live_proc.communicate(timeout=30)

@@ -14,16 +14,17 @@ import shlex
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
-from guestbench import owned
+from guestbench import owned, rundirs
 from guestbench.errors import UserError
 from guestbench.paths import remove_tree
+from guestbench.storage.host_sys import users
 from guestbench.run.fleet import ephemeral
 
+PREFIX = "fleet-local-"
 START_S = 60.0  # how long the scheduler may take to write its address
 STOP_S = 200.0  # how long the workers may take to stop (their keeper waits for host runs to clean up)
 
@@ -33,7 +34,10 @@ class LocalCluster:
 
     def __init__(self, workers: int, backends: str | None, say: Callable[[str], None]) -> None:
         self.say = say
-        self.dir = Path(tempfile.mkdtemp(prefix="fleet-local-", dir=owned.runtime_dir()))  # 0700, root's
+        for line in sweep_dead(owned.runtime_dir()):
+            say(f"fleet local: swept: {line}")
+        self.dir = rundirs.make(owned.runtime_dir(), PREFIX)
+        os.chmod(self.dir, 0o700)  # root's alone: it holds the fleet's keys
         self.procs: list[subprocess.Popen[bytes]] = []
         try:
             tls = ephemeral.make(self.dir)
@@ -117,3 +121,18 @@ def _hostname() -> str:
     import socket
 
     return socket.gethostname().split(".")[0] or "local"
+
+
+def sweep_dead(root: Path) -> list[str]:
+    """The directories of this user's earlier `fleet local`s that died without cleaning up (SIGKILL): keys,
+    logs. One is kept while a process still names it (its scheduler or a worker, still running)."""
+    found = rundirs.claim_dead(root, PREFIX)
+    done = list(found.log)
+    for d in found.claimed:
+        if using := users(d):
+            done.append(f"kept {d}: process {using[0]} still uses it")
+            found.release(d)
+        else:
+            remove_tree(d)
+            done.append(f"removed {d} (its fleet local died)")
+    return done
