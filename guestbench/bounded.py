@@ -13,6 +13,7 @@ and the file finally read is checked as above. Every refusal is a UserError (exi
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,19 @@ class _BoundedConstructor(SafeConstructor):
         return super().construct_yaml_float(node)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _construct_str(self: _BoundedConstructor, node: Any) -> Any:
+    """A string, which a "\\uD800" escape would make a lone surrogate: not text, refused where it stands."""
+    value = SafeConstructor.construct_yaml_str(self, node)
+    if isinstance(value, str) and _SURROGATE.search(value):
+        raise yaml.constructor.ConstructorError(None, None, "a lone surrogate (a \\uD8xx escape) is not text; "
+                                                "allowed: UTF-8 text", node.start_mark)
+    return value
+
+
+_BoundedConstructor.add_constructor("tag:yaml.org,2002:str", _construct_str)
 _BoundedConstructor.add_constructor("tag:yaml.org,2002:int", _BoundedConstructor.construct_yaml_int)
 _BoundedConstructor.add_constructor("tag:yaml.org,2002:float", _BoundedConstructor.construct_yaml_float)
 

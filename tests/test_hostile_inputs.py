@@ -280,3 +280,16 @@ def test_a_command_matrix_value_with_escape_sequences_labels_its_cell_escaped() 
     doc = {"name": "x", "measurements": [{"measurement": "command", "matrix": {"argv": [["echo", "\x1b[2J"], ["true"]]}}]}
     labels = [m.label for m in parse_scenario(doc, "src").measurements]
     assert labels == ["command.echo '\\x1b[2J'", "command.true"]
+
+
+def test_a_lone_surrogate_escape_is_refused_wherever_it_stands(tmp_path: Path) -> None:
+    """"\\ud800" in YAML decodes to a lone surrogate, which no terminal or program can take (it was exit 70 from
+    the name's title, and from argv and env in the dry run's table)."""
+    for body in ('name: "\\ud800"\nmeasurements: [startup]\n',
+                 'name: s\nmeasurements: [{measurement: command, argv: ["true", "a\\ud800"], env: {A: "\\udc00"}}]\n'):
+        sc = tmp_path / "s.yaml"
+        sc.write_text(body)
+        done = subprocess.run([sys.executable, "-m", "guestbench", "scenario", str(sc), "--dry-run"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        line = done.stderr.rstrip("\n")
+        assert done.returncode == 2 and "\n" not in line and "lone surrogate" in line, done.stderr[-2000:]

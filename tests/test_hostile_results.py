@@ -215,3 +215,14 @@ def test_values_the_model_allows_are_shown_not_an_internal_error(tmp_path: Path,
     path.write_text(json.dumps(doc))
     done = _guestbench("show", *(["--json"] if case == "seconds-1e308" else []), str(path))
     assert done.returncode == 0 and "internal error" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("command", ["show", "compare", "report"])
+def test_a_lone_surrogate_in_a_results_file_is_one_line(tmp_path: Path, command: str) -> None:
+    doc = _shipped()
+    doc["scenario"]["name"] = "x\ud800"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))  # ensure_ascii: the surrogate as a \ud800 escape, as a hostile file has it
+    args = {"show": ["show", str(bad)], "compare": ["compare", str(SHIPPED), str(bad)],
+            "report": ["report", str(bad), "-o", str(tmp_path / "out")]}[command]
+    _refused(_guestbench(*args), "lone surrogate")

@@ -58,7 +58,12 @@ def loads(data: bytes, source: str, expected: str) -> Any:
     except UnicodeDecodeError:
         raise UserError(f"not valid JSON (not UTF-8 text); expected {expected}", source=source) from None
     try:
-        return json.loads(text, parse_int=_int, parse_float=_float)
+        doc = json.loads(text, parse_int=_int, parse_float=_float)
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")  # a \uD800 escape decodes to a lone surrogate: not text
+        return doc
+    except UnicodeEncodeError:
+        raise UserError(f"a string holds a lone surrogate (a \\uD8xx escape), which is not text; expected {expected}",
+                        source=source) from None
     except json.JSONDecodeError as e:
         raise UserError(f"not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}; expected {expected}",
                         source=source) from None
