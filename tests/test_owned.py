@@ -378,18 +378,48 @@ def test_the_old_shared_paths_are_never_used_or_touched(old_paths: Path) -> None
         assert not any(p.is_relative_to(d) for d in (Path("/tmp"), Path("/var/tmp"))), p
 
 
+# `guestbench fleet local 1` until its worker has joined (seen through its own TLS settings), then Ctrl-C: its exit
+# status
+FLEET_LOCAL = """
+import shlex, signal, subprocess, sys, time
+from distributed import Client
+from distributed.security import Security
+proc = subprocess.Popen([sys.executable, "-m", "guestbench", "fleet", "local", "1", "--backend", "uml"],
+                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+try:
+    address = proc.stdout.readline().strip()
+    lines = [proc.stderr.readline() for _ in range(2)]
+    settings = dict(w.split("=", 1) for w in shlex.split(lines[1].split(": export ")[1]))
+    tls = "DASK_DISTRIBUTED__COMM__TLS__"
+    security = Security(require_encryption=True, tls_ca_file=settings[tls + "CA_FILE"],
+                        tls_client_cert=settings[tls + "CLIENT__CERT"], tls_client_key=settings[tls + "CLIENT__KEY"])
+    deadline = time.monotonic() + 180
+    with Client(address, security=security, timeout=60) as client:
+        while not client.scheduler_info()["workers"]:
+            assert time.monotonic() < deadline and proc.poll() is None, "no worker joined"
+            time.sleep(0.5)
+finally:
+    proc.send_signal(signal.SIGINT)
+    status = proc.wait(timeout=300)
+    print(proc.stderr.read()[-2000:], file=sys.stderr)
+sys.exit(status)
+"""
+
+
 @pytest.mark.launch
 @pytest.mark.timeout(1200)
-def test_a_run_doctor_and_exec_work_beside_every_old_path_another_user_made(old_paths: Path, drop: Path) -> None:
+def test_a_run_doctor_exec_and_fleet_local_work_beside_every_old_path_another_user_made(old_paths: Path,
+                                                                                        drop: Path) -> None:
     # the scenario and results live in the session's directory: /tmp is the namespace's own
     sc = write_scenario(drop / "s.yaml", "name: beside\nrepetitions: 1\nwarmup: 0\nmeasurements: [startup]\n")
     gb = [sys.executable, "-m", "guestbench"]
-    (run, doctor, exec_) = in_namespace([[*gb, "scenario", str(sc), "--backend", "uml", "--results", str(drop / "r")],
-                                         [*gb, "doctor", "--backend", "uml", "--json"],
-                                         [*gb, "exec", "uml", "--", "guestfish", "-a", "/dev/null", "run"]],
-                                        hide=[], timeout=600)
-    assert exec_[0] == 0, exec_[2][-3000:]
+    run, doctor, exec_, fleet = in_namespace([[*gb, "scenario", str(sc), "--backend", "uml", "--results", str(drop / "r")],
+                                              [*gb, "doctor", "--backend", "uml", "--json"],
+                                              [*gb, "exec", "uml", "--", "guestfish", "-a", "/dev/null", "run"],
+                                              [sys.executable, "-c", FLEET_LOCAL]], hide=[], timeout=600)
     assert run[0] == 0, run[2][-3000:]
+    assert exec_[0] == 0, exec_[2][-3000:]
+    assert fleet[0] == 0, fleet[2][-3000:]
     (results,) = (drop / "r").glob("*.json")
     (cell,) = json.loads(results.read_text())["cells"]
     assert cell["failures"] == [] and len(cell["samples"]) == 1, cell
