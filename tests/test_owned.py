@@ -413,10 +413,11 @@ def test_a_run_doctor_exec_and_fleet_local_work_beside_every_old_path_another_us
     # the scenario and results live in the session's directory: /tmp is the namespace's own
     sc = write_scenario(drop / "s.yaml", "name: beside\nrepetitions: 1\nwarmup: 0\nmeasurements: [startup]\n")
     gb = [sys.executable, "-m", "guestbench"]
-    run, doctor, exec_, fleet = in_namespace([[*gb, "scenario", str(sc), "--backend", "uml", "--results", str(drop / "r")],
-                                              [*gb, "doctor", "--backend", "uml", "--json"],
-                                              [*gb, "exec", "uml", "--", "guestfish", "-a", "/dev/null", "run"],
-                                              [sys.executable, "-c", FLEET_LOCAL]], hide=[], timeout=600)
+    commands = [[*gb, "scenario", str(sc), "--backend", "uml", "--results", str(drop / "r")],
+                [*gb, "doctor", "--backend", "uml", "--json"],
+                [*gb, "exec", "uml", "--", "guestfish", "-a", "/dev/null", "run"],
+                [sys.executable, "-c", FLEET_LOCAL]]
+    run, doctor, exec_, fleet = in_namespace(commands, hide=[], timeout=600)
     assert run[0] == 0, run[2][-3000:]
     assert exec_[0] == 0, exec_[2][-3000:]
     assert fleet[0] == 0, fleet[2][-3000:]
