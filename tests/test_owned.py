@@ -294,11 +294,18 @@ IN_NAMESPACE = r"""
 import json, os, subprocess, sys
 def listing(d):
     return sorted((p, os.lstat(os.path.join(d, p)).st_uid, os.lstat(os.path.join(d, p)).st_mode) for p in os.listdir(d))
+req = json.loads(sys.argv[1])
+# a /tmp of this namespace's own, where nobody plants the old registry; what must stay reachable in the real /tmp
+# (the checkout and its venv, when it lives there as a CI clone may) is bound back from it
+subprocess.run(["mount", "--bind", "/tmp", req["stash"]], check=True)
 subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777,size=512m", "tmpfs", "/tmp"], check=True)
+for keep in req["keep"]:
+    if keep.startswith("/tmp/"):
+        os.makedirs(keep, exist_ok=True)
+        subprocess.run(["mount", "--bind", req["stash"] + keep[len("/tmp"):], keep], check=True)
 subprocess.run(["runuser", "-u", "nobody", "--", "sh", "-c", "mkdir -m 1777 /tmp/guestbench-runs && "
                 "mkfifo -m 666 /tmp/guestbench-runs/zzz.run && ln -s /etc/shadow /tmp/guestbench-runs/s.run"],
                check=True, stdin=subprocess.DEVNULL)
-req = json.loads(sys.argv[1])
 before = listing("/tmp/guestbench-runs")
 for d in req["hide"]:
     subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755,size=64m", "tmpfs", d], check=True)
@@ -316,10 +323,16 @@ print(json.dumps({"results": results, "before": before, "after": listing("/tmp/g
 def in_namespace(commands: list[list[str]], hide: list[str], timeout: float) -> list[list]:
     """Run `commands` one after another in a private mount namespace (IN_NAMESPACE); their [status, out, err]."""
     env = {k: v for k, v in os.environ.items() if k != neighbours.RUNS_DIR_ENV}
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-c", IN_NAMESPACE,
-                           json.dumps({"commands": commands, "hide": hide, "timeout": timeout})],
-                          capture_output=True, text=True, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                          timeout=timeout * len(commands) + 60)
+    stash = Path(tempfile.mkdtemp(prefix="realtmp-", dir=session_tmp_path()))
+    keep = [str(ROOT), os.path.realpath(sys.prefix)]
+    try:
+        proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-c",
+                               IN_NAMESPACE, json.dumps({"commands": commands, "hide": hide, "timeout": timeout,
+                                                         "stash": str(stash), "keep": keep})],
+                              capture_output=True, text=True, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                              timeout=timeout * len(commands) + 60)
+    finally:
+        stash.rmdir()
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["before"] == out["after"] and [n for n, *_ in out["after"]] == ["s.run", "zzz.run"], out
