@@ -150,6 +150,22 @@ def check_replaceable(path: Path, what: str = "output") -> None:
         os.close(dfd)
 
 
+def _temp(dfd: int, name: str, data: bytes, mode: int) -> str:
+    """A new file in the directory `dfd` holding `data` (written, `mode`, fsynced): its name."""
+    tmp = f".{name[:SHOWN_NAME]}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, _NEW_FLAGS, 0o600, dir_fd=dfd)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+    except BaseException:
+        os.unlink(tmp, dir_fd=dfd)
+        raise
+    return tmp
+
+
 def replace_file(path: Path, data: bytes, mode: int = 0o600, what: str = "output") -> None:
     """Write `data` to `path` atomically (temp file, fsync, rename, fsync of the directory), its directory made if
     missing, after the checks above; `mode` 0600 for what is the user's alone, 0644 for what is meant to share."""
@@ -158,14 +174,8 @@ def replace_file(path: Path, data: bytes, mode: int = 0o600, what: str = "output
     dfd = os.open(resolve_dir(path.parent, what, make=True, shown=path), _DIR_FLAGS)
     try:
         _check_target(dfd, path.name, path, what)
-        tmp = f".{path.name[:SHOWN_NAME]}.{secrets.token_hex(6)}.tmp"
-        fd = os.open(tmp, _NEW_FLAGS, 0o600, dir_fd=dfd)
+        tmp = _temp(dfd, path.name, data, mode)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fchmod(f.fileno(), mode)
-                os.fsync(f.fileno())
             _check_target(dfd, path.name, path, what)  # again, as late as can be: the window is one rename
             os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
         except BaseException:
@@ -179,22 +189,28 @@ def replace_file(path: Path, data: bytes, mode: int = 0o600, what: str = "output
         os.close(dfd)
 
 
-def reserve(directory: Path, stem: str, suffix: str, what: str, mode: int = 0o600) -> Path:
-    """`directory/<stem><suffix>`, or `<stem>-2<suffix>`, `-3`, ...: the first name nobody has, made empty with
-    O_CREAT|O_EXCL so that two processes asking at once never get the same one (a check, then a create, would:
-    96 of 100 pairs of runs started in the same second did). The directory is made if missing."""
+def reserve(directory: Path, stem: str, suffix: str, what: str, mode: int = 0o600, content: bytes = b"") -> Path:
+    """`directory/<stem><suffix>`, or `<stem>-2<suffix>`, `-3`, ...: the first name nobody has, made holding
+    `content` so that two processes asking at once never get the same one (a check, then a create, would: 96 of
+    100 pairs of runs started in the same second did), and no reader ever sees it empty: the content is written
+    to a temp file first, which link(2) then gives the name, failing as O_CREAT|O_EXCL does when it is taken.
+    The directory is made if missing."""
     _check_name(f"{stem}{suffix}", directory / f"{stem}{suffix}", what)
     dfd = os.open(resolve_dir(directory, what, make=True), _DIR_FLAGS)
     try:
-        for n in range(1, MAX_RESERVE + 1):
-            name = f"{stem}{suffix}" if n == 1 else f"{stem}-{n}{suffix}"
-            try:
-                os.close(os.open(name, _NEW_FLAGS, mode, dir_fd=dfd))
-            except FileExistsError:
-                continue
-            except OSError as e:
-                raise UnsafeOutput(f"{what} {_short(directory / name)}: cannot make it: {e.strerror}") from None
-            return directory / name
+        tmp = _temp(dfd, stem, content, mode)
+        try:
+            for n in range(1, MAX_RESERVE + 1):
+                name = f"{stem}{suffix}" if n == 1 else f"{stem}-{n}{suffix}"
+                try:
+                    os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+                except FileExistsError:
+                    continue
+                except OSError as e:
+                    raise UnsafeOutput(f"{what} {_short(directory / name)}: cannot make it: {e.strerror}") from None
+                return directory / name
+        finally:
+            os.unlink(tmp, dir_fd=dfd)
     finally:
         os.close(dfd)
     raise UnsafeOutput(f"{what}: {MAX_RESERVE} files named {_short(stem)}*{suffix} already exist in "

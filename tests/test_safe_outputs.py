@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -267,3 +268,29 @@ def test_the_level1_tar_is_bounded_in_members_and_bytes(tmp_path: Path) -> None:
     with pytest.raises(GuestError, match="more than 10000 bytes"):
         extract_output(archive, tmp_path / "b", max_bytes=10_000)
     assert len(extract_output(archive, tmp_path / "c")) == 0 and len(list((tmp_path / "c").iterdir())) == 50
+
+
+def test_a_reserved_results_file_is_never_seen_empty(tmp_path: Path) -> None:
+    """A reader polling the results directory (a user's `show`, a test waiting for the first sample) finds each new
+    results file whole from its first instant: it is reserved holding the run's first document."""
+    stop, empty = threading.Event(), []
+
+    def reader() -> None:
+        while not stop.is_set():
+            for p in tmp_path.glob("*.json"):
+                try:
+                    if p.stat().st_size == 0:
+                        empty.append(p)
+                except FileNotFoundError:
+                    pass
+
+    watcher = threading.Thread(target=reader)
+    watcher.start()
+    try:
+        for _ in range(200):
+            results_path(tmp_path, "s", when=0, content=b'{"status": "running"}')
+    finally:
+        stop.set()
+        watcher.join()
+    assert empty == [] and len(list(tmp_path.glob("*.json"))) == 200
+    assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".json")] == []  # no temp file left

@@ -44,12 +44,13 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None, what: s
 SLUG_CHARS = 80  # of a scenario's name in its results file's name: a file name has at most 255 bytes
 
 
-def results_path(directory: Path, scenario_name: str, when: float | None = None) -> Path:
-    """`results/<UTC timestamp>-<scenario>.json` (`-2`, `-3`, ... when taken), reserved: made empty with O_EXCL,
-    so that runs started in the same second never share one; the run then replaces its content, never another's."""
+def results_path(directory: Path, scenario_name: str, when: float | None = None, content: bytes = b"") -> Path:
+    """`results/<UTC timestamp>-<scenario>.json` (`-2`, `-3`, ... when taken), reserved holding `content` in one
+    step (safe_write.reserve), so that runs started in the same second never share one and no reader sees it
+    empty; the run then replaces its content, never another's."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when if when is not None else time.time()))
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", scenario_name).strip("-")[:SLUG_CHARS] or "scenario"
-    return safe_write.reserve(directory, f"{stamp}-{slug}", ".json", "results file")
+    return safe_write.reserve(directory, f"{stamp}-{slug}", ".json", "results file", content=content)
 
 
 class ResultsFile:
@@ -60,15 +61,22 @@ class ResultsFile:
     model first, so a writer that drifts from the documented format fails where it writes.
     """
 
-    def __init__(self, path: Path, doc: dict[str, Any]) -> None:
-        self.path = path
+    def __init__(self, path: Path | None, doc: dict[str, Any], directory: Path | None = None) -> None:
+        """Saved at once to `path`; or, given `directory` instead, to a new results file reserved there for it."""
         self.doc = doc
         self.lock = threading.RLock()  # concurrent appliances record into one document
-        self.save()
+        if path is None:
+            assert directory is not None
+            self.path = results_path(directory, str(doc["scenario"].get("name") or ""), content=self._data())
+        else:
+            self.path = path
+            self.save()
 
     @classmethod
-    def create(cls, path: Path, *, scenario: dict[str, Any], host: dict[str, Any],
-               command: list[str], guestbench: dict[str, Any]) -> "ResultsFile":
+    def create(cls, where: Path, *, scenario: dict[str, Any], host: dict[str, Any],
+               command: list[str], guestbench: dict[str, Any], new: bool = False) -> "ResultsFile":
+        """A new run's document, saved to the file `where`; with `new`, to a new results file in the directory
+        `where` (results_path), named after the scenario."""
         doc: dict[str, Any] = {
             "schema": SCHEMA,
             "schema_version": SCHEMA_VERSION,
@@ -82,14 +90,17 @@ class ResultsFile:
             "backends": {},
             "cells": [],
         }
-        return cls(path, doc)
+        return cls(None, doc, where) if new else cls(where, doc)
+
+    def _data(self) -> bytes:
+        data = _encode(self.doc)  # not JSON (a set, an object): TypeError here, the file is untouched
+        if validate.enabled():
+            validate.check(json.loads(data), str(getattr(self, "path", "new results file")))
+        return data
 
     def save(self) -> None:
         with self.lock:
-            data = _encode(self.doc)  # not JSON (a set, an object): TypeError here, the file is untouched
-            if validate.enabled():
-                validate.check(json.loads(data), str(self.path))
-            atomic_write_bytes(self.path, data, what="results file")
+            atomic_write_bytes(self.path, self._data(), what="results file")
 
     def set_backend(self, name: str, info: dict[str, Any]) -> None:
         self.doc["backends"][name] = info

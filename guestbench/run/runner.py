@@ -23,7 +23,7 @@ from guestbench.errors import Interrupted
 from guestbench.measurements import get as get_measurement
 from guestbench.nested.job import exit_problem
 from guestbench.paths import make_run_dir, remove_tree, workdir_for
-from guestbench.results import ResultsFile, results_path
+from guestbench.results import ResultsFile
 from guestbench.results import figures as cell_figures
 from guestbench.results import hosts as fleet_hosts
 from guestbench.run import lockstep
@@ -77,8 +77,8 @@ class Runner:
             self.console.print(f"swept: {line}", markup=False, highlight=False, style="dim", soft_wrap=True)
         cgroups.sweep()  # and its workers' control groups
         fp = host.fingerprint()
-        results = ResultsFile.create(results_path(self.opts.results_dir, self.sc.name), scenario=self.sc.to_dict(),
-                                     host=fp, command=list(self.opts.command), guestbench=fp["guestbench"])
+        results = ResultsFile.create(self.opts.results_dir, scenario=self.sc.to_dict(), host=fp,
+                                     command=list(self.opts.command), guestbench=fp["guestbench"], new=True)
         run_dir = make_run_dir()
         gate = Gate(results, self.console, self.executor, run_dir, reprobe=self.opts.reprobe,
                     probe_timeout=self.opts.probe_timeout, defer=self.opts.defer_probe, verbose=self.opts.verbose)

@@ -23,7 +23,7 @@ from guestbench import host as host_info
 from guestbench.backends import BACKENDS
 from guestbench.errors import Interrupted, UserError
 from guestbench.measurements import get as get_measurement
-from guestbench.results import Failure, ResultsFile, results_path, utc_now
+from guestbench.results import Failure, ResultsFile, utc_now
 from guestbench.run.fleet import address as fleet_address
 from guestbench.run.fleet import resources, task, tls
 from guestbench.run.record import progress_display
@@ -130,8 +130,8 @@ class FleetRun:
                                 source="command line", key=f"--cluster {self.opts.address}")
             fp = host_info.fingerprint()
             self.results = rf = ResultsFile.create(
-                results_path(results_dir, self.sc.name), scenario=self.sc.to_dict(), host=fp,
-                command=list(self.opts.command), guestbench=fp["guestbench"])
+                results_dir, scenario=self.sc.to_dict(), host=fp, command=list(self.opts.command),
+                guestbench=fp["guestbench"], new=True)
             with rf.lock:
                 rf.doc["hosts"] = {p.name: {"address": p.address, "resources": p.resources, "status": "starting"}
                                    for p in plans}
