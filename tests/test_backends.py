@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ from guestbench import host
 from guestbench.run import probe
 from guestbench.backends import BACKENDS
 from guestbench.backends.direct import MSR_QUIRK_FEATURE, msr_quirk_needed, write_qemu_wrapper
-from guestbench.backends.base import HandleConfig, qemu_path
+from guestbench.backends.base import HV_PATH_MAX, HandleConfig, hv_path, qemu_path
 from guestbench.paths import make_run_dir, remove_tree
 from guestbench.run.supervisor import Supervisor
 
@@ -177,3 +178,30 @@ def test_doctor_rejects_unknown_backend() -> None:
     proc = guestbench("doctor", "--backend", "tcg,bogus")
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "bogus" in proc.stderr and "allowed" in proc.stderr
+
+
+def test_a_wrapper_path_too_long_for_libguestfs_moves_to_a_short_one_of_its_cache_own(tmp_path: Path) -> None:
+    """libguestfs 1.48 overflows its QMP probe's command buffer for some hypervisor paths over 80 bytes."""
+    short = tmp_path / "c"
+    assert hv_path(short, "qemu") == short / "hv" / "qemu"
+    seen = set()
+    for n in range(1, 120):
+        cache = tmp_path / ("d" * n)
+        path = hv_path(cache, "qemu-kvm-no-arch-capabilities")
+        assert len(str(path)) <= HV_PATH_MAX
+        seen.add(path.parent if len(str(cache / "hv" / "qemu-kvm-no-arch-capabilities")) > HV_PATH_MAX else None)
+    assert len(seen - {None}) == len([n for n in range(1, 120) if len(str(tmp_path / ("d" * n) / "hv" /
+                                      "qemu-kvm-no-arch-capabilities")) > HV_PATH_MAX]), "two caches share one"
+
+
+@pytest.mark.launch  # a probe launch, killed at its 1 s deadline
+def test_a_cache_whose_wrapper_path_libguestfs_would_overflow_on_probes_tcg(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """An 89-byte wrapper path made the probing worker abort inside libguestfs ("corrupted size vs. prev_size")."""
+    cache = tmp_path / "cache"
+    cache = cache.with_name(cache.name + "x" * (89 - len(str(cache / "hv" / "qemu"))))
+    assert len(str(cache / "hv" / "qemu")) == 89
+    monkeypatch.setenv("GUESTBENCH_CACHE", str(cache))
+    proc = guestbench("doctor", "--json", "--backend", "tcg", "--refresh", "--probe-timeout", "1")
+    verdict = json.loads(proc.stdout)["backends"]["tcg"]
+    assert "did not finish within 1 s" in verdict["reason"], verdict

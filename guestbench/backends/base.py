@@ -5,6 +5,7 @@ A backend never launches anything itself: the worker launches, so that every lau
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from guestbench import owned
+from guestbench.errors import UserError
 from guestbench.appliance import appliance_dir
 from guestbench.paths import WORKDIR_ENV
 
@@ -136,6 +138,36 @@ class Backend:
         """Remove what a killed launch that kept its files in `workdir` left outside its process group
         (libvirt domains); never anything of another run or another libguestfs user. Returns what went."""
         return []
+
+
+# libguestfs 1.48 builds its QMP probe command (`echo ... | "<hv>" -display none ... -qmp stdio`) in a buffer
+# that it grows only once it is already full (lib/command.c, add_string): a piece that crosses the buffer's
+# first 256 bytes is written past its end. Whether that corrupts the heap (the worker aborts: "corrupted size
+# vs. prev_size") depends on the hypervisor path's length alone; a quoted path of 80 bytes or fewer never
+# crosses, for either probe (query-qmp-schema, query-kvm). Seen here: 89, 90, 96 and 97 bytes abort, others not.
+HV_PATH_MAX = 80
+
+
+def _quoted_len(path: Path) -> int:
+    """The path's length as libguestfs quotes it for sh (a backslash before each of $ ` \\ ")."""
+    text = str(path)
+    return len(text.encode()) + sum(text.count(c) for c in '$`\\"')
+
+
+def hv_path(cache_dir: Path, name: str) -> Path:
+    """Where the hypervisor wrapper `name` lives: in the cache, or, when the cache's path is too long for
+    libguestfs (HV_PATH_MAX), in a directory of that cache's own in guestbench's runtime directory (named by a
+    hash of the cache's path, so that two caches never share a wrapper); one line (exit 2) when both are."""
+    path = cache_dir / "hv" / name
+    if _quoted_len(path) <= HV_PATH_MAX:
+        return path
+    digest = hashlib.sha256(str(Path(os.path.abspath(cache_dir))).encode()).hexdigest()[:12]
+    short = owned.runtime_dir() / "hv" / digest / name
+    if _quoted_len(short) <= HV_PATH_MAX:
+        return short
+    raise UserError(f"the hypervisor wrapper's path {path} is {_quoted_len(path)} bytes, and {short} too long as "
+                    f"well: libguestfs 1.48 corrupts its memory on some paths over {HV_PATH_MAX}; set "
+                    "GUESTBENCH_CACHE or GUESTBENCH_TMPDIR to a shorter directory")
 
 
 def install_script(path: Path, text: str) -> Path:

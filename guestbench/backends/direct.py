@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from guestbench import host
-from guestbench.backends.base import (Availability, Backend, HandleConfig, common_preconditions, install_script,
-                                      qemu_path)
+from guestbench.backends.base import (Availability, Backend, HandleConfig, common_preconditions, hv_path,
+                                      install_script, qemu_path)
 
 # qemu aborts on PVM hosts when it sets IA32_ARCH_CAPABILITIES (MSR 0x10a) for `-cpu max`.
 MSR_QUIRK_FEATURE = "-arch-capabilities"
@@ -157,7 +157,7 @@ def write_qemu_wrapper(cache_dir: Path, qemu: str, msr_quirk: bool = False) -> P
     -arch-capabilities to every -cpu model (PVM hosts reject that MSR). Plain sh: no measurable launch time.
     """
     name = "qemu-kvm-no-arch-capabilities" if msr_quirk else "qemu"
-    path = cache_dir / "hv" / name
+    path = hv_path(cache_dir, name)
     quirk = (f'  if [ "$cpu_next" = 1 ]; then a="$a,{MSR_QUIRK_FEATURE}"; cpu_next=0; fi\n'
              '  [ "$a" = "-cpu" ] && cpu_next=1\n') if msr_quirk else ""
     what = "with KVM, minus the IA32_ARCH_CAPABILITIES MSR that PVM hosts reject" if msr_quirk else "as it is"

@@ -10,7 +10,8 @@ from typing import Any
 
 from guestbench import host
 from guestbench.appliance import UML_KERNEL, ApplianceError, appliance_dir, uml_kernel_version
-from guestbench.backends.base import Availability, Backend, HandleConfig, install_script, libguestfs_available
+from guestbench.backends.base import (Availability, Backend, HandleConfig, hv_path, install_script,
+                                      libguestfs_available)
 from guestbench.backends.uml.channel import CHANNEL_ENV
 
 PTRACE_TRACEME = 0
@@ -98,7 +99,7 @@ def _built(flavour: str) -> str | None:
 
 def write_hv_wrapper(cache_dir: Path) -> Path:
     """The program libguestfs runs as its hypervisor: guestbench's UML translator, in this interpreter."""
-    path = cache_dir / "hv" / "uml"
+    path = hv_path(cache_dir, "uml")
     text = f'#!/bin/sh\nexec {sys.executable} -m guestbench.backends.uml.hv "$@"\n'
     return install_script(path, text)
 
