@@ -313,7 +313,8 @@ def build_to(dest: Path, ins: dict[str, Any]) -> dict[str, Any]:
     (dest / INFO_FILE).write_text(json.dumps(info, indent=1) + "\n")
     os.chmod(dest, 0o755)
     for f in dest.iterdir():  # readable by libvirt's qemu user, writable by nobody else (built() checks)
-        os.chmod(f, (f.lstat().st_mode | 0o444) & ~0o022)
+        if not f.is_symlink():  # a link (a supermin build without --copy-kernel) would chmod its target
+            os.chmod(f, (f.lstat().st_mode | 0o444) & ~0o022)
     return info
 
 

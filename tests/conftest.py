@@ -19,8 +19,15 @@ from typing import Iterator
 import pytest
 
 from guestbench import cgroups
+from guestbench.run.supervisor import socket_dirs_of
+from suite_day import SuiteDay
 
 ROOT = Path(__file__).resolve().parent.parent
+# A user's own settings are not the tests' fixtures: guestbench's (a prebuilt appliance, the UML channel, a
+# control group), libguestfs's (memsize, debug, a fixed appliance path) and Dask's are cleared for the session.
+for _name in [n for n in os.environ if n.startswith(("GUESTBENCH_", "LIBGUESTFS_", "DASK_"))]:
+    if _name != "GUESTBENCH_TEST_TIMES":
+        del os.environ[_name]
 _SESSION_TMP = Path(tempfile.mkdtemp(prefix="gbtest-", dir="/var/tmp"))
 os.chmod(_SESSION_TMP, 0o755)
 os.environ["GUESTBENCH_CACHE"] = str(_SESSION_TMP / "cache")
@@ -36,15 +43,23 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """With GUESTBENCH_TEST_TIMES=FILE, each phase of each test appends its time there as it ends: a run that is
     stopped (CI's limit) still says where its time went, which --durations only prints at the end."""
     path = os.environ.get("GUESTBENCH_TEST_TIMES")
-    if path and report.duration >= 1.0:
+    if path and report.duration >= 1.0 and "PYTEST_XDIST_WORKER" not in os.environ:  # once: the controller's
         with open(path, "a") as f:
             f.write(f"{report.duration:8.1f} {report.when:8} {report.outcome:7} {report.nodeid}\n")
+
+
+_DAY = SuiteDay()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     import shutil
 
+    _DAY.collect(session, _SESSION_TMP)  # before the session's root, where some runs write, is removed
     shutil.rmtree(_SESSION_TMP, ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    terminalreporter.write_sep("=", _DAY.line())
 
 
 def session_tmp_path() -> Path:
@@ -84,17 +99,68 @@ def socket_dirs() -> set[Path]:
     return set(Path("/tmp").glob("libguestfs??????"))
 
 
+def _parents() -> dict[int, int]:
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                found[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def descendants() -> set[int]:
+    """This test process's live descendants: what its tests started and still runs."""
+    parents = _parents()
+    ours = {os.getpid()}
+    grew = True
+    while grew:
+        more = {p for p, pp in parents.items() if pp in ours} - ours
+        grew = bool(more)
+        ours |= more
+    return ours - {os.getpid()}
+
+
+def _strangers() -> list[int]:
+    """Live processes that this session did not start: another test session, a user's libguestfs tool, CI."""
+    mine = descendants() | {os.getpid()}
+    return [p for p in _parents() if p not in mine]
+
+
+def leftover_sockdirs(before: set[Path]) -> set[Path]:
+    """Socket directories made since `before` that no stranger holds: ours (a stranger's live appliance on a shared
+    machine, or the other worker's, is not ours to judge)."""
+    new = socket_dirs() - before
+    return new - set(socket_dirs_of(_strangers())) if new else set()
+
+
+def leftover_groups() -> list[Path]:
+    """guestbench's control groups that are ours: a dead run's, or a live one's this session started. A live
+    stranger's run on the same host has its own."""
+    from guestbench.cgroups import NAME
+
+    mine = descendants()
+    found = []
+    for g in cgroups.leftovers(alive_owners_too=True):
+        m = NAME.match(g.name)
+        owner = int(m.group(1)) if m else 0
+        if owner in mine or not Path(f"/proc/{owner}").exists():
+            found.append(g)
+    return found
+
+
 def wait_no_leftovers(sockdirs_before: set[Path] | None = None, timeout: float = 10.0) -> None:
     """Assert that no run dir, socket dir or hypervisor of ours is left (allowing a moment for reaping)."""
     def new_sockdirs() -> set[Path]:
-        return socket_dirs() - sockdirs_before if sockdirs_before is not None else set()
+        return leftover_sockdirs(sockdirs_before) if sockdirs_before is not None else set()
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and (run_dirs() or hypervisor_processes() or new_sockdirs()
-                                           or cgroups.leftovers(alive_owners_too=True)):
+                                           or leftover_groups()):
         time.sleep(0.2)
     assert run_dirs() == [], f"run directories left behind: {run_dirs()}"
-    assert cgroups.leftovers(alive_owners_too=True) == [], "control groups left behind"
+    assert leftover_groups() == [], "control groups left behind"
     assert hypervisor_processes() == [], f"processes left behind: {hypervisor_processes()}"
     assert new_sockdirs() == set(), f"libguestfs socket directories left behind: {new_sockdirs()}"
 

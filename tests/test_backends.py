@@ -115,7 +115,7 @@ class BadFirstLaunch(ScriptBackend):
     ("hang", 1, 10),  # no launch has to finish: a short deadline
     # a hang, then a real TCG launch inside the deadline; retrying is also in fail-3 (sooner: a failure is at once)
     pytest.param("hang", 2, 45, marks=pytest.mark.long),
-    ("fail", 3, 45)])
+    ("fail", 3, 120)])  # the first attempt fails at once; the second is a real TCG launch, on a busy day too
 def test_a_probe_launch_that_hangs_or_fails_is_tried_again_only_where_the_backend_allows(
         how: str, attempts: int, timeout: int, tmp_path: Path, no_leftovers) -> None:
     mark = tmp_path / "first-launch-done"
@@ -192,6 +192,16 @@ def test_a_wrapper_path_too_long_for_libguestfs_moves_to_a_short_one_of_its_cach
         seen.add(path.parent if len(str(cache / "hv" / "qemu-kvm-no-arch-capabilities")) > HV_PATH_MAX else None)
     assert len(seen - {None}) == len([n for n in range(1, 120) if len(str(tmp_path / ("d" * n) / "hv" /
                                       "qemu-kvm-no-arch-capabilities")) > HV_PATH_MAX]), "two caches share one"
+    # a temporary cache's wrappers' directory goes with it (at the next use of another): nothing stays till boot
+    gone = tmp_path / ("e" * 90)
+    gone.mkdir()
+    first = hv_path(gone, "qemu").parent
+    assert first.is_dir() and (first / "cache").read_text() == str(gone)
+    gone.rmdir()
+    kept = tmp_path / ("f" * 90)
+    kept.mkdir()
+    assert hv_path(kept, "qemu").parent.is_dir() and not first.exists()
+    kept.rmdir()
 
 
 @pytest.mark.launch  # a probe launch, killed at its 1 s deadline

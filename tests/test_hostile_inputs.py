@@ -289,7 +289,7 @@ def test_a_lone_surrogate_escape_is_refused_wherever_it_stands(tmp_path: Path) -
                  'name: s\nmeasurements: [{measurement: command, argv: ["true", "a\\ud800"], env: {A: "\\udc00"}}]\n'):
         sc = tmp_path / "s.yaml"
         sc.write_text(body)
-        done = subprocess.run([sys.executable, "-m", "guestbench", "scenario", str(sc), "--dry-run"], cwd=ROOT,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run([sys.executable, "-m", "guestbench", "scenario", str(sc), "--dry-run", "--results",
+                               str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60)
         line = done.stderr.rstrip("\n")
         assert done.returncode == 2 and "\n" not in line and "lone surrogate" in line, done.stderr[-2000:]

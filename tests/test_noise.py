@@ -80,10 +80,11 @@ measurements: [startup]
 @pytest.mark.launch
 @pytest.mark.timeout(600)
 def test_a_run_next_to_cpu_hogs_is_flagged_busy_and_the_same_run_alone_is_not(tmp_path: Path, no_leftovers) -> None:
+    """The hogged half holds on any machine. The quiet half needs a quiet machine: the test measures the rest of
+    the machine around that run itself (everything outside this test's process tree) and skips, saying so, when
+    others used too much CPU to judge it."""
     (tmp_path / "quiet").mkdir()
     (tmp_path / "hogged").mkdir()
-    proc, quiet = run_scenario_text(tmp_path / "quiet", BUSY)
-    assert proc.returncode == 0, proc.stderr[-3000:]
     hogs = [subprocess.Popen(HOG) for _ in range(2)]
     try:
         proc_b, hogged = run_scenario_text(tmp_path / "hogged", BUSY)
@@ -97,6 +98,17 @@ def test_a_run_next_to_cpu_hogs_is_flagged_busy_and_the_same_run_alone_is_not(tm
     assert all(ld["busy"] is True and ld["other_cores"] > noise.BUSY_OTHER_CORES for ld in loads), loads
     printed = " ".join((proc_b.stdout + proc_b.stderr).split())  # rich wraps long lines
     assert "the host was busy during 2 of 2 samples" in printed and "Host BUSY during 2 of 2" in printed
+
+    around = noise.LoadMeter()
+    around.start()
+    proc, quiet = run_scenario_text(tmp_path / "quiet", BUSY)
+    others = around.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if others is None:
+        pytest.skip("the machine's CPU counters could not be read: a quiet run cannot be judged")
+    if others["other_cores"] > noise.BUSY_OTHER_CORES / 2:
+        pytest.skip(f"the machine is too busy to judge a quiet run: other processes used {others['other_cores']:.2f} "
+                    "cores beside it")
     loads = [s["load"] for s in quiet["cells"][0]["samples"]]
     assert all(ld["busy"] is False for ld in loads), loads
     printed = " ".join((proc.stdout + proc.stderr).split())

@@ -138,7 +138,8 @@ def test_benchmarks_on_uml_record_what_guestbench_records(pytester: pytest.Pytes
         [meta] = bench["extra_info"]["sample_meta"]
         assert meta["resources"]["cpu_method"] == "proc" and bench["extra_info"]["median_cpu_s"] > 0
     used = startup["extra_info"]["sample_meta"][0]["resources"]
-    assert used["cpu_s"] >= 0.5 * startup["stats"]["data"][0] and used["peak_pss_mib"] > 100, used
+    # a launch's CPU, however the machine shares its cores (a UML start-up burns seconds of it)
+    assert used["cpu_s"] > 1.0 and used["peak_pss_mib"] > 100, used
     section = doc["guestbench"]
     assert section["backends"]["uml"]["usable"] is True and section["host"]["cpu_model"]
 

@@ -18,7 +18,7 @@ from guestbench.backends import BACKENDS
 from guestbench.run.runner import RunOptions, exit_status, run_scenario
 from guestbench.scenario import parse_scenario
 
-from conftest import ROOT, hypervisor_processes, processes_mentioning, stop_run, write_scenario
+from conftest import ROOT, hypervisor_processes, processes_mentioning, session_tmp_path, stop_run, write_scenario
 from test_supervisor import HV, ScriptBackend
 
 pytestmark = pytest.mark.launch
@@ -73,7 +73,8 @@ def _hypervisor_pid(backend: str) -> int | None:
     if backend == "tcg":
         found = [p for p in hypervisor_processes() if "qemu-system" in p]
     else:
-        found = processes_mentioning(f"{APPLIANCES_DIR}/uml-")  # the UML kernel, from its appliance
+        # the UML kernel, from this session's appliance (not another session's or a user's UML)
+        found = processes_mentioning(f"{session_tmp_path() / 'tmp' / APPLIANCES_DIR}/uml-")
     pids = {int(p.split(":")[0]) for p in found}
     # the root of the tree: pids wrap (pid_max is 32768 here), so the lowest may be one of UML's children
     roots = [pid for pid in pids if _parent(pid) not in pids]

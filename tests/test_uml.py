@@ -21,7 +21,8 @@ from guestbench.appliance import APPLIANCES_DIR
 from guestbench.backends import BACKENDS
 from guestbench.paths import cache_dir
 
-from conftest import guestbench, processes_mentioning, socket_dirs, wait_no_leftovers, write_scenario
+from conftest import (guestbench, processes_mentioning, session_tmp_path, socket_dirs, wait_no_leftovers,
+                      write_scenario)
 
 pytestmark = pytest.mark.launch
 
@@ -42,7 +43,8 @@ def environment(values: dict[str, str]) -> Iterator[None]:
 
 
 def uml_processes() -> list[str]:
-    return processes_mentioning(f"{APPLIANCES_DIR}/uml-")  # the UML kernel runs from the cached appliance
+    # the UML kernel runs from the session's cached appliance (another session's or a user's UML is not ours)
+    return processes_mentioning(f"{session_tmp_path() / 'tmp' / APPLIANCES_DIR}/uml-")
 
 
 @pytest.fixture(scope="module")

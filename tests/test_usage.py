@@ -39,13 +39,15 @@ def test_the_meter_finds_the_cpu_of_children_grandchildren_and_of_a_reparented_p
     meter.start()
     subprocess.run([sys.executable, str(BURN), "0.5", "128"], check=True)
     _daemon(marker, 0.6)
-    deadline = time.monotonic() + 30  # wait until the daemon is gone (an event, not a fixed sleep)
-    while time.monotonic() < deadline and any(marker.encode() in usage._cmdline(p) for p in _pids()):
-        time.sleep(0.02)
+    daemons = [p for p in _pids() if marker.encode() in usage._cmdline(p)]  # found once: this test's own CPU counts
+    deadline = time.monotonic() + 60  # wait until the daemon is gone (an event, not a fixed sleep)
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in daemons):
+        time.sleep(0.05)
     got = meter.stop()
     assert got is not None
-    # 0.5 + 0.5 burnt by burn.py and its child, 0.6 by the daemon; up to one interval of the daemon's time missed
-    assert 1.6 - 0.05 - 0.02 <= got["cpu_s"] <= 1.6 + CPU_TOLERANCE_S, got
+    # 0.5 + 0.5 burnt by burn.py and its child, 0.6 by the daemon; what the daemon burnt after the meter's last
+    # look at it is missed: one interval on a quiet machine, a few where others delay the meter's thread
+    assert 1.6 - 0.25 <= got["cpu_s"] <= 1.6 + CPU_TOLERANCE_S, got
     assert 128 <= got["peak_rss_mib"] <= 128 + 80 and 128 <= got["peak_pss_mib"] <= 128 + 80, got
     assert got["meter_cpu_s"] >= 0 and got["interval_s"] == 0.05
 

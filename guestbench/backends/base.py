@@ -161,13 +161,35 @@ def hv_path(cache_dir: Path, name: str) -> Path:
     path = cache_dir / "hv" / name
     if _quoted_len(path) <= HV_PATH_MAX:
         return path
-    digest = hashlib.sha256(str(Path(os.path.abspath(cache_dir))).encode()).hexdigest()[:12]
+    cache = Path(os.path.abspath(cache_dir))
+    digest = hashlib.sha256(str(cache).encode()).hexdigest()[:12]
     short = owned.runtime_dir() / "hv" / digest / name
     if _quoted_len(short) <= HV_PATH_MAX:
+        owned.ensure_dir(short.parent, "the hypervisor wrappers' directory")
+        _prune(short.parent.parent)
+        origin = short.parent / ORIGIN
+        if not origin.is_file() or origin.is_symlink():
+            origin.write_text(str(cache))
         return short
     raise UserError(f"the hypervisor wrapper's path {path} is {_quoted_len(path)} bytes, and {short} too long as "
                     f"well: libguestfs 1.48 corrupts its memory on some paths over {HV_PATH_MAX}; set "
                     "GUESTBENCH_CACHE or GUESTBENCH_TMPDIR to a shorter directory")
+
+
+ORIGIN = "cache"  # in a wrappers' directory of the runtime directory: the cache it stands in for
+
+
+def _prune(parent: Path) -> None:
+    """Remove the wrappers' directories (our own: the runtime directory is the euid's alone) whose cache is gone:
+    a temporary cache's (a test's) would otherwise stay until the next boot."""
+    for d in parent.iterdir():
+        origin = d / ORIGIN
+        try:
+            gone = not d.is_symlink() and d.is_dir() and origin.is_file() and not Path(origin.read_text()).exists()
+        except OSError:
+            continue
+        if gone:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def install_script(path: Path, text: str) -> Path:
