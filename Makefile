@@ -15,7 +15,7 @@ run: setup
 test: setup
 	$(BIN)/python -m pytest -m "not long" $(PYTEST_ARGS)
 
-# Tests marked long (pytest -m long), kept out of make test for its 45-minute budget: the nested scenario (a UML
+# Tests marked long (pytest -m long), kept out of make test for its 25-minute budget (issue 32): the nested scenario (a UML
 # launch inside the TCG level-1 guest takes about 4 min), KVM probed inside the level-1 guest (13.5 min when every
 # attempt stalls), and variations whose path the suite covers another way (docs/development.md).
 test-long: setup

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # A user's own settings are not the tests' fixtures: guestbench's (a prebuilt appliance, the UML channel, a
 # control group), libguestfs's (memsize, debug, a fixed appliance path) and Dask's are cleared for the session.
 for _name in [n for n in os.environ if n.startswith(("GUESTBENCH_", "LIBGUESTFS_", "DASK_"))]:
-    if _name != "GUESTBENCH_TEST_TIMES":
+    if _name not in ("GUESTBENCH_TEST_TIMES", "GUESTBENCH_CLI_SUBPROCESS_ALL"):  # the suite's own switches
         del os.environ[_name]
 _SESSION_TMP = Path(tempfile.mkdtemp(prefix="gbtest-", dir="/var/tmp"))
 os.chmod(_SESSION_TMP, 0o755)
@@ -54,8 +54,12 @@ _DAY = SuiteDay()
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     import shutil
 
-    _DAY.collect(session, _SESSION_TMP)  # before the session's root, where some runs write, is removed
-    shutil.rmtree(_SESSION_TMP, ignore_errors=True)
+    try:
+        _DAY.collect(session, _SESSION_TMP)  # before the session's root, where some runs write, is removed
+    except Exception as e:  # noqa: BLE001 - the day's figures must never cost the session its clean-up
+        _DAY.error = f"{type(e).__name__}: {e}"[:200]
+    finally:
+        shutil.rmtree(_SESSION_TMP, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -140,7 +144,7 @@ def leftover_groups() -> list[Path]:
     stranger's run on the same host has its own."""
     from guestbench.cgroups import NAME
 
-    mine = descendants()
+    mine = descendants() | {os.getpid()}  # an in-process Supervisor's group is guestbench-<this pid>
     found = []
     for g in cgroups.leftovers(alive_owners_too=True):
         m = NAME.match(g.name)

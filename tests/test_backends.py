@@ -212,6 +212,8 @@ def test_a_cache_whose_wrapper_path_libguestfs_would_overflow_on_probes_tcg(tmp_
     cache = cache.with_name(cache.name + "x" * (89 - len(str(cache / "hv" / "qemu"))))
     assert len(str(cache / "hv" / "qemu")) == 89
     monkeypatch.setenv("GUESTBENCH_CACHE", str(cache))
-    proc = guestbench("doctor", "--json", "--backend", "tcg", "--refresh", "--probe-timeout", "1")
+    # 10 s: past libguestfs's QMP probes (about 1 s here, where the abort was) however busy the machine
+    proc = guestbench("doctor", "--json", "--backend", "tcg", "--refresh", "--probe-timeout", "10")
     verdict = json.loads(proc.stdout)["backends"]["tcg"]
-    assert "did not finish within 1 s" in verdict["reason"], verdict
+    assert "crashed" not in verdict["reason"] and "status -6" not in verdict["reason"], verdict
+    assert verdict["usable"] or "did not finish within 10 s" in verdict["reason"], verdict

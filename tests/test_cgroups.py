@@ -169,24 +169,26 @@ def test_the_busy_check_counts_a_peer_that_ends_mid_step_as_ours_and_a_stranger_
     root = _in_group(group, ["sleep", "60"])
     _go(root)
     burn = ("import sys,time\ndef burn(s):\n t=time.process_time()\n while time.process_time()-t<s: pass\n"
-            "burn(0.8)\nprint('half', flush=True)\nburn(0.4)\n")
+            "burn(0.8)\nprint('half', flush=True)\nsys.stdin.readline()\nburn(0.4)\n")
     peer = cgroups.create()
     assert peer is not None
     proc = subprocess.Popen(["bash", "-c", 'read _; exec "$@"', "-", sys.executable, "-c", burn, marker],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert peer.add(proc.pid) and proc.stdin is not None and proc.stdout is not None
     proc.stdin.write("go\n")
-    proc.stdin.close()
-    assert proc.stdout.readline().strip() == "half"  # the peer has 0.8 s behind it: the step starts now
+    proc.stdin.flush()
+    assert proc.stdout.readline().strip() == "half"  # the peer has 0.8 s behind it and waits: the step starts
     meter = noise.LoadMeter(root=root.pid, marker=marker, group=group)
     meter.start()
+    proc.stdin.write("on\n")
+    proc.stdin.close()
     proc.wait()
     peer.end()
     ours = ours_s(meter)
 
     stranger = noise.LoadMeter(root=root.pid, marker=marker, group=group)
     stranger.start()
-    subprocess.run([sys.executable, "-c", burn], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-c", burn], check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     strangers = ours_s(stranger)
     root.kill()
     root.wait()

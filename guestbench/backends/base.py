@@ -150,38 +150,41 @@ HV_PATH_MAX = 80
 
 def _quoted_len(path: Path) -> int:
     """The path's length as libguestfs quotes it for sh (a backslash before each of $ ` \\ ")."""
-    text = str(path)
-    return len(text.encode()) + sum(text.count(c) for c in '$`\\"')
+    text = os.fsencode(path)
+    return len(text) + sum(text.count(c) for c in (b"$", b"`", b"\\", b'"'))
 
 
 def hv_path(cache_dir: Path, name: str) -> Path:
     """Where the hypervisor wrapper `name` lives: in the cache, or, when the cache's path is too long for
-    libguestfs (HV_PATH_MAX), in a directory of that cache's own in guestbench's runtime directory (named by a
-    hash of the cache's path, so that two caches never share a wrapper); one line (exit 2) when both are."""
+    libguestfs (HV_PATH_MAX), in a directory of that cache's own in guestbench's home (named by a hash of the
+    cache's path, so that two caches never share a wrapper; not /run, which Debian mounts noexec); one line
+    (exit 2) when both are."""
     path = cache_dir / "hv" / name
     if _quoted_len(path) <= HV_PATH_MAX:
         return path
     cache = Path(os.path.abspath(cache_dir))
-    digest = hashlib.sha256(str(cache).encode()).hexdigest()[:12]
-    short = owned.runtime_dir() / "hv" / digest / name
+    digest = hashlib.sha256(os.fsencode(cache)).hexdigest()[:12]
+    short = owned.home() / "hv" / digest / name
     if _quoted_len(short) <= HV_PATH_MAX:
         owned.ensure_dir(short.parent, "the hypervisor wrappers' directory")
         _prune(short.parent.parent)
         origin = short.parent / ORIGIN
-        if not origin.is_file() or origin.is_symlink():
-            origin.write_text(str(cache))
+        if origin.is_symlink() or not origin.is_file():
+            tmp = origin.with_name(f".{ORIGIN}.{os.getpid()}.tmp")
+            tmp.write_bytes(os.fsencode(cache))
+            os.replace(tmp, origin)  # replaces a link itself, never writes through it
         return short
     raise UserError(f"the hypervisor wrapper's path {path} is {_quoted_len(path)} bytes, and {short} too long as "
                     f"well: libguestfs 1.48 corrupts its memory on some paths over {HV_PATH_MAX}; set "
                     "GUESTBENCH_CACHE or GUESTBENCH_TMPDIR to a shorter directory")
 
 
-ORIGIN = "cache"  # in a wrappers' directory of the runtime directory: the cache it stands in for
+ORIGIN = "cache"  # in a wrappers' directory of guestbench's home: the cache it stands in for
 
 
 def _prune(parent: Path) -> None:
-    """Remove the wrappers' directories (our own: the runtime directory is the euid's alone) whose cache is gone:
-    a temporary cache's (a test's) would otherwise stay until the next boot."""
+    """Remove the wrappers' directories (our own: guestbench's home is the euid's alone) whose cache is gone: a
+    temporary cache's (a test's) would otherwise stay for good."""
     for d in parent.iterdir():
         origin = d / ORIGIN
         try:
