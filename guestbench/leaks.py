@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from guestbench.paths import temp_root
 
@@ -167,10 +167,12 @@ def _launches(cells: list[dict[str, Any]]) -> int:
 
 
 def soak(scenario: Path, results: Path, *args: str, warmup: int = 4, window: int = WINDOW,
-         timeout_s: float = 6 * 3600, env: dict[str, str] | None = None) -> Growth:
+         timeout_s: float = 6 * 3600, env: dict[str, str] | None = None,
+         read: Callable[[], HostReading] = read_host) -> Growth:
     """Run the scenario and read the runner and its worker at every sample written; the host before and after.
-    A cell or worker is judged when it has warmup + 2 * window readings (the suite's short soak: a smaller window)."""
-    before = read_host()
+    A cell or worker is judged when it has warmup + 2 * window readings (the suite's short soak: a smaller window).
+    `read` reads the host: all of it (`make soak`, on a machine of its own), or what a caller knows is its own."""
+    before = read()
     t0 = time.monotonic()
     results.mkdir(parents=True, exist_ok=True)
     log = open(results / "soak.log", "w")  # its output, one line per sample: a pipe nobody reads would fill up
@@ -202,10 +204,10 @@ def soak(scenario: Path, results: Path, *args: str, warmup: int = 4, window: int
         log.close()
     cells = _cells(results) or []
     deadline = time.monotonic() + 10
-    after = read_host()
+    after = read()
     while any(before.growth(after).values()) and time.monotonic() < deadline:  # a moment for reaping
         time.sleep(0.2)
-        after = read_host()
+        after = read()
     return Growth(launches=_launches(cells), samples=sum(len(c["samples"]) for c in cells),
                   failures=sum(len(c["failures"]) for c in cells),
                   runner=_growth(list(runner.values()), warmup, window),

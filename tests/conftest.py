@@ -25,18 +25,58 @@ from suite_day import SuiteDay
 ROOT = Path(__file__).resolve().parent.parent
 # A user's own settings are not the tests' fixtures: guestbench's (a prebuilt appliance, the UML channel, a
 # control group), libguestfs's (memsize, debug, a fixed appliance path) and Dask's are cleared for the session.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1... under `pytest -n`: make test runs two
+_SUITE_SWITCHES = ("GUESTBENCH_TEST_TIMES", "GUESTBENCH_CLI_SUBPROCESS_ALL", "GUESTBENCH_TEST_SUITE_STARTED",
+                   "GUESTBENCH_TEST_SESSION")
+_inherited = os.environ.get("GUESTBENCH_TEST_SESSION")  # make test's root, or the xdist controller's: below
 for _name in [n for n in os.environ if n.startswith(("GUESTBENCH_", "LIBGUESTFS_", "DASK_"))]:
-    if _name not in ("GUESTBENCH_TEST_TIMES", "GUESTBENCH_CLI_SUBPROCESS_ALL"):  # the suite's own switches
+    if _name not in _SUITE_SWITCHES:  # the suite's own switches
         del os.environ[_name]
-_SESSION_TMP = Path(tempfile.mkdtemp(prefix="gbtest-", dir="/var/tmp"))
+
+
+def _shared_root(path: str | None) -> Path | None:
+    """A root made for the suite (make test's, or the controller's for its workers): a directory of this euid in
+    /var/tmp, not a link, mode 0755; else none, and the session makes its own."""
+    if not path:
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    import stat
+
+    ok = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == 0o755
+    return Path(path) if ok and Path(path).parent == Path("/var/tmp") else None
+
+
+# One root per `make test` (GUESTBENCH_TEST_SESSION): its two pytest runs and their workers share the cache (one
+# appliance build and one probe a backend, under the cache's own locks, as two users' runs would) and each has a
+# temp root of its own, so that what one leaves is told from what another runs. Whoever made the root removes it.
+_ROOT_OWNED = _shared_root(_inherited) is None
+_SESSION_TMP = _shared_root(_inherited) or Path(tempfile.mkdtemp(prefix="gbtest-", dir="/var/tmp"))
 os.chmod(_SESSION_TMP, 0o755)
+os.environ["GUESTBENCH_TEST_SESSION"] = str(_SESSION_TMP)  # inherited by the workers xdist starts
+
+
+def _own_dir(root: Path) -> Path:
+    """This session's own directory under a shared root, named short (gw0, gw1; m for a plain run): paths under it
+    reach libguestfs, which corrupts its memory on some hypervisor paths over 80 bytes (guestbench.backends.base)."""
+    try:
+        (root / (_WORKER or "m")).mkdir(mode=0o755)
+        return root / (_WORKER or "m")
+    except FileExistsError:  # a root used before: a fresh name beside
+        return Path(tempfile.mkdtemp(prefix="m", dir=root))
+
+
+_OWN = _own_dir(_SESSION_TMP) if not _ROOT_OWNED else _SESSION_TMP
+os.chmod(_OWN, 0o755)
 os.environ["GUESTBENCH_CACHE"] = str(_SESSION_TMP / "cache")
-os.environ["GUESTBENCH_TMPDIR"] = str(_SESSION_TMP / "tmp")
+os.environ["GUESTBENCH_TMPDIR"] = str(_OWN / "tmp")
 # Every results file written during the tests (by subprocesses such as `guestbench scenario` too) is checked
 # against the published JSON Schema where it is written (guestbench/results/validate.py).
 os.environ["GUESTBENCH_VALIDATE_RESULTS"] = "1"
-(_SESSION_TMP / "tmp").mkdir()
-os.chmod(_SESSION_TMP / "tmp", 0o755)
+(_OWN / "tmp").mkdir()
+os.chmod(_OWN / "tmp", 0o755)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -48,6 +88,35 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             f.write(f"{report.duration:8.1f} {report.when:8} {report.outcome:7} {report.nodeid}\n")
 
 
+# Under `pytest -n 2 --dist loadfile` (make test) a module's tests stay on one worker, so its module fixtures (a
+# booted level-1 guest, a fleet, a run of every workload) are made once. The longest modules (seconds on one worker,
+# GUESTBENCH_TEST_TIMES of 2026-11-26) go first, so that the two workers end together rather than one finishing a
+# long module alone. (Not --dist loadgroup: pytest-xdist 3.8 cannot group under pytest 9, whose node ids it no
+# longer rewrites.)
+_LONGEST = ("test_workload_run.py", "test_fleet.py", "test_faults.py", "test_storage_guest.py", "test_nested.py",
+            "test_owned.py", "test_run_tcg.py", "test_uml.py", "test_exec.py", "test_order.py", "test_command.py",
+            "test_density.py", "test_signals.py", "test_compare_runs.py", "test_backends.py", "test_api_suite.py")
+
+
+@contextlib.contextmanager
+def host_path_lock(name: str) -> Iterator[None]:
+    """Held by the tests that plant the same host-wide path (/var/tmp/guestbench-nested: test_nested and
+    test_owned), which the two workers may otherwise run at once."""
+    import fcntl
+
+    with open(_SESSION_TMP / f"{name}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: k for k, name in enumerate(_LONGEST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a module keeps its own order
+
+
 _DAY = SuiteDay()
 
 
@@ -55,11 +124,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     import shutil
 
     try:
-        _DAY.collect(session, _SESSION_TMP)  # before the session's root, where some runs write, is removed
+        if not _WORKER:  # the controller, after its workers: their runs are under its root and its basetemp
+            _DAY.collect(session, _SESSION_TMP)  # before the session's root, where some runs write, is removed
     except Exception as e:  # noqa: BLE001 - the day's figures must never cost the session its clean-up
         _DAY.error = f"{type(e).__name__}: {e}"[:200]
     finally:
-        shutil.rmtree(_SESSION_TMP, ignore_errors=True)
+        shutil.rmtree(_SESSION_TMP if _ROOT_OWNED else _OWN, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -67,12 +137,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def session_tmp_path() -> Path:
-    """This test session's private root: every file (and so every libvirt domain) of its runs is under it."""
-    return _SESSION_TMP
+    """This test session's private root (a worker's own, under `pytest -n`): every file (and so every libvirt domain)
+    of its runs is under it."""
+    return _OWN
 
 
 def run_dirs() -> list[Path]:
-    return sorted((_SESSION_TMP / "tmp").glob("guestbench-run-*"))
+    return sorted((_OWN / "tmp").glob("guestbench-run-*"))
 
 
 def processes_mentioning(text: str) -> list[str]:
@@ -95,7 +166,7 @@ def processes_mentioning(text: str) -> list[str]:
 
 
 def hypervisor_processes() -> list[str]:
-    return [p for p in processes_mentioning(str(_SESSION_TMP / "tmp"))]
+    return [p for p in processes_mentioning(str(_OWN / "tmp") + "/")]
 
 
 def socket_dirs() -> set[Path]:
@@ -126,7 +197,7 @@ def descendants() -> set[int]:
     return ours - {os.getpid()}
 
 
-def _strangers() -> list[int]:
+def strangers() -> list[int]:
     """Live processes that this session did not start: another test session, a user's libguestfs tool, CI."""
     mine = descendants() | {os.getpid()}
     return [p for p in _parents() if p not in mine]
@@ -136,7 +207,7 @@ def leftover_sockdirs(before: set[Path]) -> set[Path]:
     """Socket directories made since `before` that no stranger holds: ours (a stranger's live appliance on a shared
     machine, or the other worker's, is not ours to judge)."""
     new = socket_dirs() - before
-    return new - set(socket_dirs_of(_strangers())) if new else set()
+    return new - set(socket_dirs_of(strangers())) if new else set()
 
 
 def leftover_groups() -> list[Path]:
@@ -197,7 +268,7 @@ def start_guestbench(*args: str) -> subprocess.Popen[str]:
 
 @pytest.fixture(scope="session")
 def session_tmp() -> Path:
-    return _SESSION_TMP
+    return _OWN
 
 
 def write_scenario(path: Path, text: str) -> Path:
@@ -233,7 +304,7 @@ def small_tmpfs(size: str) -> Iterator[Path]:
     """A tmpfs of `size` under the session's root, traversable (libvirt's qemu reaches images in it); root only."""
     if os.geteuid() != 0:
         pytest.skip("mounting a small filesystem needs root (CI runs as root)")
-    mnt = Path(tempfile.mkdtemp(prefix="small-", dir=_SESSION_TMP))
+    mnt = Path(tempfile.mkdtemp(prefix="small-", dir=_OWN))
     os.chmod(mnt, 0o755)
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=755", "tmpfs", str(mnt)], check=True)
     try:

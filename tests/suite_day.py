@@ -14,15 +14,27 @@ from typing import Any, Iterator
 
 import pytest
 
+from guestbench.errors import UserError
+from guestbench.results import limits
+
 _STARTED = time.monotonic()
+
+
+def suite_started() -> float:
+    """The suite's start (monotonic): make test's, which runs pytest twice (GUESTBENCH_TEST_SUITE_STARTED, epoch
+    seconds), else this process's."""
+    try:
+        began = float(os.environ.get("GUESTBENCH_TEST_SUITE_STARTED", ""))
+    except ValueError:
+        return _STARTED
+    ago = time.time() - began
+    return time.monotonic() - ago if 0 <= ago < 86400 else _STARTED
 _MAX_BYTES = 64 << 20
 
 
 def results_files(roots: list[Path]) -> Iterator[dict[str, Any]]:
     """Every results document written under `roots` (pytest's temp dirs and the session's own). Tests leave
     hostile files there on purpose (deeply nested, huge, FIFOs): read bounded, anything odd skipped."""
-    from guestbench.results import limits
-
     for root in roots:
         for folder, _, names in os.walk(root):
             for name in names:
@@ -48,11 +60,35 @@ def tcg_startups(docs: Iterator[dict[str, Any]], since: float) -> list[float]:
             for cell in doc["cells"]:
                 if (isinstance(cell, dict) and cell.get("measurement") == "startup" and cell.get("backend") == "tcg"
                         and cell.get("placement", "host") == "host"):
-                    seconds += [float(s["seconds"]) for s in cell.get("samples") or [] if isinstance(s, dict)
-                                and isinstance(s.get("seconds"), (int, float)) and s["seconds"] > 0]
+                    seconds += [float(s["seconds"]) for s in cell.get("samples") or [] if launched(s)]
         except (TypeError, ValueError, KeyError, AttributeError):
             continue
     return seconds
+
+
+def launched(sample: Any) -> bool:
+    """A sample a real launch took: tests also write results files by hand (hostile, synthetic, edited ones), whose
+    samples have no CPU accounting of a hypervisor that ran (one that did burns most of what it took)."""
+    try:
+        took = float(sample["seconds"])
+        programs = sample["resources"]["cpu_by_program"]
+        qemu = sum(float(v) for k, v in programs.items() if str(k).startswith("qemu-system"))
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return False
+    return took > 0 and qemu > 0.5 * took
+
+
+def carried(path: Path, samples: list[float]) -> list[float]:
+    """make test runs pytest twice on one root: the first run leaves its samples there for the second's figure."""
+    try:
+        prior = json.loads(limits.read_capped(path, "the suite's samples", 1 << 20)) if path.is_file() else []
+        prior = [float(x) for x in prior]
+    except (OSError, ValueError, TypeError, UserError):
+        prior = []
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(prior + samples))
+    os.replace(tmp, path)
+    return prior + samples
 
 
 class SuiteDay:
@@ -69,10 +105,11 @@ class SuiteDay:
         base = getattr(factory, "_basetemp", None)  # only if the session made one: none is made at its end
         if base is not None:
             roots.append(Path(base))
-        self.samples = tcg_startups(results_files(roots), self.epoch_started - 1)
+        self.samples = carried(own_root / "tcg-startups.json", tcg_startups(results_files(roots),
+                                                                             self.epoch_started - 1))
 
     def line(self) -> str:
-        wall = time.monotonic() - _STARTED
+        wall = time.monotonic() - suite_started()
         text = f"suite wall time {wall / 60:.0f} min {wall % 60:02.0f} s"
         if self.error:
             return f"{text}; the day's tcg start-up could not be read ({self.error})"

@@ -17,7 +17,7 @@ from guestbench.backends.base import HV_PATH_MAX, HandleConfig, hv_path, qemu_pa
 from guestbench.paths import make_run_dir, remove_tree
 from guestbench.run.supervisor import Supervisor
 
-from conftest import guestbench
+from conftest import guestbench, session_tmp_path
 from test_supervisor import HV, ScriptBackend
 
 
@@ -182,7 +182,7 @@ def test_doctor_rejects_unknown_backend() -> None:
 
 def test_a_wrapper_path_too_long_for_libguestfs_moves_to_a_short_one_of_its_cache_own(tmp_path: Path) -> None:
     """libguestfs 1.48 overflows its QMP probe's command buffer for some hypervisor paths over 80 bytes."""
-    short = tmp_path / "c"
+    short = session_tmp_path() / "c"  # tmp_path may itself be long (pytest-xdist's popen-gwN/ adds to it)
     assert hv_path(short, "qemu") == short / "hv" / "qemu"
     seen = set()
     for n in range(1, 120):

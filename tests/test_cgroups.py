@@ -130,8 +130,7 @@ def test_sweep_removes_the_groups_of_a_dead_run_with_what_is_in_them() -> None:
     assert run in cgroups.leftovers()
     assert any(str(run) in line for line in cgroups.sweep())
     assert sleeper.wait(timeout=10) == -9
-    assert not run.exists() and not [d for d in cgroups.leftovers(alive_owners_too=True)
-                                     if d.name != f"guestbench-{os.getpid()}"]
+    assert not run.exists() and not [d for d in cgroups.leftovers(alive_owners_too=True) if d.name == run.name]
 
 
 def test_the_run_group_keeps_what_an_ended_worker_used(group: cgroups.Group) -> None:

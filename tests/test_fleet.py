@@ -17,7 +17,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import ROOT, guestbench, processes_mentioning, session_tmp_path, write_scenario
+from conftest import (ROOT, guestbench, leftover_sockdirs, processes_mentioning, session_tmp_path, socket_dirs,
+                      write_scenario)
 
 pytestmark = pytest.mark.launch
 
@@ -33,6 +34,20 @@ def _wait(what: str, check: Any, timeout: float, every: float = 0.2) -> Any:
             return got
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def _zombies(f: "Fleet") -> list[str]:
+    """Ended children of the fleet's keepers (`guestbench worker`) that were never reaped."""
+    found = []
+    for name, keeper in f.procs.items():
+        for entry in Path("/proc").iterdir():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if stat[0] == "Z" and int(stat[1]) == keeper.pid:
+                found.append(f"{name}: {entry.name}")
+    return found
 
 
 def _cluster_workers(address: str, security: Any = None) -> dict[str, dict[str, Any]]:
@@ -64,10 +79,11 @@ class Fleet:
                                           stderr=open(tmp / "scheduler.log", "wb"))
         self.address = _wait("the scheduler's address", lambda: _address(sched_file), 60)
 
-    def start_worker(self, name: str, backend: str) -> None:
+    def start_worker(self, name: str, backend: str, tmpdir: Path | None = None) -> None:
+        env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir else None
         self.procs[name] = subprocess.Popen([sys.executable, "-m", "guestbench", "worker", self.address, "--backend",
                                              backend, "--name", name], cwd=ROOT, stdin=subprocess.DEVNULL,
-                                            stderr=open(self.tmp / f"{name}.log", "wb"))
+                                            stderr=open(self.tmp / f"{name}.log", "wb"), env=env)
         _wait(f"worker {name} to join", lambda: name in _cluster_workers(self.address) or self._died(name), START_S,
               every=1.0)
         assert self.procs[name].poll() is None, (self.tmp / f"{name}.log").read_text()
@@ -142,9 +158,10 @@ def _worker_homes() -> list[Path]:
     return sorted(TMP.glob("gbw-*"))
 
 
-def _tmp_entries() -> set[str]:
-    """What the temp directory holds, but Dask's own scratch space (the scheduler's, shared and kept by Dask)."""
-    return set(os.listdir(tempfile.gettempdir())) - {"dask-scratch-space"}
+def _tmp_entries(tmpdir: Path) -> set[str]:
+    """What a worker's temp directory holds, but Dask's own scratch space and libguestfs's appliance cache
+    (.guestfs-UID), which both keep by design."""
+    return {n for n in os.listdir(tmpdir) if n != "dask-scratch-space" and not n.startswith(".guestfs-")}
 
 
 def _hypervisors() -> list[str]:
@@ -196,6 +213,9 @@ def test_one_scenario_on_two_hosts_gives_one_results_file_with_both_named(fleet:
         cells = [c for c in doc["cells"] if c["host"] == name]
         assert [c["backend"] for c in cells] == [backend], cells  # each host ran only what it offers
         assert len(cells[0]["samples"]) == 2 and all(s["seconds"] > 0 for s in cells[0]["samples"])
+    # each keeper reaps what its worker's launches hand it (UML's helper processes end orphaned) as they end
+    assert fleet.procs["alpha"].poll() is None
+    _wait("the keepers' orphans to be reaped", lambda: not _zombies(fleet), 10)
     # show: the hosts side by side, then each host's own tables
     shown = guestbench("show", str(next((tmp_path / "r").glob("*.json"))))
     assert shown.returncode == 0, shown.stderr
@@ -224,11 +244,12 @@ def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(t
     """A fleet of its own (the worker it kills is gone for good): beta is SIGKILLed after its first sample. Both
     hosts offer uml (5 s a launch; what is proven is the loss, not the backend: routing is the test above's)."""
     homes = _worker_homes()  # the module's fleet may be up: its workers' directories are not this test's
-    tmp_before = _tmp_entries()
+    sockdirs = socket_dirs()  # libguestfs's, in /tmp as root whatever TMPDIR says; the rest go to the workers' own
+    tmpdir = Path(tempfile.mkdtemp(prefix="t-", dir=session_tmp_path()))  # short: sockets are made in it
     f = Fleet(tmp_path)
     try:
-        f.start_worker("alpha", "uml")
-        f.start_worker("beta", "uml")
+        f.start_worker("alpha", "uml", tmpdir)
+        f.start_worker("beta", "uml", tmpdir)
         run = _start_run(tmp_path, f.address, reps=4, backends="uml")
         _wait("beta's first sample", lambda: _in_results(tmp_path, lambda doc: any(
             c.get("host") == "beta" and c["samples"] for c in doc["cells"])), 600, every=0.5)
@@ -254,7 +275,8 @@ def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(t
     finally:
         f.close()
     assert _worker_homes() == homes and _hypervisors() == []
-    assert _tmp_entries() - tmp_before == set(), "the killed worker's task left files in the temp directory"
+    assert _tmp_entries(tmpdir) == set(), "the killed worker's task left files in the temp directory"
+    assert leftover_sockdirs(sockdirs) == set(), "the killed worker's launch left its socket directory"
 
 
 def test_ctrl_c_of_a_cluster_run_stops_the_hosts_and_keeps_every_sample(fleet: Fleet, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from guestbench.nested import guest, image
 
-from conftest import ROOT, guestbench, run_dirs, session_tmp_path, stop_run
+from conftest import ROOT, guestbench, host_path_lock, run_dirs, session_tmp_path, stop_run
 from test_owned import as_nobody, planted, tree
 
 TMP = session_tmp_path()
@@ -33,19 +33,20 @@ def built() -> Iterator[image.Image]:
     drop = Path(tempfile.mkdtemp(prefix="drop-", dir=TMP))
     os.chmod(drop, 0o1777)
     old = Path("/var/tmp/guestbench-nested")
-    plant = not old.exists()
-    try:
-        if plant:
-            as_nobody("mkdir", "-p", str(old))
-            planted(old, image.key(image.inputs()), drop / "kernel-ran")
-        before = tree(old)
-        img = _build()
-        assert not img.path.is_relative_to(old) and tree(old) == before and not (drop / "kernel-ran").exists()
-        yield img
-    finally:
-        if plant:
-            shutil.rmtree(old, ignore_errors=True)
-        shutil.rmtree(drop, ignore_errors=True)
+    with host_path_lock("old-paths"):  # test_owned plants the same path
+        plant = not old.exists()
+        try:
+            if plant:
+                as_nobody("mkdir", "-p", str(old))
+                planted(old, image.key(image.inputs()), drop / "kernel-ran")
+            before = tree(old)
+            img = _build()
+            assert not img.path.is_relative_to(old) and tree(old) == before and not (drop / "kernel-ran").exists()
+        finally:
+            if plant:
+                shutil.rmtree(old, ignore_errors=True)
+            shutil.rmtree(drop, ignore_errors=True)
+    yield img
 
 
 def _build() -> image.Image:

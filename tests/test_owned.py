@@ -22,7 +22,7 @@ from guestbench import appliance, locks, neighbours, owned, paths
 from guestbench.backends.uml import write_hv_wrapper
 from guestbench.nested import image
 
-from conftest import ROOT, run_dirs, session_tmp_path, write_scenario
+from conftest import ROOT, host_path_lock, run_dirs, session_tmp_path, write_scenario
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's files needs root (CI is root)")
 
@@ -344,6 +344,11 @@ def old_paths(drop: Path) -> Iterator[Path]:
     """The appliance cache and level-1 images where guestbench kept them before, made by nobody, with a whole uml
     appliance (for the current inputs) and image whose kernel would leave the marker (yielded) if anyone ran it;
     checked unchanged and removed after the test."""
+    with host_path_lock("old-paths"):  # test_nested plants the same path
+        yield from _planted_old_paths(drop)
+
+
+def _planted_old_paths(drop: Path) -> Iterator[Path]:
     if OLD_APPLIANCES.exists() or OLD_NESTED.exists():
         pytest.skip(f"{OLD_APPLIANCES} or {OLD_NESTED} exists already: not this test's to plant or remove")
     marker = drop / "kernel-ran"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ def e1_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
     tmp = tmp_path_factory.mktemp("e1")
     sc = write_scenario(tmp / "e1.yaml", f"""
 name: e1-small
-repetitions: 2
+repetitions: 1
 warmup: 1
 timeout: 240
 appliance: {{memsize: 768}}
@@ -47,7 +48,7 @@ def test_every_measurement_has_its_samples(e1_run, no_leftovers) -> None:
     for label, cell in cells.items():
         assert cell["backend"] == "tcg" and cell["placement"] == "host"
         assert cell["failures"] == [], cell["failures"]
-        assert [s["rep"] for s in cell["samples"]] == [1, 2]
+        assert [s["rep"] for s in cell["samples"]] == [1]  # n is not what is proven: 8 launches, not 12
         assert [w["rep"] for w in cell["warmups"]] == [1]
         assert all(0 < s["seconds"] < 240 for s in cell["samples"])
         assert cell["timed"], "every cell says what was timed"
@@ -89,9 +90,9 @@ def test_csv_contract(e1_run) -> None:
     cells = {c["label"]: c for c in doc["cells"]}
     for r in rows:
         samples = sorted(s["seconds"] for s in cells[r["measurement"]]["samples"])
-        median = (samples[0] + samples[1]) / 2
+        median = statistics.median(samples)
         assert float(r["median_s"]) == pytest.approx(median, rel=1e-5)
-        assert r["n"] == "2" and r["failures"] == "0"
+        assert r["n"] == str(len(samples)) and r["failures"] == "0"
         if r["measurement"] == "startup":
             assert r["mb_per_s"] == ""
         else:

@@ -4,15 +4,31 @@ loop device, libvirt domain or hypervisor process. `make soak` is the long one (
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from guestbench.leaks import soak
+from guestbench.backends.libvirt import guestfs_domains
+from guestbench.leaks import HostReading, soak
+from guestbench.run.supervisor import socket_dirs_of
 
-from conftest import write_scenario
+from conftest import hypervisor_processes, session_tmp_path, socket_dirs, strangers, write_scenario
 
-pytestmark = pytest.mark.launch
+pytestmark = pytest.mark.launch  # beside the other worker: it reads what is its own on the host (_ours)
+
+
+def _ours() -> HostReading:
+    """What this session's runs hold on the host: `make soak` reads all of it, on a machine of its own; here the
+    other worker's runs are not this test's (entries under the session's temp root and libguestfs socket
+    directories no stranger holds; loop devices, domains and hypervisors over files there)."""
+    tmp = session_tmp_path()
+    entries = {str(p) for p in (tmp / "tmp").iterdir()}  # GUESTBENCH_TMPDIR: guestbench's temp root
+    entries |= {str(d) for d in socket_dirs() - set(socket_dirs_of(strangers()))}
+    loops = subprocess.run(["losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE"], capture_output=True,
+                           text=True).stdout.splitlines()
+    return HostReading(entries, {ln.split()[0] for ln in loops if str(tmp) in ln}, guestfs_domains(tmp),
+                       set(hypervisor_processes()))
 
 
 def test_a_small_soak_leaks_nothing_and_fails_nothing(tmp_path: Path) -> None:
@@ -26,7 +42,7 @@ measurements:
   - startup
   - {measurement: upload, size: 16MiB, disk_size: 128MiB, filesystem: ext2, verify: every}
 """)
-    g = soak(sc, tmp_path / "results", warmup=1, window=3)  # 7 readings a cell: 1 + 3 + 3
+    g = soak(sc, tmp_path / "results", warmup=1, window=3, read=_ours)  # 7 readings a cell: 1 + 3 + 3
     log = (tmp_path / "results" / "soak.log").read_text()
     assert g.exit_status == 0 and g.failures == 0, log[-3000:]
     assert g.launches == 8 and g.samples == 14, g

@@ -68,7 +68,7 @@ def serve(address: str, listen: str, usable: list[str], name: str, say: Callable
 
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        status = child.wait()
+        status = _wait_reaping(child)
     finally:
         for s, h in old.items():
             signal.signal(s, signal.SIG_IGN if s != signal.SIGHUP else h)
@@ -80,6 +80,20 @@ def serve(address: str, listen: str, usable: list[str], name: str, say: Callable
         say(f"worker {name}: the Dask worker ended by signal {-status}")
         return 0 if stopping else 1
     return status
+
+
+def _wait_reaping(child: subprocess.Popen[bytes]) -> int:
+    """The worker's exit status; meanwhile every orphan handed to this subreaper is reaped as it ends (UML's
+    helper processes, one lot a launch): a keeper that only waited for its worker would gather zombies until the
+    host ran out of process ids."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)  # a signal's handler runs and the wait resumes (PEP 475)
+        except ChildProcessError:  # reaped elsewhere
+            return child.wait()
+        if pid == child.pid:
+            child.returncode = os.waitstatus_to_exitcode(status)
+            return child.returncode
 
 
 def clean_up(home: Path) -> list[str]:
