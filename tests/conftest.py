@@ -49,9 +49,10 @@ def _shared_root(path: str | None) -> Path | None:
     return Path(path) if ok and Path(path).parent == Path("/var/tmp") else None
 
 
-# One root per `make test` (GUESTBENCH_TEST_SESSION): its two pytest runs and their workers share the cache (one
-# appliance build and one probe a backend, under the cache's own locks, as two users' runs would) and each has a
-# temp root of its own, so that what one leaves is told from what another runs. Whoever made the root removes it.
+# One root per `make test` (GUESTBENCH_TEST_SESSION): its two pytest runs and their workers share the cache (probe
+# verdicts, payloads, wrappers: one probe a backend, under the cache's own locks, as two users' runs would) and each
+# has a temp root of its own, so that what one leaves is told from what another runs (guestbench keeps its UML and
+# workload appliances in the temp root: each worker builds its own). Whoever made the root removes it.
 _ROOT_OWNED = _shared_root(_inherited) is None
 _SESSION_TMP = _shared_root(_inherited) or Path(tempfile.mkdtemp(prefix="gbtest-", dir="/var/tmp"))
 os.chmod(_SESSION_TMP, 0o755)
@@ -91,8 +92,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 # Under `pytest -n 2 --dist loadfile` (make test) a module's tests stay on one worker, so its module fixtures (a
 # booted level-1 guest, a fleet, a run of every workload) are made once. The longest modules (seconds on one worker,
 # GUESTBENCH_TEST_TIMES of 2026-11-26) go first, so that the two workers end together rather than one finishing a
-# long module alone. (Not --dist loadgroup: pytest-xdist 3.8 cannot group under pytest 9, whose node ids it no
-# longer rewrites.)
+# long module alone (with --no-loadscope-reorder: else xdist hands out the modules with the most tests first).
+# Not --dist loadgroup: pytest-xdist 3.8 cannot group under pytest 9, whose node ids it no longer rewrites.
 _LONGEST = ("test_workload_run.py", "test_fleet.py", "test_faults.py", "test_storage_guest.py", "test_nested.py",
             "test_owned.py", "test_run_tcg.py", "test_uml.py", "test_exec.py", "test_order.py", "test_command.py",
             "test_density.py", "test_signals.py", "test_compare_runs.py", "test_backends.py", "test_api_suite.py")
@@ -124,8 +125,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     import shutil
 
     try:
-        if not _WORKER:  # the controller, after its workers: their runs are under its root and its basetemp
-            _DAY.collect(session, _SESSION_TMP)  # before the session's root, where some runs write, is removed
+        if not _WORKER:  # the controller, after its workers: their results files are under its basetemp
+            _DAY.collect(session, _SESSION_TMP)  # before the session's root, where the day's samples are kept, goes
     except Exception as e:  # noqa: BLE001 - the day's figures must never cost the session its clean-up
         _DAY.error = f"{type(e).__name__}: {e}"[:200]
     finally:
@@ -146,8 +147,9 @@ def run_dirs() -> list[Path]:
     return sorted((_OWN / "tmp").glob("guestbench-run-*"))
 
 
-def processes_mentioning(text: str) -> list[str]:
-    """Command lines of live processes that mention `text` (qemu's mention their drives' paths)."""
+def processes_mentioning(text: str, *more: str) -> list[str]:
+    """Command lines (cut to 200 characters) of live processes that mention `text`, and each of `more`, anywhere in
+    the whole line (qemu's mention their drives' paths)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -160,7 +162,7 @@ def processes_mentioning(text: str) -> list[str]:
         if state == "Z":
             continue
         cmd = raw.replace(b"\0", b" ").decode("utf-8", "replace")
-        if text in cmd and "pytest" not in cmd:
+        if text in cmd and all(m in cmd for m in more) and "pytest" not in cmd:
             found.append(f"{entry}: {cmd[:200]}")
     return found
 
@@ -234,6 +236,11 @@ def wait_no_leftovers(sockdirs_before: set[Path] | None = None, timeout: float =
     while time.monotonic() < deadline and (run_dirs() or hypervisor_processes() or new_sockdirs()
                                            or leftover_groups()):
         time.sleep(0.2)
+    # Beside another worker a socket directory no process holds may be its: one whose appliance just ended or was
+    # killed, before its handle is closed. Ours would stay; a moment's more patience tells them apart.
+    deadline += 50 if _WORKER else 0
+    while time.monotonic() < deadline and new_sockdirs():
+        time.sleep(0.5)
     assert run_dirs() == [], f"run directories left behind: {run_dirs()}"
     assert leftover_groups() == [], "control groups left behind"
     assert hypervisor_processes() == [], f"processes left behind: {hypervisor_processes()}"

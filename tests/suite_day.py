@@ -68,14 +68,14 @@ def tcg_startups(docs: Iterator[dict[str, Any]], since: float) -> list[float]:
 
 def launched(sample: Any) -> bool:
     """A sample a real launch took: tests also write results files by hand (hostile, synthetic, edited ones), whose
-    samples have no CPU accounting of a hypervisor that ran (one that did burns most of what it took)."""
+    samples have no CPU accounting of a hypervisor that ran (one that did burns a good part of what it took)."""
     try:
         took = float(sample["seconds"])
         programs = sample["resources"]["cpu_by_program"]
         qemu = sum(float(v) for k, v in programs.items() if str(k).startswith("qemu-system"))
     except (TypeError, KeyError, ValueError, AttributeError):
         return False
-    return took > 0 and qemu > 0.5 * took
+    return took > 0 and qemu > 0.1 * took  # beside another worker it gets less than a core
 
 
 def carried(path: Path, samples: list[float]) -> list[float]:

@@ -58,7 +58,7 @@ measurements:
         try:
             deadline = time.monotonic() + 400
             # the upload cell's appliance is being launched (not the backend's probe, which comes before the cell)
-            while not [p for p in processes_mentioning(f"{mnt}/") if f"/upload-{backend}/" in p]:  # not another's
+            while not processes_mentioning(f"/upload-{backend}/", f"{mnt}/"):  # this run's, not another worker's
                 assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
                 time.sleep(0.2)
             filler = mnt / "filler"
@@ -119,7 +119,7 @@ def test_libvirtd_stopped_mid_run_fails_the_libvirt_cell_with_the_reason_and_the
     assert proc.returncode == 0, (proc.returncode, err[-2000:])  # the run completed; its failures are data
     assert "internal error" not in err and "Traceback" not in err, err[-2000:]
     assert not guestfs_domains(session_tmp_path())
-    assert [p for p in processes_mentioning(str(session_tmp_path())) if "qemu" in p] == []
+    assert [p for p in processes_mentioning(f"{session_tmp_path()}/") if "qemu" in p] == []
 
 
 def test_two_runs_at_once_both_finish_say_the_host_was_shared_and_build_the_shared_cache_once(

@@ -77,6 +77,7 @@ measurements: [startup]
 """
 
 
+@pytest.mark.alone  # its two hogs take both cores: another worker's deadlines are not theirs to test
 @pytest.mark.launch
 @pytest.mark.timeout(600)
 def test_a_run_next_to_cpu_hogs_is_flagged_busy(tmp_path: Path, no_leftovers) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from guestbench.backends.libvirt import guestfs_domains
-from guestbench.leaks import HostReading, soak
+from guestbench.leaks import KEPT, HostReading, soak
 from guestbench.run.supervisor import socket_dirs_of
 
 from conftest import hypervisor_processes, session_tmp_path, socket_dirs, strangers, write_scenario
@@ -23,11 +23,11 @@ def _ours() -> HostReading:
     other worker's runs are not this test's (entries under the session's temp root and libguestfs socket
     directories no stranger holds; loop devices, domains and hypervisors over files there)."""
     tmp = session_tmp_path()
-    entries = {str(p) for p in (tmp / "tmp").iterdir()}  # GUESTBENCH_TMPDIR: guestbench's temp root
+    entries = {str(p) for p in (tmp / "tmp").iterdir() if not p.name.startswith(KEPT)}  # guestbench's temp root
     entries |= {str(d) for d in socket_dirs() - set(socket_dirs_of(strangers()))}
     loops = subprocess.run(["losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE"], capture_output=True,
                            text=True).stdout.splitlines()
-    return HostReading(entries, {ln.split()[0] for ln in loops if str(tmp) in ln}, guestfs_domains(tmp),
+    return HostReading(entries, {ln.split()[0] for ln in loops if f"{tmp}/" in ln}, guestfs_domains(tmp),
                        set(hypervisor_processes()))
 
 

@@ -58,7 +58,7 @@ measurements:
 def host_leftovers() -> list[str]:
     """Loop devices, servers and mounts that point into this test session's run dirs (other runs on a shared
     machine are not ours to judge)."""
-    ours = str(session_tmp_path())
+    ours = f"{session_tmp_path()}/"
     out = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout.splitlines()
     loops = [ln for ln in out if ours in ln]
     mounts = [ln for ln in Path("/proc/mounts").read_text().splitlines() if ours in ln]

@@ -61,10 +61,8 @@ def serve(address: str, listen: str, usable: list[str], name: str, say: Callable
     def stop(signum: int, frame: object) -> None:
         nonlocal stopping
         stopping = True
-        try:
-            child.send_signal(signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        if child.returncode is None:  # not send_signal: its poll() would reap the worker behind _wait_reaping's back
+            os.kill(child.pid, signal.SIGTERM)  # unreaped, the pid is still the worker's (a zombie at worst)
 
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
