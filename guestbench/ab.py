@@ -13,13 +13,15 @@ is better (guestbench.compare).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from guestbench import compare
 from guestbench.bounded import safe_yaml
 from guestbench.errors import UserError, clip
 from guestbench.measurements import MEASUREMENTS
 from guestbench.scenario import ENV_NAME, SIDE, SIDES, Checker, MeasurementSpec, Scenario
+
+if TYPE_CHECKING:
+    from guestbench import compare
 
 DEFAULT_NOISE_PCT = 5.0
 
@@ -102,6 +104,8 @@ def comparison(doc: dict[str, Any], a: dict[str, str], b: dict[str, str], noise_
     """B against A from one run's document: the permutation test decides, within the noise nothing changed."""
     name = {"A": " ".join(f"{k}={v}" for k, v in a.items()) or "the scenario as written",
             "B": " ".join(f"{k}={v}" for k, v in b.items()) or "the scenario as written"}
+    from guestbench import compare  # here: numpy and the reports, which a run needs only at its end
+
     return compare.build_comparison(_side_doc(doc, "A"), _side_doc(doc, "B"), f"A ({name['A']})",
                                     f"B ({name['B']}) in {source}", noise_pct, by="permutation",
                                     gate_resources=gate_resources)

@@ -10,27 +10,54 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib.util
 import json
 import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NoReturn, Sequence
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
-from guestbench import __version__, ab, appliance, compare, host, report, space
+from guestbench import __version__, ab, appliance, host, space
 from guestbench.backends import BACKENDS
 from guestbench.errors import Interrupted, UserError, clip_text, one_line as _one_line
+from guestbench.output import csv_columns
 from guestbench.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.reasons import short_reason
 from guestbench.results import load_results
 from guestbench.scenario import apply_overrides, help_text, load_scenario
-from guestbench.output import markdown, results_doc, terminal
-from guestbench.output.compare_doc import compare_document
 from guestbench.run import probe
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+
+def _on_first_use(name: str) -> ModuleType:
+    """The module `name`, executed when one of its names is first read: a command line refused at its scenario
+    (exit 2) then never pays for numpy, rich and the reports (0.58 CPU-s a call against 0.27, measured here)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.loader is not None, name
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
+compare = _on_first_use("guestbench.compare")
+report = _on_first_use("guestbench.report")
+markdown = _on_first_use("guestbench.output.markdown")
+results_doc = _on_first_use("guestbench.output.results_doc")
+terminal = _on_first_use("guestbench.output.terminal")
+compare_doc = _on_first_use("guestbench.output.compare_doc")
+rich_console = _on_first_use("rich.console")
+rich_markup = _on_first_use("rich.markup")
+rich_table = _on_first_use("rich.table")
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70
@@ -98,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--noise", metavar="PCT", help="a change smaller than PCT percent is 'no change' whatever p says "
                    "(the machine's run-to-run noise, e.g. 5%%)")
     c.add_argument("--force", action="store_true", help="compare even when the host fingerprints differ")
-    _add_output(c, compare.CSV_HEADER)
+    _add_output(c, csv_columns.COMPARISON)
 
     r = sub.add_parser("report", help="write results files as an HTML page, Markdown and charts (PNG, SVG)",
                        description="Write DIR/index.html (one self-contained page: tables, charts, host "
@@ -236,7 +263,7 @@ def _add_libguestfs_programs(sub: Any) -> None:
     x.add_argument("--workload", action="store_true", help="boot guestbench's workload appliance")
 
 
-def _add_output(p: argparse.ArgumentParser, csv_header: str = report.CSV_HEADER) -> None:
+def _add_output(p: argparse.ArgumentParser, csv_header: str = csv_columns.RESULTS) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--json", dest="format", action="store_const", const="json", help="print a summary as JSON")
     g.add_argument("--markdown", dest="format", action="store_const", const="markdown", help="print Markdown")
@@ -246,7 +273,7 @@ def _add_output(p: argparse.ArgumentParser, csv_header: str = report.CSV_HEADER)
 
 
 def _wide_console() -> Console:
-    return Console(width=max(Console().width, 160))
+    return rich_console.Console(width=max(rich_console.Console().width, 160))
 
 
 def _print_report(doc: dict[str, Any], fmt: str) -> None:
@@ -335,7 +362,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     _check_probe_timeout(args)
     where = f"guestbench worker {args.address}"
-    err = Console(stderr=True)
+    err = rich_console.Console(stderr=True)
     address.check(args.address, args.insecure, "command line", where,
                   lambda line: err.print(line, style="yellow", highlight=False, markup=False))
     tls.check(args.address, "worker", "command line", where)
@@ -368,7 +395,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         from guestbench.scenario import Checker
 
         Checker("command line").backends("--backend", args.backend)
-    err = Console(stderr=True)
+    err = rich_console.Console(stderr=True)
     cluster = LocalCluster(args.workers, args.backend, lambda line: err.print(line, highlight=False))
     try:
         print(cluster.address, flush=True)
@@ -399,8 +426,6 @@ def _dry_run(sc: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_scenario(args: argparse.Namespace) -> int:
-    from guestbench.run.runner import exit_status
-
     sc = _scenario_from_args(args)
     for flag in ("hosts", "insecure"):
         if getattr(args, flag) and not args.cluster:
@@ -412,12 +437,14 @@ def cmd_scenario(args: argparse.Namespace) -> int:
         return _dry_run(sc, args)
     if args.exit_with_stdin:
         _exit_with_stdin()
-    err = Console(stderr=True)
+    err = rich_console.Console(stderr=True)
     rf = _run_fleet(args, sc, err) if args.cluster else _run(args, sc, err)
     doc = dict(rf.doc)
     doc["_path"] = str(rf.path)
     _print_report(doc, args.format)
     err.print(f"results: {rf.path}", highlight=False)
+    from guestbench.run.runner import exit_status
+
     return exit_status(rf.doc)
 
 
@@ -428,7 +455,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     noise = compare.parse_fail_above(args.noise, "--noise")
     fail_above = None if args.fail_above is None else compare.parse_fail_above(args.fail_above)
     sc = ab.ab_scenario(_scenario_from_args(args), a, b)
-    err = Console(stderr=True)
+    err = rich_console.Console(stderr=True)
     rf = _run(args, sc, err)
     with rf.lock:
         rf.doc["ab"] = {"a": a, "b": b, "noise_percent": noise}
@@ -441,11 +468,11 @@ def cmd_ab(args: argparse.Namespace) -> int:
     if args.format == "json":
         sys.stdout.write(json.dumps(compare.to_summary_json([c], fail_above), indent=2, allow_nan=False) + "\n")
     elif args.format == "markdown":
-        sys.stdout.write(markdown.to_markdown(compare_document([c], fail_above)))
+        sys.stdout.write(markdown.to_markdown(compare_doc.compare_document([c], fail_above)))
     elif args.format == "csv":
         sys.stdout.write(compare.to_csv([c], fail_above))
     else:
-        terminal.render(compare_document([c], fail_above), _wide_console())
+        terminal.render(compare_doc.compare_document([c], fail_above), _wide_console())
     err.print(f"results: {rf.path}", highlight=False)
     status = exit_status(rf.doc)
     return status or (1 if compare.regressions([c], fail_above) else 0)
@@ -466,7 +493,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
         names = list(Checker("command line").backends("--backend", args.backend))
     fp = host.fingerprint()
-    with Console(stderr=True).status("") as status:
+    with rich_console.Console(stderr=True).status("") as status:
         checked = probe.check_all(names, refresh=args.refresh, timeout=args.probe_timeout, verbose=args.verbose,
                                   on_checking=lambda name: status.update(f"checking {name}"))
     verdicts: dict[str, Any] = {name: av.to_dict() for name, av in checked.items()}
@@ -479,14 +506,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     else:
         _print_doctor(fp, verdicts, args.verbose)
         _print_appliances(appliances)
-        Console().print(f"nested runs: {'possible' if nested['possible'] else 'not possible'} — {nested['reason']}; "
-                        f"image: {nested.get('image_state') or 'n/a'}", highlight=False)
+        rich_console.Console().print(
+            f"nested runs: {'possible' if nested['possible'] else 'not possible'} — {nested['reason']}; "
+            f"image: {nested.get('image_state') or 'n/a'}", highlight=False)
     return 0 if any(v["usable"] for v in verdicts.values()) else 1
 
 
 def doctor_table(verdicts: dict[str, Any], verbose: bool) -> Table:
     """The backends' verdicts; a reason is one short sentence unless `verbose` (the full text is in --json)."""
-    t = Table(title="backends", show_lines=verbose)
+    t = rich_table.Table(title="backends", show_lines=verbose)
     t.add_column("backend", no_wrap=True)
     t.add_column("usable")
     t.add_column("why")
@@ -502,13 +530,13 @@ def doctor_table(verdicts: dict[str, Any], verbose: bool) -> Table:
 
 
 def _print_doctor(fp: dict[str, Any], verdicts: dict[str, Any], verbose: bool) -> None:
-    con = Console()
+    con = rich_console.Console()
     con.print(doctor_table(verdicts, verbose))
     if not verbose and any(short_reason(v["reason"]) != v["reason"] for v in verdicts.values()):
         con.print("(reasons shortened: the full text with -v or --json)", highlight=False)
     virt = fp.get("virtualization") or {}
     vers = fp.get("versions") or {}
-    h = Table(title="host", show_header=False)
+    h = rich_table.Table(title="host", show_header=False)
     h.add_column("key")
     h.add_column("value")
     h.add_row("cpu", f"{fp.get('cpu_model')} × {fp.get('cores')} cores")
@@ -523,11 +551,11 @@ def _print_doctor(fp: dict[str, Any], verdicts: dict[str, Any], verbose: bool) -
 
 def _print_appliances(appliances: dict[str, dict[str, Any]]) -> None:
     """One line each, paths whole: guestbench's own appliances (built on first use, ~10 s each)."""
-    con = Console()
+    con = rich_console.Console()
     con.print("guestbench's appliances (built on first use, ~10 s each):", highlight=False)
     for name, st in appliances.items():
         if st["error"]:
-            con.print(f"  {name}: [red]cannot be built[/]: {escape(st['error'])}", highlight=False)
+            con.print(f"  {name}: [red]cannot be built[/]: {rich_markup.escape(st['error'])}", highlight=False)
             continue
         state = "not built yet"
         if st["built"]:
@@ -536,7 +564,7 @@ def _print_appliances(appliances: dict[str, dict[str, Any]]) -> None:
                 state += f", {st['root_bytes_allocated'] / 2**20:.0f} MiB on disk"
         if st["prebuilt_from"]:
             state += f", given by ${st['prebuilt_from']}"
-        line = f"  {name}: {state}, {escape(str(st['path']))}"
+        line = f"  {name}: {state}, {rich_markup.escape(str(st['path']))}"
         if st["variant"] == "workload":
             line += f"; packages: {', '.join(st['included']) or 'none'}"
             if st["missing"]:
@@ -548,7 +576,7 @@ def _print_appliances(appliances: dict[str, dict[str, Any]]) -> None:
 def cmd_nested(args: argparse.Namespace) -> int:
     from guestbench.nested import image as nested_image
 
-    err = Console(stderr=True)
+    err = rich_console.Console(stderr=True)
     try:
         img = nested_image.build(lambda line: err.print(f"nested build: {line}", highlight=False), force=args.force)
     except nested_image.ImageError as e:
@@ -581,11 +609,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(compare.to_summary_json(comparisons, fail_above), indent=2, allow_nan=False)
                          + "\n")
     elif args.format == "markdown":
-        sys.stdout.write(markdown.to_markdown(compare_document(comparisons, fail_above)))
+        sys.stdout.write(markdown.to_markdown(compare_doc.compare_document(comparisons, fail_above)))
     elif args.format == "csv":
         sys.stdout.write(compare.to_csv(comparisons, fail_above))
     else:
-        terminal.render(compare_document(comparisons, fail_above), _wide_console())
+        terminal.render(compare_doc.compare_document(comparisons, fail_above), _wide_console())
     found = compare.regressions(comparisons, fail_above)
     if found and args.format in ("json", "csv"):
         sys.stderr.write(f"guestbench: {len(found)} regression(s): {_one_line('; '.join(found))}\n")

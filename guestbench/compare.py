@@ -20,6 +20,7 @@ import numpy as np
 
 from guestbench import host
 from guestbench.errors import UserError
+from guestbench.output import csv_columns
 from guestbench.report import NONE, csv_row, doc_cells, fmt_seconds, load_figures, sample_seconds  # as `show` reads them
 from guestbench.results import figures as cell_figures
 from guestbench.results.figures import SECONDS, figures
@@ -33,9 +34,7 @@ MIN_N_NOTE = 4
 TEST_METHOD = ("two-sided Mann-Whitney U test (scipy.stats.mannwhitneyu; exact when there are no ties, "
                "else normal approximation with continuity correction)")
 CI_METHOD = RATIO_CI_METHOD
-CSV_HEADER = ("backend,placement,measurement,n_base,n_other,median_base_s,median_other_s,ratio,ratio_ci_low,"
-              "ratio_ci_high,p_value,verdict,regression")
-"""Stable contract for scripts: never reorder or rename these columns."""
+CSV_HEADER = csv_columns.COMPARISON
 
 COLUMNS = ("backend", "placement", "measurement", "n base", "n other", "median base", "median other",
            "ratio", "95% CI of ratio", "p (test)", "p (perm.)", "verdict")

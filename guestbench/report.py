@@ -18,15 +18,14 @@ from typing import Any
 
 from guestbench import cost, density_report, metrics_report, phases, units
 from guestbench.errors import printable
+from guestbench.output import csv_columns
 from guestbench.noise import BUSY_RULE
 from guestbench.results import figures as cell_figures
 from guestbench.results import hosts as fleet_hosts
 from guestbench.stats import (CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary, ratio_ci, spread_warnings,
                               summarize)
 
-CSV_HEADER = ("backend,placement,measurement,n,failures,median_s,mean_s,stdev_s,ci_low_s,ci_high_s,mb_per_s,"
-              "median_cpu_s,median_peak_mib")
-"""Stable contract for scripts: never reorder or rename these columns (new ones are only added at the end)."""
+CSV_HEADER = csv_columns.RESULTS
 
 COLUMNS = ("backend", "placement", "cache", "n", "failures", "median s", "mean ± stdev s", "95% CI s",
            "min–max s", "MB/s", "CPU s", "peak MiB", "× fastest")

@@ -96,7 +96,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 # Not --dist loadgroup: pytest-xdist 3.8 cannot group under pytest 9, whose node ids it no longer rewrites.
 _LONGEST = ("test_workload_run.py", "test_fleet.py", "test_faults.py", "test_storage_guest.py", "test_nested.py",
             "test_owned.py", "test_run_tcg.py", "test_uml.py", "test_exec.py", "test_order.py", "test_command.py",
-            "test_density.py", "test_signals.py", "test_compare_runs.py", "test_backends.py", "test_api_suite.py")
+            "test_density.py", "test_signals.py", "test_compare_runs.py", "test_backends.py", "test_api_suite.py",
+            # make check's longest (CLI processes, Chromium), then the rest
+            "test_hostile_results.py", "test_hostile_inputs.py", "test_dryrun.py", "test_workloads.py",
+            "test_report_browser.py", "test_safe_outputs.py", "test_htmlreport.py", "test_sweep.py")
 
 
 @contextlib.contextmanager

@@ -1,5 +1,6 @@
 """The `command` measurement: libguestfs's own programs timed per backend by `guestbench scenario`, for real on
-uml and tcg; a command that hangs is killed at the sample deadline with everything it started."""
+uml (the same program on tcg through `guestbench exec`: tests/test_exec.py, whose environment is the same
+HandleConfig.process_environment); a command that hangs is killed at the sample deadline with everything it started."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from guestbench.measurements import MEASUREMENTS
 from conftest import guestbench, run_scenario_text, socket_dirs, wait_no_leftovers, write_scenario
 
 VIRT_LS = """name: command-e2e
-backends: [uml, tcg]
+backends: [uml]
 repetitions: 1
 warmup: 0
 measurements:
@@ -21,7 +22,7 @@ measurements:
 """
 HANG = """name: command-hang
 backends: [uml]
-repetitions: 2
+repetitions: 1
 warmup: 0
 sample_timeout: 20
 measurements:
@@ -35,20 +36,18 @@ measurements:
 
 @pytest.mark.launch
 @pytest.mark.timeout(900)
-def test_virt_ls_is_timed_on_uml_and_tcg_and_reported_like_any_measurement(tmp_path: Path) -> None:
+def test_virt_ls_is_timed_on_uml_and_reported_like_any_measurement(tmp_path: Path) -> None:
     proc, doc = run_scenario_text(tmp_path, VIRT_LS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = {c["backend"]: c for c in doc["cells"]}
-    assert set(cells) == {"uml", "tcg"}
+    assert set(cells) == {"uml"}
     for backend, c in cells.items():
         assert c["status"] == "done" and len(c["samples"]) == 1 and not c["failures"], (backend, c)
         assert c["samples"][0]["seconds"] > 1.0  # a launch, an inspection and a listing: never instant
         assert c["verification"]["ok"] is True  # the read-only image kept every byte
         assert "Debian 12 tree" in c["stack"]["description"]
         assert c["timed"] == MEASUREMENTS["command"].timed
-    # the same scenario keys give the same image on every backend
-    assert cells["uml"]["verification"]["host"] == cells["tcg"]["verification"]["host"]
-    assert "ls" in proc.stdout and "uml" in proc.stdout and "tcg" in proc.stdout  # the table
+    assert "ls" in proc.stdout and "uml" in proc.stdout  # the table
     assert "wall time of the command" in proc.stdout
 
 
@@ -59,7 +58,7 @@ def test_a_command_that_hangs_is_killed_at_the_deadline_and_leaves_nothing(tmp_p
     before = socket_dirs()
     proc, doc = run_scenario_text(tmp_path, HANG, "--defer-probe", "--reprobe", timeout=600)
     (c,) = doc["cells"]
-    assert c["samples"] == [] and len(c["failures"]) == 2, c
+    assert c["samples"] == [] and len(c["failures"]) == 1, c  # that a run goes on after one: test_runner
     assert all("20" in f["reason"] and "sample" in f["reason"] for f in c["failures"]), c["failures"]
     assert proc.returncode != 0
     verdict = doc["backends"]["uml"]

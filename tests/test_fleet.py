@@ -175,8 +175,9 @@ def _results(tmp: Path) -> dict[str, Any]:
     return json.loads(files[0].read_text())
 
 
-def _start_run(tmp: Path, address: str, reps: int, backends: str = "uml, tcg") -> subprocess.Popen[str]:
-    sc = write_scenario(tmp / "s.yaml", SCENARIO.format(reps=reps, backends=backends, measurement="startup"))
+def _start_run(tmp: Path, address: str, reps: int, backends: str = "uml, tcg",
+               measurement: str = "startup") -> subprocess.Popen[str]:
+    sc = write_scenario(tmp / "s.yaml", SCENARIO.format(reps=reps, backends=backends, measurement=measurement))
     return subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--cluster", address,
                              "--results", str(tmp / "r")], cwd=ROOT, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -250,7 +251,7 @@ def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(t
     try:
         f.start_worker("alpha", "uml", tmpdir)
         f.start_worker("beta", "uml", tmpdir)
-        run = _start_run(tmp_path, f.address, reps=4, backends="uml")
+        run = _start_run(tmp_path, f.address, reps=3, backends="uml")
         _wait("beta's first sample", lambda: _in_results(tmp_path, lambda doc: any(
             c.get("host") == "beta" and c["samples"] for c in doc["cells"])), 600, every=0.5)
         pid = _daskworker_pid(f.address, "beta")
@@ -262,11 +263,11 @@ def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(t
         assert doc["status"] == "complete"
         assert doc["hosts"]["beta"]["status"] == "lost" and "left the cluster" in doc["hosts"]["beta"]["error"]
         alpha = [c for c in doc["cells"] if c["host"] == "alpha"]
-        assert len(alpha) == 1 and len(alpha[0]["samples"]) == 4 and alpha[0]["status"] == "done"
+        assert len(alpha) == 1 and len(alpha[0]["samples"]) == 3 and alpha[0]["status"] == "done"
         beta = [c for c in doc["cells"] if c["host"] == "beta"][0]
-        assert 1 <= len(beta["samples"]) < 4
+        assert 1 <= len(beta["samples"]) < 3
         assert beta["failures"] and all("host beta lost" in x["reason"] for x in beta["failures"])
-        assert len(beta["samples"]) + len(beta["failures"]) >= 4
+        assert len(beta["samples"]) + len(beta["failures"]) >= 3
         assert "host beta" in err and "lost" in err
         # beta's keeper cleaned up after its worker: no hypervisor, no directory, and it exited
         f.procs["beta"].wait(timeout=300)
@@ -280,7 +281,7 @@ def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(t
 
 
 def test_ctrl_c_of_a_cluster_run_stops_the_hosts_and_keeps_every_sample(fleet: Fleet, tmp_path: Path) -> None:
-    run = _start_run(tmp_path, fleet.address, reps=20)
+    run = _start_run(tmp_path, fleet.address, reps=20, measurement=UPLOADS)  # alpha's samples after one launch
     _wait("two samples", lambda: _in_results(tmp_path, lambda doc: sum(len(c["samples"]) for c in doc["cells"]) >= 2),
           600, every=0.5)
     run.send_signal(signal.SIGINT)
@@ -325,22 +326,6 @@ def tls_security(settings: dict[str, str]) -> Any:
     prefix = "DASK_DISTRIBUTED__COMM__TLS__"
     return Security(require_encryption=True, tls_ca_file=settings[f"{prefix}CA_FILE"],
                     tls_client_cert=settings[f"{prefix}CLIENT__CERT"], tls_client_key=settings[f"{prefix}CLIENT__KEY"])
-
-
-def test_fleet_local_starts_a_scheduler_and_workers_and_stops_them_on_ctrl_c(tmp_path: Path) -> None:
-    homes = _worker_homes()
-    proc, address, settings = fleet_local(2)
-    try:
-        assert address.startswith("tls://127.0.0.1:"), address
-        sec = tls_security(settings)
-        workers = _wait("two workers", lambda: (w := _cluster_workers(address, sec)) and len(w) == 2 and w, START_S,
-                        every=1.0)
-        assert all(w["resources"] == {"bench": 1, "uml": 1} for w in workers.values())
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=300)
-    assert proc.returncode == 0
-    assert processes_mentioning(address) == [] and _worker_homes() == homes  # other fleets may be up
 
 
 def test_bad_cluster_input_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

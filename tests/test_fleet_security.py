@@ -22,7 +22,8 @@ from typing import Any, Callable
 import pytest
 
 from conftest import ROOT, guestbench, processes_mentioning, write_scenario
-from test_fleet import START_S, _address, _cluster_workers, _tls_settings, _wait, fleet_local, tls_security
+from test_fleet import (START_S, _address, _cluster_workers, _tls_settings, _wait, _worker_homes, fleet_local,
+                        tls_security)
 
 TEST_NET = "192.0.2.1"  # TEST-NET-1 (RFC 5737): no scheduler there; a connection attempt would hang or fail
 REFUSE_S = 30.0  # the refusal comes before any connection: the CLI's start-up only
@@ -136,11 +137,16 @@ def test_a_worker_listens_on_loopback_for_a_loopback_scheduler_else_on_the_addre
 def test_fleet_local_listens_on_loopback_only_and_its_worker_is_unreachable_from_the_network() -> None:
     """Every listening socket of `fleet local` (its scheduler, the worker's keeper, the Dask worker), read with
     ss: on 127.0.0.1 or ::1 only. Before, the worker listened on 0.0.0.0 and [::] and ran a direct `run` RPC
-    as root; the scheduler's HTTP server listened on 0.0.0.0."""
-    proc, address, settings = fleet_local(1)
+    as root; the scheduler's HTTP server listened on 0.0.0.0. Also `fleet local N` itself: N workers join with
+    their resources, and Ctrl-C stops them all and removes their homes."""
+    homes = _worker_homes()
+    proc, address, settings = fleet_local(2)
     try:
         assert address.startswith("tls://127.0.0.1:"), address
-        workers = _wait("the worker", lambda: _cluster_workers(address, tls_security(settings)), START_S, every=1.0)
+        sec = tls_security(settings)
+        workers = _wait("two workers", lambda: (w := _cluster_workers(address, sec)) and len(w) == 2 and w, START_S,
+                        every=1.0)
+        assert all(w["resources"] == {"bench": 1, "uml": 1} for w in workers.values()), workers
         worker_port = int(next(iter(workers.values()))["address"].rsplit(":", 1)[1])
         # the worker's HTTP server may start just after it registers: wait for its two sockets
         sockets = _wait("the worker's sockets", lambda: (s := _listening(_tree(proc.pid))) and len(s) >= 4 and s,
@@ -155,7 +161,7 @@ def test_fleet_local_listens_on_loopback_only_and_its_worker_is_unreachable_from
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=300)
     assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
-    assert processes_mentioning(address) == []
+    assert processes_mentioning(address) == [] and _worker_homes() == homes  # other fleets may be up
 
 
 def _identity(address: str, security: Any) -> dict[str, Any]:

@@ -180,7 +180,7 @@ def test_the_report_says_where_precision_got_and_flags_a_cell_at_its_cap() -> No
 
 INTERLEAVE = """name: interleave
 backends: [uml, tcg]
-repetitions: 4
+repetitions: 2
 warmup: 0
 timeout: 240
 appliance: {memsize: 768}
@@ -197,8 +197,8 @@ def test_uml_and_tcg_take_turns_sample_by_sample_and_the_tables_keep_their_shape
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert doc["order"] == {"mode": "interleaved"}
     samples = sorted((s["seq"], s["utc"], c["backend"]) for c in doc["cells"] for s in c["samples"])
-    assert [b for _, _, b in samples] == ["uml", "tcg"] * 4  # alternating, in the scenario's backend order
-    assert [seq for seq, _, _ in samples] == list(range(1, 9))
+    assert [b for _, _, b in samples] == ["uml", "tcg"] * 2  # alternating, in the scenario's backend order
+    assert [seq for seq, _, _ in samples] == list(range(1, 5))
     assert [u for _, u, _ in samples] == sorted(u for _, u, _ in samples)  # the clock agrees with the order
     for c in doc["cells"]:
         assert c["order"] == "interleaved" and c["status"] == "done" and not c["failures"]

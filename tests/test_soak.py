@@ -35,16 +35,16 @@ def test_a_small_soak_leaks_nothing_and_fails_nothing(tmp_path: Path) -> None:
     sc = write_scenario(tmp_path / "soak.yaml", """
 name: small-soak
 backends: [uml]
-repetitions: 7
+repetitions: 5
 warmup: 0
 timeout: 300
 measurements:
   - startup
   - {measurement: upload, size: 16MiB, disk_size: 128MiB, filesystem: ext2, verify: every}
 """)
-    g = soak(sc, tmp_path / "results", warmup=1, window=3, read=_ours)  # 7 readings a cell: 1 + 3 + 3
+    g = soak(sc, tmp_path / "results", warmup=1, window=2, read=_ours)  # 5 readings a cell: 1 + 2 + 2
     log = (tmp_path / "results" / "soak.log").read_text()
     assert g.exit_status == 0 and g.failures == 0, log[-3000:]
-    assert g.launches == 8 and g.samples == 14, g
+    assert g.launches == 6 and g.samples == 10, g
     assert g.runner and g.worker, f"too few readings to judge growth: {g}"
     assert g.problems() == [], (g.problems(), g)

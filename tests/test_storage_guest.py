@@ -1,4 +1,4 @@
-"""Guest-side storage stacks, built for real inside launched appliances (TCG, and UML for a few layouts).
+"""Guest-side storage stacks, built for real inside launched appliances (one UML appliance; TCG in make test-long).
 
 Every layout is built, a file written and read back, the stack checked to be what it claims (lsblk,
 dmsetup, /proc/mdstat, losetup, lvs), the filesystem made fresh twice, and the stack torn down with
@@ -63,6 +63,42 @@ def tcg() -> Iterator[Any]:
         g.shutdown()
     finally:
         g.close()
+        shutil.rmtree(d, ignore_errors=True)
+    assert_no_leftovers(sockdirs, d)
+
+
+@pytest.fixture(scope="module")
+def uml() -> Iterator[Any]:
+    """One UML appliance for the module's tests of the stacks' logic (set-up, sizing, aging, undo, refusals):
+    guestbench's own code, the same on every backend; a UML launch costs a fifth of a TCG one. What is qemu's
+    (/dev/sdX, a host loop device, md raid1 on TCG) runs in test_workload_run and test_storage_host."""
+    import guestfs
+    from guestbench.backends import get
+
+    d = _scratch_dir()
+    cfg = get("uml").handle_config(guestbench.paths.cache_dir())
+    saved = dict(os.environ)
+    os.environ[guestbench.paths.WORKDIR_ENV] = str(d)
+    os.environ.update(cfg.env)  # read when the handle is made (LIBGUESTFS_PATH) and by the launch
+    g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
+    sockdirs: set[str] = set()
+    try:
+        g.set_backend(cfg.libguestfs_backend)
+        g.set_backend_settings(list(cfg.settings))
+        if cfg.hv:
+            g.set_hv(cfg.hv)
+        g.set_tmpdir(str(d))
+        _add_disks(g, d)
+        g.launch()
+        os.environ.clear()  # the hypervisor has its environment; the module's other tests get theirs back
+        os.environ.update(saved)
+        sockdirs = our_sockdirs(d)
+        yield g
+        g.shutdown()
+    finally:
+        g.close()
+        os.environ.clear()
+        os.environ.update(saved)
         shutil.rmtree(d, ignore_errors=True)
     assert_no_leftovers(sockdirs, d)
 
@@ -196,15 +232,15 @@ def exercise(g: Any, layout: str, fs: str) -> tuple[Stack, float]:
     return stack, took
 
 
-# Every layout runs under UML below (a few seconds each there); on TCG, where set-up writes cost up to
-# 40 s a layout, a subset with one of each kind of layer: the suite must stay under its time limit.
-# disk, loop2 and raid1 run on TCG in test_workload_run; raid1-mixed (md over a disk and a partition, as raid1
-# there with a partition besides) in make test-long; lvm-snapshot with ext2 too (45 s): it is set up, aged and
-# torn down on TCG with ext4 in test_ext4_snapshot_ages_on_tcg, and with ext2 under UML
+# Every layout runs under UML below (a few seconds each there), and the logic of set-up, sizing, aging, undo and
+# refusal on the same UML appliance: it is guestbench's own. What qemu adds is its device naming (/dev/sdX) and its
+# drives: disk and raid1 run on TCG in test_workload_run, a host loop device, qemu-nbd and FUSE drives in
+# test_storage_host; raid1-mixed and lvm-snapshot on TCG in make test-long (a TCG launch and its set-up writes
+# cost 40-60 s each here).
 TCG_LAYOUTS = (pytest.param("raid1-mixed", marks=pytest.mark.long), pytest.param("lvm-snapshot", marks=pytest.mark.long))
 # Under UML what differs is the device naming (/dev/ubdX) each layout builds on: partitions, LVM (with a
-# snapshot: plain LVM is its first half), md over a disk and a partition, stacked loops (loop2 and disk also
-# run under UML in test_workload_run), and raid1 with xfs below
+# snapshot: plain LVM is its first half), md over a disk and a partition, stacked loops (loop2 in
+# test_sized_layouts_on_uml; disk in test_workload_run), and raid1 with xfs below
 UML_LAYOUTS = ("partition", "lvm-snapshot", "raid1-mixed", "loop3")
 
 
@@ -216,10 +252,10 @@ def test_layout_ext2_on_tcg(tcg: Any, layout: str) -> None:
 
 
 @pytest.mark.timeout(1200)
-def test_ext4_snapshot_ages_on_tcg(tcg: Any) -> None:
+def test_ext4_snapshot_ages_on_uml(uml: Any) -> None:
     """lvm-snapshot keeps its filesystem: what a sample leaves is removed, the COW space only grows."""
-    g = tcg
-    stack = guest.setup(g, "lvm-snapshot", g.list_devices(), "ext4")
+    g = uml
+    stack = guest.setup(g, "lvm-snapshot", g.list_devices(), "ext4", size_mib=48)
     try:
         assert guest.ORIGIN_DATA in stack.keep
         before = guest.snapshot_usage(g, stack)
@@ -240,8 +276,8 @@ def test_ext4_snapshot_ages_on_tcg(tcg: Any) -> None:
 
 
 @pytest.mark.timeout(1200)
-def test_clear_refusals_on_tcg(tcg: Any) -> None:
-    g = tcg
+def test_clear_refusals_on_uml(uml: Any) -> None:
+    g = uml
     with pytest.raises(ValueError, match=r"xfs on layout lvm-snapshot needs at least 300 MiB.*at least \d+ MiB"):
         guest.setup(g, "lvm-snapshot", g.list_devices(), "xfs")
     with pytest.raises(ValueError, match=r"btrfs on layout lvm needs at least 109 MiB.*ask for more"):
@@ -261,9 +297,9 @@ def test_clear_refusals_on_tcg(tcg: Any) -> None:
 
 
 @pytest.mark.timeout(1200)
-def test_failed_setup_undoes_what_it_made_on_tcg(tcg: Any) -> None:
+def test_failed_setup_undoes_what_it_made_on_uml(uml: Any) -> None:
     """raid1-mixed with its fast leg busy (mounted): the slow leg is made, mdadm fails, the slow leg goes."""
-    g = tcg
+    g = uml
     first = g.list_devices()[0]
     sda = guest._real_names(g, [first])[first]
     g.mkfs("ext2", first)
@@ -278,10 +314,10 @@ def test_failed_setup_undoes_what_it_made_on_tcg(tcg: Any) -> None:
 
 
 @pytest.mark.timeout(1200)
-def test_sized_layouts_on_tcg(tcg: Any) -> None:
+def test_sized_layouts_on_uml(uml: Any) -> None:
     """size_mib sizes the device under test where the layout carves space."""
-    g = tcg
-    for layout, want in (("partition", 120), ("lvm", 120), ("loop2", 120)):
+    g = uml
+    for layout, want in (("partition", 40), ("lvm", 40), ("loop2", 40)):
         stack = guest.setup(g, layout, g.list_devices(), "ext2", size_mib=want)
         try:
             assert want * 2**20 <= stack.size_bytes < (want + 4) * 2**20, (layout, stack.size_bytes)
@@ -291,36 +327,12 @@ def test_sized_layouts_on_tcg(tcg: Any) -> None:
 
 
 @pytest.mark.timeout(1200)
-def test_layouts_on_uml() -> None:
+def test_layouts_on_uml(uml: Any) -> None:
     """The same stacks under User-Mode Linux, whose disks are /dev/ubdX (the daemon says /dev/sdX)."""
-    import guestfs
-    from guestbench.backends import get
-
-    d = _scratch_dir()
-    cfg = get("uml").handle_config(guestbench.paths.cache_dir())
-    saved = dict(os.environ)
-    os.environ[guestbench.paths.WORKDIR_ENV] = str(d)
-    os.environ.update(cfg.env)
-    g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
-    sockdirs: set[str] = set()
-    try:
-        g.set_backend(cfg.libguestfs_backend)
-        g.set_backend_settings(list(cfg.settings))
-        if cfg.hv:
-            g.set_hv(cfg.hv)
-        g.set_tmpdir(str(d))
-        _add_disks(g, d)
-        g.launch()
-        sockdirs = our_sockdirs(d)
-        assert guest._real_names(g, ["/dev/sda"]) == {"/dev/sda": "/dev/ubda"}
-        for layout in UML_LAYOUTS:
-            stack, took = exercise(g, layout, "ext2")
-            print(f"uml {layout}: {stack.description}; set-up {took:.1f} s")
-        exercise(g, "raid1", "xfs")
-        g.shutdown()
-    finally:
-        g.close()
-        os.environ.clear()
-        os.environ.update(saved)
-        shutil.rmtree(d, ignore_errors=True)
-    assert_no_leftovers(sockdirs, d)
+    g = uml
+    assert guest._real_names(g, ["/dev/sda"]) == {"/dev/sda": "/dev/ubda"}
+    for layout in UML_LAYOUTS:
+        stack, took = exercise(g, layout, "ext2")
+        print(f"uml {layout}: {stack.description}; set-up {took:.1f} s")
+    exercise(g, "raid1", "xfs")
+    assert_nothing_left(g)

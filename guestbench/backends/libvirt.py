@@ -51,17 +51,23 @@ def ensure_daemons(wait_s: float = 15.0) -> str | None:
     if os.geteuid() != 0:
         return ("libvirtd is not running and guestbench is not root; run as root: virtlogd -d && libvirtd -d "
                 "(or systemctl start libvirtd)")
-    for d in DAEMONS:
-        if subprocess.run(["pgrep", "-x", d], capture_output=True).returncode != 0:
-            exe = shutil.which(d) or f"/usr/sbin/{d}"
-            subprocess.run([exe, "-d"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=30, start_new_session=True)
+    # A daemon that is still exiting (stopped a moment ago: it removes its socket as it goes) is waited for,
+    # then started again; one that is running answers within the wait or is reported.
     deadline = time.monotonic() + wait_s
-    err = connect_error()
-    while err is not None and time.monotonic() < deadline:
-        time.sleep(0.3)
+    started: set[str] = set()
+    while True:
+        for d in DAEMONS:
+            if d not in started and subprocess.run(["pgrep", "-x", d], capture_output=True).returncode != 0:
+                exe = shutil.which(d) or f"/usr/sbin/{d}"
+                subprocess.run([exe, "-d"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=30, start_new_session=True)
+                started.add(d)
         err = connect_error()
-    return None if err is None else f"started virtlogd and libvirtd but {URI} does not answer: {err}"
+        if err is None:
+            return None
+        if time.monotonic() >= deadline:
+            return f"started virtlogd and libvirtd but {URI} does not answer: {err}"
+        time.sleep(0.3)
 
 
 def guestfs_domains(workdir: Path | None = None) -> set[str]:
