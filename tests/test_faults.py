@@ -161,7 +161,7 @@ name: two-at-once
 repetitions: 2
 warmup: 0
 measurements:
-  - {measurement: upload, size: 32MiB, disk_size: 128MiB, filesystem: ext2}
+  - {measurement: upload, size: 8MiB, disk_size: 128MiB, filesystem: ext2}
 """)
     procs = [_start(sc, tmp_path / f"r{k}", "--backend", "uml", env=env) for k in (1, 2)]
     try:
@@ -190,10 +190,10 @@ measurements:
     assert not appliance.name.startswith("."), appliance
     payloads = fresh / "cache" / "payloads"
     assert sorted(p.name for p in payloads.iterdir()) == \
-        ["random-33554432.bin", "random-33554432.sha256"]
-    digest = subprocess.run(["sha256sum", str(payloads / "random-33554432.bin")], capture_output=True, text=True,
+        ["random-8388608.bin", "random-8388608.sha256"]
+    digest = subprocess.run(["sha256sum", str(payloads / "random-8388608.bin")], capture_output=True, text=True,
                             check=True).stdout.split()[0]
-    assert (payloads / "random-33554432.sha256").read_text().strip() == digest
+    assert (payloads / "random-8388608.sha256").read_text().strip() == digest
     assert json.loads((fresh / "cache" / "probes.json").read_text())["uml"]["usable"] is True
     assert list((fresh / "runs").iterdir()) == [], "both runs left the registry"
     assert [p for p in (fresh / "tmp").iterdir() if p.name != APPLIANCES_DIR] == []

@@ -102,7 +102,7 @@ def test_a_hypervisor_killed_mid_sample_is_a_failed_sample_and_the_run_goes_on(b
                                                                                 no_leftovers) -> None:
     sc = write_scenario(tmp_path / "kill.yaml", """
 name: kill-mid-run
-repetitions: 3
+repetitions: 2
 warmup: 0
 timeout: 240
 measurements:
@@ -135,7 +135,7 @@ measurements:
     failure = cell["failures"][0]
     assert failure["kind"] == "rep" and failure["rep"] == 1
     assert failure["reason"], "the failure says why"
-    assert [s["rep"] for s in cell["samples"]] == [2, 3], "later samples relaunch and succeed"
+    assert [s["rep"] for s in cell["samples"]] == [2], "the next sample relaunches and succeeds"
     assert cell["verification"]["ok"] is True
     summary = json.loads(out)
-    assert summary["rows"][0]["failures"] == 1 and summary["rows"][0]["n"] == 2
+    assert summary["rows"][0]["failures"] == 1 and summary["rows"][0]["n"] == 1

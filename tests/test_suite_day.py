@@ -23,9 +23,11 @@ def _sample(seconds: float, qemu_cpu: float | None) -> dict:
     return sample
 
 
-def _doc(backend: str, samples: list[dict], placement: str = "host") -> dict:
+def _doc(backend: str, samples: list[dict], placement: str = "host", measurement: str = "startup",
+         cold_s: float | None = None) -> dict:
     return {"schema_version": 3, "started_utc": STARTED,
-            "cells": [{"measurement": "startup", "backend": backend, "placement": placement, "samples": samples}]}
+            "cells": [{"measurement": measurement, "backend": backend, "placement": placement, "samples": samples,
+                       "cold_s": cold_s}]}
 
 
 def test_only_samples_a_hypervisor_burned_for_count_as_the_days_tcg_start_up(tmp_path: Path) -> None:
@@ -33,12 +35,16 @@ def test_only_samples_a_hypervisor_burned_for_count_as_the_days_tcg_start_up(tmp
     assert launched(real) and not launched(synthetic) and not launched(idle)
     assert not launched({"seconds": "x", "resources": {"cpu_by_program": {"qemu-system-x86_64": 1}}})
     docs = [_doc("tcg", [real, synthetic, idle]), _doc("uml", [_sample(5.0, 4.9)]),
-            _doc("tcg", [_sample(30.0, 29.0)], placement="nested@l1")]
+            _doc("tcg", [_sample(30.0, 29.0)], placement="nested@l1"),
+            # a cell's first launch of the standard appliance counts, when the cell launched for real
+            _doc("tcg", [_sample(2.0, 1.9)], measurement="upload", cold_s=21.0),
+            _doc("tcg", [_sample(2.0, None)], measurement="upload", cold_s=22.0),
+            _doc("tcg", [_sample(2.0, 1.9)], measurement="fio", cold_s=40.0)]
     for k, doc in enumerate(docs):
         (tmp_path / f"{k}.json").write_text(json.dumps(doc))
     (tmp_path / "broken.json").write_text("{" * 100_000)  # a hostile file the suite leaves: skipped
     since = calendar.timegm((2026, 11, 26, 9, 0, 0, 0, 0, 0))  # an hour before the runs began
-    assert tcg_startups(results_files([tmp_path]), since) == [20.0]
+    assert sorted(tcg_startups(results_files([tmp_path]), since)) == [20.0, 21.0]
     assert tcg_startups(results_files([tmp_path]), since + 2 * 86400) == []  # runs from before the suite
 
 
