@@ -89,17 +89,26 @@ measurements:
         assert not guestfs_domains(mnt)
 
 
+def _libvirtd(pid: str) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "libvirtd"
+    except OSError:
+        return False
+
+
 def _gone(pids: list[str], patience: float = 30.0) -> None:
     """The libvirtd this test stopped, gone before another is started: one that is still exiting removes the new
-    one's socket, and libvirtd has been seen to hang in its shutdown (then it is killed)."""
+    one's socket, and libvirtd has been seen to hang in its shutdown: after `patience` it is killed (still a
+    libvirtd: a pid is not reused while its process lives), and given `patience` more to go."""
     for kill in (False, True):
         deadline = time.monotonic() + patience
-        while any(Path(f"/proc/{p}").exists() for p in pids) and time.monotonic() < deadline:
+        while any(_libvirtd(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.2)
         for p in pids if kill else []:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(p), signal.SIGKILL)
-        if not any(Path(f"/proc/{p}").exists() for p in pids):
+                if _libvirtd(p):
+                    os.kill(int(p), signal.SIGKILL)
+        if not any(_libvirtd(p) for p in pids):
             return
 
 

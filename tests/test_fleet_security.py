@@ -148,8 +148,9 @@ def test_fleet_local_listens_on_loopback_only_and_its_worker_is_unreachable_from
                         every=1.0)
         assert all(w["resources"] == {"bench": 1, "uml": 1} for w in workers.values()), workers
         worker_port = int(next(iter(workers.values()))["address"].rsplit(":", 1)[1])
-        # the worker's HTTP server may start just after it registers: wait for its two sockets
-        sockets = _wait("the worker's sockets", lambda: (s := _listening(_tree(proc.pid))) and len(s) >= 4 and s,
+        # the scheduler's two and each worker's two (its server and its HTTP server, which may start just after
+        # it registers): all of them are judged
+        sockets = _wait("the workers' sockets", lambda: (s := _listening(_tree(proc.pid))) and len(s) >= 6 and s,
                         60)
         assert all(ipaddress.ip_address(host).is_loopback for host, _ in sockets), sockets
         assert worker_port in {port for _, port in sockets}, (worker_port, sockets)

@@ -165,8 +165,12 @@ measurements: [startup]
             assert abs(sum(p["s"] for p in s["phases"]) - s["seconds"]) <= 0.01 * s["seconds"]
             # every marker of the family was found: a real boot prints them all
             assert names(s["phases"]) == [p.name for p in phases.MARKERS[cell["phase_markers"]]], s["phases"]
-    # the printed table: one column per backend, the two sums, and the host-side share
-    out = proc.stdout
+    check_printed_phase_tables(doc, proc.stdout)
+
+
+def check_printed_phase_tables(doc: dict, out: str) -> None:
+    """The printed table (one column per backend, the two sums, the host-side share) of a real run's phases;
+    tests/test_run_tcg.py checks qemu's with it."""
     assert "startup: boot phases" in out and "sum of phase medians" in out and "median start-up" in out
     for pt in report.phase_tables(doc):
         for bp in pt.summaries:
