@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib.util
 import json
 import os
 import sys
 import traceback
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn, Sequence
 
 from guestbench import __version__, ab, appliance, host, space
 from guestbench.backends import BACKENDS
 from guestbench.errors import Interrupted, UserError, clip_text, one_line as _one_line
+from guestbench.lazy import on_first_use
 from guestbench.output import csv_columns
 from guestbench.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.reasons import short_reason
@@ -33,34 +32,15 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-
-def _on_first_use(name: str) -> ModuleType:
-    """The module `name`, executed when one of its names is first read: a command line refused at its scenario
-    (exit 2) then never pays for numpy, rich and the reports (measured here: 0.70 CPU-s a call against 0.29, n=8)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.find_spec(name)
-    assert spec is not None and spec.loader is not None, name
-    loader = importlib.util.LazyLoader(spec.loader)
-    spec.loader = loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    parent, _, child = name.rpartition(".")
-    if parent:  # as an import would: `import guestbench.report` then `guestbench.report.X` works
-        setattr(sys.modules[parent], child, module)
-    loader.exec_module(module)
-    return module
-
-
-compare = _on_first_use("guestbench.compare")
-report = _on_first_use("guestbench.report")
-markdown = _on_first_use("guestbench.output.markdown")
-results_doc = _on_first_use("guestbench.output.results_doc")
-terminal = _on_first_use("guestbench.output.terminal")
-compare_doc = _on_first_use("guestbench.output.compare_doc")
-rich_console = _on_first_use("rich.console")
-rich_markup = _on_first_use("rich.markup")
-rich_table = _on_first_use("rich.table")
+compare = on_first_use("guestbench.compare")
+report = on_first_use("guestbench.report")
+markdown = on_first_use("guestbench.output.markdown")
+results_doc = on_first_use("guestbench.output.results_doc")
+terminal = on_first_use("guestbench.output.terminal")
+compare_doc = on_first_use("guestbench.output.compare_doc")
+rich_console = on_first_use("rich.console")
+rich_markup = on_first_use("rich.markup")
+rich_table = on_first_use("rich.table")
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -25,7 +25,7 @@ from suite_day import SuiteDay
 ROOT = Path(__file__).resolve().parent.parent
 # A user's own settings are not the tests' fixtures: guestbench's (a prebuilt appliance, the UML channel, a
 # control group), libguestfs's (memsize, debug, a fixed appliance path) and Dask's are cleared for the session.
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1... under `pytest -n`: make test runs two
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1... under `pytest -n`: make test runs TEST_WORKERS
 _SUITE_SWITCHES = ("GUESTBENCH_TEST_TIMES", "GUESTBENCH_CLI_SUBPROCESS_ALL", "GUESTBENCH_TEST_SUITE_STARTED",
                    "GUESTBENCH_TEST_SESSION")
 _inherited = os.environ.get("GUESTBENCH_TEST_SESSION")  # make test's root, or the xdist controller's: below
@@ -89,9 +89,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             f.write(f"{report.duration:8.1f} {report.when:8} {report.outcome:7} {report.nodeid}\n")
 
 
-# Under `pytest -n 2 --dist loadfile` (make test) a module's tests stay on one worker, so its module fixtures (a
+# Under `pytest -n N --dist loadfile` (make test) a module's tests stay on one worker, so its module fixtures (a
 # booted level-1 guest, a fleet, a run of every workload) are made once. The longest modules (seconds on one worker,
-# GUESTBENCH_TEST_TIMES of 2026-11-26) go first, so that the two workers end together rather than one finishing a
+# GUESTBENCH_TEST_TIMES of 2026-11-26) go first, so that the workers end together rather than one finishing a
 # long module alone (with --no-loadscope-reorder: else xdist hands out the modules with the most tests first).
 # Not --dist loadgroup: pytest-xdist 3.8 cannot group under pytest 9, whose node ids it no longer rewrites.
 _LONGEST = ("test_workload_run.py", "test_fleet.py", "test_faults.py", "test_storage_guest.py", "test_nested.py",
@@ -105,7 +105,7 @@ _LONGEST = ("test_workload_run.py", "test_fleet.py", "test_faults.py", "test_sto
 @contextlib.contextmanager
 def host_path_lock(name: str) -> Iterator[None]:
     """Held by the tests that plant the same host-wide path (/var/tmp/guestbench-nested: test_nested and
-    test_owned), which the two workers may otherwise run at once."""
+    test_owned), which two workers may otherwise run at once."""
     import fcntl
 
     with open(_SESSION_TMP / f"{name}.lock", "a") as f:
@@ -179,15 +179,26 @@ def socket_dirs() -> set[Path]:
     return set(Path("/tmp").glob("libguestfs??????"))
 
 
-def _parents() -> dict[int, int]:
+def _states() -> dict[int, tuple[str, int]]:
+    """Every process's state letter and parent pid."""
     found = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                found[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                found[int(entry)] = (fields[0], int(fields[1]))
             except (OSError, IndexError, ValueError):
                 continue
     return found
+
+
+def _parents() -> dict[int, int]:
+    return {pid: parent for pid, (_, parent) in _states().items()}
+
+
+def unreaped_children(parent: int) -> list[int]:
+    """Children of `parent` that ended and were never reaped (zombies)."""
+    return [pid for pid, (state, pp) in _states().items() if state == "Z" and pp == parent]
 
 
 def descendants() -> set[int]:
@@ -210,7 +221,7 @@ def strangers() -> list[int]:
 
 def leftover_sockdirs(before: set[Path]) -> set[Path]:
     """Socket directories made since `before` that no stranger holds: ours (a stranger's live appliance on a shared
-    machine, or the other worker's, is not ours to judge)."""
+    machine, or another worker's, is not ours to judge)."""
     new = socket_dirs() - before
     return new - set(socket_dirs_of(strangers())) if new else set()
 
@@ -230,6 +241,18 @@ def leftover_groups() -> list[Path]:
     return found
 
 
+def lasting(unheld: Callable[[], set[Path]], patience: float) -> set[Path]:
+    """The socket directories `unheld()` names that stay for `patience` s. Beside another worker a directory no
+    process holds may be its: one whose appliance just ended or was killed, before its handle is closed. Ours
+    would stay; a moment's more patience tells them apart."""
+    deadline = time.monotonic() + patience
+    found = unheld()
+    while found and time.monotonic() < deadline:
+        time.sleep(0.5)
+        found &= unheld()
+    return found
+
+
 def wait_no_leftovers(sockdirs_before: set[Path] | None = None, timeout: float = 10.0) -> None:
     """Assert that no run dir, socket dir or hypervisor of ours is left (allowing a moment for reaping)."""
     def new_sockdirs() -> set[Path]:
@@ -239,15 +262,11 @@ def wait_no_leftovers(sockdirs_before: set[Path] | None = None, timeout: float =
     while time.monotonic() < deadline and (run_dirs() or hypervisor_processes() or new_sockdirs()
                                            or leftover_groups()):
         time.sleep(0.2)
-    # Beside another worker a socket directory no process holds may be its: one whose appliance just ended or was
-    # killed, before its handle is closed. Ours would stay; a moment's more patience tells them apart.
-    deadline += 50 if _WORKER else 0
-    while time.monotonic() < deadline and new_sockdirs():
-        time.sleep(0.5)
+    left = lasting(new_sockdirs, deadline + (50 if _WORKER else 0) - time.monotonic())
     assert run_dirs() == [], f"run directories left behind: {run_dirs()}"
     assert leftover_groups() == [], "control groups left behind"
     assert hypervisor_processes() == [], f"processes left behind: {hypervisor_processes()}"
-    assert new_sockdirs() == set(), f"libguestfs socket directories left behind: {new_sockdirs()}"
+    assert left == set(), f"libguestfs socket directories left behind: {left}"
 
 
 @pytest.fixture

@@ -126,7 +126,8 @@ class SuiteDay:
         if not self.samples:
             return text + "; no tcg start-up sample was recorded in a results file in this run"
         med = statistics.median(self.samples)
-        return (f"{text}; tcg start-up this run (samples and cells' first launches, beside the other worker): "
+        return (f"{text}; tcg start-up this run (samples and cells' first launches, beside the other workers: "
+                "slower than on a quiet machine): "
                 f"median {med:.1f} s (n={len(self.samples)}, "
                 f"{min(self.samples):.1f}–{max(self.samples):.1f} s), so the suite took {wall / med:.0f} tcg "
                 "start-ups (budget: 25 min or 70)")

@@ -127,7 +127,7 @@ def test_sweep_removes_the_groups_of_a_dead_run_with_what_is_in_them() -> None:
     assert Path(cpu).exists() and sleeper.poll() is None  # a live owner's group is not touched
     owner.kill()
     owner.wait()
-    # the next run's sweep removes it: this one's, or one a run on the other worker made first (every run sweeps)
+    # the next run's sweep removes it: this one's, or one a run on another worker made first (every run sweeps)
     swept = cgroups.sweep()
     assert sleeper.wait(timeout=10) == -9
     assert any(str(run) in line for line in swept) or not run.exists()

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.launch
 SCENARIO = """
 name: startup-uml
 backends: [uml]
-repetitions: 2
+repetitions: 1
 warmup: 0
 timeout: 240
 measurements: [{{measurement: startup, label: startup{env}}}]

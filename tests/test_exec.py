@@ -71,21 +71,20 @@ def test_virt_tools_on_uml_leave_a_read_only_image_untouched(os_image: Path, tmp
     assert "Linux version" in ls.stderr and "RuntimeWarning" not in ls.stdout + ls.stderr, ls.stderr[-2000:]
     assert [ln.split()[-1] for ln in ls.stdout.splitlines() if ln.endswith(".txt")] == \
         [f"file{i:05d}.txt" for i in range(5)]
-    # a read-only drive is writable through its overlay: the writes land in UML's COW file
-    ro = gb_exec("uml", "guestfish", "--ro", "-a", str(os_image), "run", ":", "mount", "/dev/sda", "/", ":",
-                 "cat", "/etc/hostname", ":", "write", "/tmp/scratch", "written", ":", "cat", "/tmp/scratch")
-    assert ro.returncode == 0 and ro.stdout.split() == ["guestbench-image", "written"], ro.stderr[-2000:]
-    assert sha256(os_image) == before  # read-only drives: UML wrote into its COW file, never into the image
-
-    # a writable drive: guestfish uploads into a copy of the image
+    # one launch, two drives: a read-only one is writable through its overlay (the writes land in UML's COW file);
+    # a writable one, a copy of the image, takes guestfish's upload
     copy = tmp_path / "copy.img"
     shutil.copy(os_image, copy)
     payload = tmp_path / "payload"
-    payload.write_bytes(os.urandom(20 * 2**20))
-    up = gb_exec("uml", "guestfish", "-a", str(copy), "run", ":", "mount", "/dev/sda", "/", ":",
-                 "upload", str(payload), "/srv/payload", ":", "checksum", "sha256", "/srv/payload")
-    assert up.returncode == 0 and up.stdout.split() == [sha256(payload)], up.stderr[-2000:]
-    assert sha256(os_image) == before
+    payload.write_bytes(os.urandom(8 * 2**20))
+    both = gb_exec("uml", "guestfish", "add-ro", str(os_image), ":", "add", str(copy), ":", "run", ":",
+                   "mount", "/dev/sda", "/", ":", "cat", "/etc/hostname", ":", "write", "/tmp/scratch", "written", ":",
+                   "cat", "/tmp/scratch", ":", "umount", "/", ":", "mount", "/dev/sdb", "/", ":",
+                   "upload", str(payload), "/srv/payload", ":", "checksum", "sha256", "/srv/payload")
+    assert both.returncode == 0, both.stderr[-2000:]
+    assert both.stdout.split() == ["guestbench-image", "written", sha256(payload)], both.stdout
+    assert sha256(os_image) == before  # read-only drives: UML wrote into its COW file, never into the image
+    assert payload.read_bytes()[:1024] in copy.read_bytes()  # the writable drive took the upload (one block)
 
 
 def _made_fs(tmp_path: Path) -> tuple[Path, Path]:
@@ -154,7 +153,7 @@ def test_libguestfs_test_tool_and_virt_ls_on_qemu_backends(backend: str, os_imag
         ls = gb_exec(backend, "virt-ls", "-a", str(os_image), "/" + DATA_DIR)
         assert ls.returncode == 0 and "file00004.txt" in ls.stdout.split(), ls.stderr[-2000:]
         assert sha256(os_image) == before
-        assert not guestfs_domains(session_tmp_path())  # this session's: the other worker may be running its own
+        assert not guestfs_domains(session_tmp_path())  # this session's: another worker may be running its own
 
 
 @pytest.mark.timeout(600)

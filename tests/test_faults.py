@@ -17,6 +17,7 @@ import pytest
 
 from guestbench import space
 from guestbench.appliance import APPLIANCES_DIR
+from guestbench.backends import libvirt as libvirt_backend
 from guestbench.backends.libvirt import connect_error, ensure_daemons, guestfs_domains
 
 from conftest import ROOT, processes_mentioning, session_tmp_path, small_tmpfs, stop_run, write_scenario
@@ -112,7 +113,7 @@ def _gone(pids: list[str], patience: float = 30.0) -> None:
             return
 
 
-@pytest.mark.alone  # stops the host's libvirtd, which the other worker's libvirt runs use
+@pytest.mark.alone  # stops the host's libvirtd, which the other workers' libvirt runs use
 def test_libvirtd_stopped_mid_run_fails_the_libvirt_cell_with_the_reason_and_the_others_complete(
         tmp_path: Path) -> None:
     assert ensure_daemons() is None, connect_error()
@@ -154,6 +155,35 @@ def test_libvirtd_stopped_mid_run_fails_the_libvirt_cell_with_the_reason_and_the
     assert "internal error" not in err and "Traceback" not in err, err[-2000:]
     assert not guestfs_domains(session_tmp_path())
     assert [p for p in processes_mentioning(f"{session_tmp_path()}/") if "qemu" in p] == []
+
+
+@pytest.mark.alone  # stops the host's libvirtd, which the other workers' libvirt runs use
+def test_a_hung_libvirtd_is_reported_within_the_deadline_not_waited_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """libvirt.open() waits without a deadline on a daemon that accepts and never answers: a SIGSTOPped libvirtd."""
+    assert ensure_daemons() is None, connect_error()
+    pids = subprocess.run(["pgrep", "-x", "libvirtd"], capture_output=True, text=True).stdout.split()
+    assert pids
+    try:
+        for p in pids:
+            os.kill(int(p), signal.SIGSTOP)
+        t0 = time.monotonic()
+        err = connect_error(2.0)
+        took = time.monotonic() - t0
+        assert err == "libvirtd did not answer within 2 s (stopped or hung?)" and took < 4, (err, took)
+        monkeypatch.setattr(libvirt_backend, "OPEN_TIMEOUT_S", 2.0)
+        t0 = time.monotonic()  # a listing (a clean-up's, a leak check's) is bounded too: none, not a wait
+        assert guestfs_domains(session_tmp_path()) == set() and time.monotonic() - t0 < 4
+        t0 = time.monotonic()
+        why = ensure_daemons(wait_s=2.0)
+        took = time.monotonic() - t0
+        assert why == ("virtlogd and libvirtd were running but qemu:///system does not answer: libvirtd did not "
+                       "answer within 2 s (stopped or hung?)"), why
+        assert took < 8, took
+    finally:
+        for p in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(p), signal.SIGCONT)
+    assert ensure_daemons() is None, "libvirtd did not answer again after SIGCONT"
 
 
 def test_two_runs_at_once_both_finish_say_the_host_was_shared_and_build_the_shared_cache_once(

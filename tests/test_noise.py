@@ -97,7 +97,7 @@ def test_a_run_next_to_cpu_hogs_is_flagged_busy(tmp_path: Path, no_leftovers) ->
     assert "the host was busy during 1 of 1 samples" in printed and "Host BUSY during 1 of 1" in printed
 
 
-@pytest.mark.alone  # it needs the machine to itself: make test runs it before the two workers start
+@pytest.mark.alone  # it needs the machine to itself: make test runs it before the workers start
 @pytest.mark.launch
 @pytest.mark.timeout(600)
 def test_the_same_run_alone_is_not_flagged(tmp_path: Path, no_leftovers) -> None:

@@ -60,7 +60,7 @@ def no_leaks():
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     """The inner session is a user's plain pytest run, not an xdist worker whatever this one is: pytest-benchmark
-    turns itself off where it sees PYTEST_XDIST_WORKER (make test runs two workers)."""
+    turns itself off where it sees PYTEST_XDIST_WORKER (make test runs several workers)."""
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("PYTEST_XDIST_")}
     try:
         return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs", *args, timeout=600)

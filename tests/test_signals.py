@@ -50,11 +50,14 @@ def interrupt_mid_run(tmp_path: Path, backend: str, sig: int, *, samples_before:
                 break
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
             time.sleep(0.5)
-        if samples_before:
-            time.sleep(3)  # past the sample's own hypervisor, which may still be going away
-        # the signal must land in the middle of a launch; between two samples there is a moment without one,
-        # longer on a busy machine, so wait for the next launch rather than assume it
+        # the signal must land in the middle of a launch: past the last sample's own launch, which may still be
+        # going away (an identical next one is then waited past too), and in the next one, however long the
+        # moment between them lasts on a busy machine
         until = time.monotonic() + 120
+        ended = set(under_way()) if samples_before else set()
+        while ended & set(under_way()):
+            assert time.monotonic() < until and proc.poll() is None, "the last sample's launch lasted 120 s more"
+            time.sleep(0.2)
         while not under_way():
             assert time.monotonic() < until and proc.poll() is None, "no launch under way within 120 s"
             time.sleep(0.2)

@@ -5,7 +5,6 @@ loop device, libvirt domain or hypervisor process. `make soak` is the long one (
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -14,32 +13,33 @@ from guestbench.backends.libvirt import guestfs_domains
 from guestbench.leaks import KEPT, HostReading, soak
 from guestbench.run.supervisor import socket_dirs_of
 
-from conftest import descendants, hypervisor_processes, session_tmp_path, socket_dirs, strangers, write_scenario
+from conftest import (descendants, hypervisor_processes, lasting, session_tmp_path, socket_dirs, strangers,
+                      write_scenario)
 
-pytestmark = pytest.mark.launch  # beside the other worker: it reads what is its own on the host (_ours)
+pytestmark = pytest.mark.launch  # beside other workers: it reads what is its own on the host (_ours)
 
 
-def _our_socket_dirs(patience: float = 30.0) -> set[Path]:
-    """libguestfs socket directories this session's processes hold, and those nobody holds that stay: the other
-    worker's appliance, just ended, leaves its directory unheld until its handle is closed moments later (seen:
-    a false 'left on the host' in CI), where one of ours that leaked stays."""
-    held = set(socket_dirs_of(strangers()))
+def _our_socket_dirs(known: set[Path], patience: float = 30.0) -> set[Path]:
+    """libguestfs socket directories this session's processes hold, and those nobody holds that stay (conftest's
+    `lasting`: another worker's just-ended appliance leaves one unheld for a moment; seen: a false 'left on the
+    host' in CI). One that was there before the soak (`known`) is never ours: no patience is spent on it (a stale
+    directory on the host cost 30 s a reading), and one another worker holds at the first reading and lets go of
+    later is not mistaken for growth."""
     ours = set(socket_dirs_of(sorted(descendants())))
-    unheld = socket_dirs() - held - ours
-    deadline = time.monotonic() + patience
-    while unheld and time.monotonic() < deadline:
-        time.sleep(0.5)
-        unheld &= socket_dirs() - set(socket_dirs_of(strangers()))
-    return ours | unheld
+
+    def unheld() -> set[Path]:
+        return socket_dirs() - set(socket_dirs_of(strangers())) - ours
+
+    return ours | lasting(lambda: unheld() - known, patience)
 
 
-def _ours() -> HostReading:
+def _ours(known: set[Path]) -> HostReading:
     """What this session's runs hold on the host: `make soak` reads all of it, on a machine of its own; here the
     other worker's runs are not this test's (entries under the session's temp root and libguestfs socket
     directories no stranger holds; loop devices, domains and hypervisors over files there)."""
     tmp = session_tmp_path()
     entries = {str(p) for p in (tmp / "tmp").iterdir() if not p.name.startswith(KEPT)}  # guestbench's temp root
-    entries |= {str(d) for d in _our_socket_dirs()}
+    entries |= {str(d) for d in _our_socket_dirs(known)}
     loops = subprocess.run(["losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE"], capture_output=True,
                            text=True).stdout.splitlines()
     return HostReading(entries, {ln.split()[0] for ln in loops if f"{tmp}/" in ln}, guestfs_domains(tmp),
@@ -57,7 +57,8 @@ measurements:
   - startup
   - {measurement: upload, size: 16MiB, disk_size: 128MiB, filesystem: ext2, verify: every}
 """)
-    g = soak(sc, tmp_path / "results", warmup=1, window=2, read=_ours)  # 5 readings a cell: 1 + 2 + 2
+    known = socket_dirs()
+    g = soak(sc, tmp_path / "results", warmup=1, window=2, read=lambda: _ours(known))  # 5 readings a cell: 1 + 2 + 2
     log = (tmp_path / "results" / "soak.log").read_text()
     assert g.exit_status == 0 and g.failures == 0, log[-3000:]
     assert g.launches == 6 and g.samples == 10, g

@@ -145,6 +145,9 @@ def test_256mib_then_100_mixed_requests(appliance: Any, tmp_path: Path) -> None:
 
 
 def test_scenario_on_uml(tmp_path: Path) -> None:
+    """A scenario on UML with a warm-up kept apart from the samples, in a start-up cell and in a cell whose warm-up
+    and sample share one launch. UML's uploads onto a disk: tests/test_soak.py (verified, 5 times); writes to its
+    disks: the workloads of tests/test_workload_run.py; every E1 measurement: tests/test_run_tcg.py."""
     sc = write_scenario(tmp_path / "u.yaml", """
 name: uml-small
 repetitions: 1
@@ -153,9 +156,7 @@ timeout: 240
 appliance: {memsize: 768}
 measurements:
   - startup
-  - {measurement: upload, size: 8MiB, disk_size: 128MiB}
   - {measurement: upload-no-write, size: 8MiB}
-  - {measurement: write-no-upload, size: 8MiB, disk_size: 128MiB}
 """)
     proc = guestbench("scenario", str(sc), "--backend", "uml", "--results", str(tmp_path / "r"), "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -34,7 +34,7 @@ repetitions: 1
 warmup: 0
 appliance: {memsize: 256}
 measurements:
-  - {measurement: fio, label: fio, rw: randwrite, bs: 4KiB, size: 16MiB, iodepth: 8, disk_size: 128MiB,
+  - {measurement: fio, label: fio, rw: randwrite, bs: 4KiB, size: 8MiB, iodepth: 8, disk_size: 128MiB,
      layout: raid1, matrix: {host: [loop]}}
   - {measurement: durability, label: fsync, size: 1MiB, matrix: {cache: [writeback, unsafe]}}
   - {measurement: fio, label: lvm, size: 8MiB, disk_size: 96MiB, host: lvm}
@@ -45,13 +45,13 @@ repetitions: 1
 warmup: 0
 appliance: {memsize: 256}
 measurements:
-  - {measurement: fio, label: fio, rw: randwrite, bs: 4KiB, size: 16MiB, iodepth: 8, disk_size: 128MiB,
+  - {measurement: fio, label: fio, rw: randwrite, bs: 4KiB, size: 8MiB, iodepth: 8, disk_size: 128MiB,
      matrix: {host: [qemu-nbd]}}
-  - {measurement: tar, label: tar, files: 300, disk_size: 128MiB}
+  - {measurement: tar, label: tar, files: 150, disk_size: 128MiB}
   - {measurement: durability, label: fsync, size: 1MiB, matrix: {cache: [writeback]}}
-  - {measurement: bonnie, label: bonnie, size: 64MiB, ram: 32MiB, files: 1024, per_char: false,
+  - {measurement: bonnie, label: bonnie, size: 32MiB, ram: 16MiB, files: 1024, per_char: false,
      disk_size: 160MiB, filesystem: ext2}
-  - {measurement: dbench, label: two, clients: 1, seconds: 4, disk_size: 96MiB, concurrency: 2}
+  - {measurement: dbench, label: two, clients: 1, seconds: 3, disk_size: 96MiB, concurrency: 2}
 """
 
 
@@ -108,7 +108,7 @@ def test_every_workload_runs_and_its_figures_are_parsed(run: tuple[subprocess.Co
     assert "per_char_output" not in bonnie  # per_char: false
     assert all(c["samples"][0]["metrics"]["throughput"] > 0 for c in doc["cells"] if c["group"] == "two")
     for c in cells(doc, "tar"):
-        assert c["verification"]["ok"] and c["verification"]["guest"] == 300
+        assert c["verification"]["ok"] and c["verification"]["guest"] == 150
 
 
 @pytest.mark.timeout(2700)
@@ -159,7 +159,7 @@ def test_report_shows_workload_tables(run: tuple[subprocess.CompletedProcess[str
     for needle in ("## fio", "loop · tcg", "qemu-nbd · uml", "raid1", "fio write I/O operations per second", "## bonnie",
                    "sequential block output", "## durability", "fsync durability (this backend and cache mode)",
                    "unavailable: host LVM needs device-mapper",
-                   "bonnie++ ram 32 MiB is below appliance.memsize (256 MiB)"):
+                   "bonnie++ ram 16 MiB is below appliance.memsize (256 MiB)"):
         assert needle in md, needle
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar, cast
 
 from guestbench import host
 from guestbench.backends.base import Availability, Backend, HandleConfig, common_preconditions
@@ -19,20 +20,49 @@ DOMAIN_PREFIX = "guestfs-"
 DAEMONS = ("virtlogd", "libvirtd")
 
 
-def _open() -> Any:
+OPEN_TIMEOUT_S = 10.0  # libvirtd answers a connection in milliseconds; a stopped or hung one never does
+CALL_TIMEOUT_S = 60.0  # a listing or a destroy (libvirt gives a domain's qemu 10 s after SIGTERM before SIGKILL)
+T = TypeVar("T")
+
+
+def _bounded(call: Callable[[], T], timeout: float) -> T:
+    """`call()`'s result, or TimeoutError after `timeout` s: libvirt's client waits without a deadline on a daemon
+    that accepts and never answers (stopped, hung), so the call runs on a thread of its own, left to end when the
+    daemon does (a connection it opens late is closed when it is collected)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except Exception as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    thread = threading.Thread(target=run, name="libvirt-call", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"libvirtd did not answer within {timeout:.0f} s (stopped or hung?)")
+    if "error" in box:
+        raise box["error"]
+    return cast(T, box["value"])
+
+
+def _open(timeout: float | None = None) -> Any:
+    """A connection to libvirtd within `timeout` s (None: OPEN_TIMEOUT_S), or TimeoutError."""
     import libvirt
 
     libvirt.registerErrorHandler(lambda _ctx, _err: None, None)  # keep libvirt from printing to stderr
-    return libvirt.open(URI)
+    return _bounded(lambda: libvirt.open(URI), OPEN_TIMEOUT_S if timeout is None else timeout)
 
 
-def connect_error() -> str | None:
-    """None when libvirtd answers on qemu:///system, else libvirt's error message."""
+def connect_error(timeout: float | None = None) -> str | None:
+    """None when libvirtd answers on qemu:///system within `timeout` (None: OPEN_TIMEOUT_S), else why not (libvirt's
+    error message)."""
     try:
-        conn = _open()
+        conn = _open(timeout)
     except ImportError:
         return "the libvirt Python bindings do not import (apt-get install python3-libvirt)"
-    except Exception as e:  # libvirt.libvirtError
+    except Exception as e:  # libvirt.libvirtError, TimeoutError
         return " ".join(str(e).split())
     conn.close()
     return None
@@ -41,33 +71,41 @@ def connect_error() -> str | None:
 def ensure_daemons(wait_s: float = 15.0) -> str | None:
     """Start virtlogd and libvirtd when they are not running and we may (root); None when libvirt answers.
 
-    There is no systemd on these machines, so the daemons are started directly, detached.
+    There is no systemd on these machines, so the daemons are started directly, detached. A daemon that is running
+    and does not answer (stopped, hung) is reported after at most about twice `wait_s`.
     """
-    if connect_error() is None:
+    if (first := connect_error(min(OPEN_TIMEOUT_S, wait_s))) is None:
         return None
     missing = [d for d in DAEMONS if shutil.which(d) is None and not Path(f"/usr/sbin/{d}").exists()]
     if missing:
         return f"{' and '.join(missing)} not installed (apt-get install libvirt-daemon-system)"
     if os.geteuid() != 0:
+        if _running("libvirtd"):
+            return f"libvirtd is running but {URI} does not answer: {first}"
         return ("libvirtd is not running and guestbench is not root; run as root: virtlogd -d && libvirtd -d "
                 "(or systemctl start libvirtd)")
     # A daemon that is still exiting (stopped a moment ago: it removes its socket as it goes) is waited for,
     # then started again; one that is running answers within the wait or is reported.
     deadline = time.monotonic() + wait_s
-    started: set[str] = set()
+    started: list[str] = []
     while True:
         for d in DAEMONS:
-            if d not in started and subprocess.run(["pgrep", "-x", d], capture_output=True).returncode != 0:
+            if d not in started and not _running(d):
                 exe = shutil.which(d) or f"/usr/sbin/{d}"
                 subprocess.run([exe, "-d"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, timeout=30, start_new_session=True)
-                started.add(d)
-        err = connect_error()
+                started.append(d)
+        err = connect_error(max(1.0, min(OPEN_TIMEOUT_S, deadline - time.monotonic())))
         if err is None:
             return None
         if time.monotonic() >= deadline:
-            return f"started virtlogd and libvirtd but {URI} does not answer: {err}"
+            what = f"started {' and '.join(started)}" if started else "virtlogd and libvirtd were running"
+            return f"{what} but {URI} does not answer: {err}"
         time.sleep(0.3)
+
+
+def _running(daemon: str) -> bool:
+    return subprocess.run(["pgrep", "-x", daemon], capture_output=True).returncode == 0
 
 
 def guestfs_domains(workdir: Path | None = None) -> set[str]:
@@ -82,13 +120,11 @@ def guestfs_domains(workdir: Path | None = None) -> set[str]:
 
 
 def domains_under(prefix: str, under: Path | None = None) -> list[str]:
-    """Domains named `prefix`... whose XML mentions a path under `under` (None: all); [] without libvirt."""
-    try:
-        conn = _open()
-    except Exception:
-        return []
+    """Domains named `prefix`... whose XML mentions a path under `under` (None: all); [] without libvirt, or when
+    libvirtd does not answer within CALL_TIMEOUT_S (a clean-up then kills the qemu processes themselves)."""
     mark = str(under).rstrip("/") + "/" if under is not None else ""
-    try:
+
+    def listing(conn: Any) -> list[str]:
         found = []
         for d in conn.listAllDomains():
             try:
@@ -97,17 +133,18 @@ def domains_under(prefix: str, under: Path | None = None) -> list[str]:
             except Exception:  # gone meanwhile
                 continue
         return found
-    finally:
-        conn.close()
+
+    try:
+        return _with_connection(listing)
+    except Exception:
+        return []
 
 
 def destroy_domains(names: set[str]) -> list[str]:
-    """Destroy (and undefine, if persistent) the given domains; return those that were removed."""
-    if not names:
-        return []
-    removed = []
-    conn = _open()
-    try:
+    """Destroy (and undefine, if persistent) the given domains; return those that were removed (none when libvirtd
+    does not answer within CALL_TIMEOUT_S)."""
+    def destroy(conn: Any) -> list[str]:
+        removed = []
         for name in sorted(names):
             try:
                 dom = conn.lookupByName(name)
@@ -121,9 +158,26 @@ def destroy_domains(names: set[str]) -> list[str]:
                 removed.append(name)
             except Exception:
                 pass
-    finally:
-        conn.close()
-    return removed
+        return removed
+
+    if not names:
+        return []
+    try:
+        return _with_connection(destroy)
+    except Exception:
+        return []
+
+
+def _with_connection(use: Callable[[Any], T]) -> T:
+    """`use(conn)` on a connection of its own, the whole of it within CALL_TIMEOUT_S."""
+    def call() -> T:
+        conn = _open()
+        try:
+            return use(conn)
+        finally:
+            conn.close()
+
+    return _bounded(call, CALL_TIMEOUT_S)
 
 
 # What libvirt's client says when libvirtd is not there or went away mid-call.
