@@ -11,13 +11,10 @@ import json
 import os
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from conftest import hypervisor_processes, run_dirs, socket_dirs
-from guestbench.run.supervisor import socket_dirs_of
+from conftest import socket_dirs, wait_no_leftovers
 
 pytest_plugins = ["pytester"]
 
@@ -37,25 +34,12 @@ def test_launch_deadline(benchmark, guestbench_backend):
 '''
 
 
-def _orphaned_socket_dirs(before: set[Path]) -> set[Path]:
-    """New libguestfs socket directories that no live process holds a socket in: leaks. (Held ones belong
-    to whatever else runs libguestfs on this machine right now.)"""
-    new = socket_dirs() - before
-    if not new:
-        return set()
-    return new - set(socket_dirs_of([int(p) for p in os.listdir("/proc") if p.isdigit()]))
-
-
 @pytest.fixture
 def no_leaks():
     """Nothing of ours left: no run directory, no hypervisor of this session, no orphaned socket directory."""
     before = socket_dirs()
     yield
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (run_dirs() or hypervisor_processes() or _orphaned_socket_dirs(before)):
-        time.sleep(0.2)
-    assert run_dirs() == [] and hypervisor_processes() == []
-    assert _orphaned_socket_dirs(before) == set()
+    wait_no_leftovers(before)
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:

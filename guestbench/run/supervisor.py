@@ -112,11 +112,12 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
         return
     pids = descendants(proc.pid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        _signal_all(pids, sig)
+        for s in (sig, signal.SIGCONT):  # a tree end_tree froze acts on its SIGTERM once continued
+            try:
+                os.killpg(proc.pid, s)
+            except (ProcessLookupError, PermissionError):
+                pass
+            _signal_all(pids, s)
         deadline = time.monotonic() + KILL_GRACE_S
         while time.monotonic() < deadline:
             if proc.poll() is not None and not any(alive(p) for p in pids):
@@ -131,8 +132,12 @@ def end_tree(proc: subprocess.Popen[bytes] | None, cleanup: tuple[Backend, Path]
     launches that kept their files in the work dir (libvirt domains)."""
     if proc is not None:
         # Found before the kill: libguestfs removes its socket directory itself on a clean close, but a killed
-        # process cannot.
-        sockdirs = socket_dirs_of([proc.pid, *descendants(proc.pid)])
+        # process cannot. The tree is frozen first: a launch under way could otherwise make its directory and bind
+        # in it between the listing and the kill (seen: an abort as a launch began, on a busy machine).
+        tree = [proc.pid, *descendants(proc.pid)]
+        if proc.poll() is None:
+            _signal_all(tree, signal.SIGSTOP)
+        sockdirs = socket_dirs_of(tree)
         kill_tree(proc)
         for d in sockdirs:
             shutil.rmtree(d, ignore_errors=True)
