@@ -120,7 +120,8 @@ class SuiteDay:
 
     def line(self) -> str:
         wall = time.monotonic() - suite_started()
-        text = f"suite wall time {wall / 60:.0f} min {wall % 60:02.0f} s"
+        minutes, seconds = divmod(round(wall), 60)  # not wall / 60 rounded: 154 s is 2 min 34 s
+        text = f"suite wall time {minutes} min {seconds:02d} s"
         if self.error:
             return f"{text}; the day's tcg start-up could not be read ({self.error})"
         if not self.samples:

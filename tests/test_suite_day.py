@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from suite_day import launched, results_files, suite_started, tcg_startups
+from suite_day import SuiteDay, launched, results_files, suite_started, tcg_startups
 
 STARTED = "2026-11-26T10:00:00Z"
 
@@ -54,3 +54,11 @@ def test_the_wall_time_is_counted_from_the_suites_start(monkeypatch: pytest.Monk
     for bad in ("soon", str(int(time.time()) + 3600), "-5"):
         monkeypatch.setenv("GUESTBENCH_TEST_SUITE_STARTED", bad)
         assert time.monotonic() - suite_started() < 3600
+
+
+def test_the_wall_time_is_printed_in_whole_minutes_and_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """154 s is "2 min 34 s" (it was printed "3 min 34 s": minutes rounded, not floored)."""
+    day = SuiteDay()
+    for seconds, text in ((154, "2 min 34 s"), (59.6, "1 min 00 s"), (1881, "31 min 21 s")):
+        monkeypatch.setenv("GUESTBENCH_TEST_SUITE_STARTED", str(time.time() - seconds))
+        assert day.line().startswith(f"suite wall time {text};")

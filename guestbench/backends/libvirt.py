@@ -47,12 +47,17 @@ def _bounded(call: Callable[[], T], timeout: float) -> T:
     return cast(T, box["value"])
 
 
-def _open(timeout: float | None = None) -> Any:
-    """A connection to libvirtd within `timeout` s (None: OPEN_TIMEOUT_S), or TimeoutError."""
+def _connect() -> Any:
+    """A connection to libvirtd, waited for without a deadline: call it through _bounded."""
     import libvirt
 
     libvirt.registerErrorHandler(lambda _ctx, _err: None, None)  # keep libvirt from printing to stderr
-    return _bounded(lambda: libvirt.open(URI), OPEN_TIMEOUT_S if timeout is None else timeout)
+    return libvirt.open(URI)
+
+
+def _open(timeout: float | None = None) -> Any:
+    """A connection to libvirtd within `timeout` s (None: OPEN_TIMEOUT_S), or TimeoutError."""
+    return _bounded(_connect, OPEN_TIMEOUT_S if timeout is None else timeout)
 
 
 def connect_error(timeout: float | None = None) -> str | None:
@@ -169,9 +174,10 @@ def destroy_domains(names: set[str]) -> list[str]:
 
 
 def _with_connection(use: Callable[[Any], T]) -> T:
-    """`use(conn)` on a connection of its own, the whole of it within CALL_TIMEOUT_S."""
+    """`use(conn)` on a connection of its own, the whole of it (connecting too) on one thread within
+    CALL_TIMEOUT_S."""
     def call() -> T:
-        conn = _open()
+        conn = _connect()
         try:
             return use(conn)
         finally:

@@ -99,8 +99,9 @@ def socket_dirs_of(pids: list[int]) -> list[Path]:
     return sorted(dirs)
 
 
-def kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the worker's process group and any descendant that left it; reap the worker.
+def kill_tree(proc: subprocess.Popen[bytes], frozen: list[int] | None = None) -> None:
+    """Kill the worker's process group and any descendant that left it; reap the worker. `frozen`: the pids
+    end_tree stopped, killed too even if they are no longer the worker's descendants (it exited meanwhile).
 
     Also when the process itself has exited: what it left running in its group (a forked daemon whose parent
     exited, such as `guestfish --listen`) is no longer its descendant, but still in its group."""
@@ -109,8 +110,9 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        _signal_all(frozen or [], signal.SIGKILL)
         return
-    pids = descendants(proc.pid)
+    pids = sorted(set(descendants(proc.pid)) | set(frozen or []) - {proc.pid})
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for s in (sig, signal.SIGCONT):  # a tree end_tree froze acts on its SIGTERM once continued
             try:
@@ -135,15 +137,31 @@ def end_tree(proc: subprocess.Popen[bytes] | None, cleanup: tuple[Backend, Path]
         # process cannot. The tree is frozen first: a launch under way could otherwise make its directory and bind
         # in it between the listing and the kill (seen: an abort as a launch began, on a busy machine).
         tree = [proc.pid, *descendants(proc.pid)]
-        if proc.poll() is None:
-            _signal_all(tree, signal.SIGSTOP)
+        frozen = tree if proc.poll() is None else []
+        _signal_all(frozen, signal.SIGSTOP)
+        _until_stopped(frozen)
         sockdirs = socket_dirs_of(tree)
-        kill_tree(proc)
+        kill_tree(proc, frozen)
         for d in sockdirs:
             shutil.rmtree(d, ignore_errors=True)
     if cleanup is not None:
         backend, workdir = cleanup
         backend.cleanup(workdir)
+
+
+def _until_stopped(pids: list[int], limit_s: float = 0.5) -> None:
+    """Wait (briefly) until each process has stopped: a SIGSTOP takes effect on the way back to user mode, so a
+    process inside a system call (a bind) is not stopped yet when kill() returns."""
+    deadline = time.monotonic() + limit_s
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X"):
+                        break
+            except OSError:
+                break  # gone
+            time.sleep(0.005)
 
 
 def kill_processes(pids: list[int]) -> None:
