@@ -91,12 +91,16 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 # Under `pytest -n N --dist loadfile` (make test) a module's tests stay on one worker, so its module fixtures (a
 # booted level-1 guest, a fleet, a run of every workload) are made once. The longest modules (seconds on one worker,
-# GUESTBENCH_TEST_TIMES of 2026-11-26) go first, so that the workers end together rather than one finishing a
-# long module alone (with --no-loadscope-reorder: else xdist hands out the modules with the most tests first).
+# GUESTBENCH_TEST_TIMES of 2026-11-26, four workers) go first, so that the workers end together rather than one
+# finishing a long module alone (with --no-loadscope-reorder: else xdist hands out the modules with the most tests
+# first); test_owned well after test_nested, whose level-1 build holds the lock on the host path both plant (a
+# worker waited 111 s on it when they started together).
 # Not --dist loadgroup: pytest-xdist 3.8 cannot group under pytest 9, whose node ids it no longer rewrites.
-_LONGEST = ("test_workload_run.py", "test_fleet.py", "test_faults.py", "test_storage_guest.py", "test_nested.py",
-            "test_owned.py", "test_run_tcg.py", "test_uml.py", "test_exec.py", "test_order.py", "test_command.py",
-            "test_density.py", "test_signals.py", "test_compare_runs.py", "test_backends.py", "test_api_suite.py",
+_LONGEST = ("test_workload_run.py", "test_fleet.py", "test_faults.py", "test_nested.py", "test_uml.py",
+            "test_storage_guest.py", "test_exec.py", "test_api_suite.py", "test_density.py", "test_order.py",
+            "test_run_tcg.py", "test_compare_runs.py", "test_signals.py", "test_owned.py", "test_command.py",
+            "test_backends.py", "test_appliance.py", "test_soak.py", "test_pytest_plugin.py", "test_ab.py",
+            "test_fleet_security.py", "test_usage.py", "test_runner.py", "test_phases.py", "test_nested_live.py",
             # make check's longest (CLI processes, Chromium), then the rest
             "test_hostile_results.py", "test_hostile_inputs.py", "test_dryrun.py", "test_workloads.py",
             "test_report_browser.py", "test_safe_outputs.py", "test_htmlreport.py", "test_sweep.py")

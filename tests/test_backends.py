@@ -80,23 +80,6 @@ def test_msr_quirk_detection_matches_qemu() -> None:
             assert "MSR" in plain.stderr and verdict == "needed"
 
 
-@pytest.mark.launch
-def test_a_probe_launches_and_its_verdict_is_cached() -> None:
-    """On uml (a fifth of a tcg launch): probing and its cache are the same for every backend; a real tcg probe
-    launch ends usable in the retry test below ([fail-3-120]) and in every tcg run."""
-    run_dir = make_run_dir()
-    try:
-        first = probe.check(BACKENDS["uml"], Supervisor(), run_dir, refresh=True)
-        assert first.usable, first.reason
-        assert first.details["probe_launch_s"] > 0
-        t0 = time.monotonic()
-        second = probe.check(BACKENDS["uml"], Supervisor(), run_dir)
-        assert time.monotonic() - t0 < 5, "a cached verdict needs no launch"
-        assert second.usable and second.details.get("cached") is True
-    finally:
-        remove_tree(run_dir)
-
-
 class BadFirstLaunch(ScriptBackend):
     """qemu TCG behind a program whose first launch hangs or fails at once; the backend allows `attempts`."""
 
@@ -142,6 +125,16 @@ def test_a_probe_launch_that_hangs_or_fails_is_tried_again_only_where_the_backen
     else:  # the failure quotes what the hypervisor said: probe launches are verbose
         assert earlier[0].startswith("probe launch failed") and "kvm run failed Input/output error (test: first launch)" in earlier[0], earlier
     assert av.reason.startswith("launched in") and "; 1 earlier attempt(s) did not launch (probe launch" in av.reason
+    assert av.details["probe_launch_s"] > 0
+    # the verdict is cached: asked again, no launch (probing and its cache are the same for every backend)
+    run_dir = make_run_dir()
+    try:
+        t0 = time.monotonic()
+        again = probe.check(BadFirstLaunch(mark, how, attempts), Supervisor(), run_dir, timeout=timeout)
+        assert time.monotonic() - t0 < 5, "a cached verdict needs no launch"
+    finally:
+        remove_tree(run_dir)
+    assert again.usable and again.details.get("cached") is True and again.details["attempts"] == 2
 
 
 @pytest.mark.launch

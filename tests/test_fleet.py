@@ -70,11 +70,16 @@ class Fleet:
                                           stderr=open(tmp / "scheduler.log", "wb"))
         self.address = _wait("the scheduler's address", lambda: _address(sched_file), 60)
 
-    def start_worker(self, name: str, backend: str, tmpdir: Path | None = None) -> None:
+    def start_worker(self, name: str, backend: str, tmpdir: Path | None = None, *, wait: bool = True) -> None:
         env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir else None
         self.procs[name] = subprocess.Popen([sys.executable, "-m", "guestbench", "worker", self.address, "--backend",
                                              backend, "--name", name], cwd=ROOT, stdin=subprocess.DEVNULL,
                                             stderr=open(self.tmp / f"{name}.log", "wb"), env=env)
+        if wait:
+            self.joined(name)
+
+    def joined(self, name: str) -> None:
+        """Wait until worker `name` is in the cluster (it probes its backend first)."""
         _wait(f"worker {name} to join", lambda: name in _cluster_workers(self.address) or self._died(name), START_S,
               every=1.0)
         assert self.procs[name].poll() is None, (self.tmp / f"{name}.log").read_text()
@@ -131,8 +136,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     dask.config.refresh()
     f = Fleet(tmp, protocol="tls")
     try:
-        f.start_worker("alpha", "uml")
-        f.start_worker("beta", "tcg")
+        f.start_worker("alpha", "uml", wait=False)  # both probe at once (each its own backend)
+        f.start_worker("beta", "tcg", wait=False)
+        f.joined("alpha")
+        f.joined("beta")
         yield f
     finally:
         f.close()

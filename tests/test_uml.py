@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from guestbench.appliance import APPLIANCES_DIR
+from guestbench.appliance import APPLIANCES_DIR, appliance_dir, uml_kernel_version
 from guestbench.backends import BACKENDS
 from guestbench.paths import cache_dir
 
@@ -77,9 +77,12 @@ def uml_handle(uml_env: dict[str, str], tmp_path: Path, **extra_env: str) -> Ite
             g.close()
 
 
-@pytest.fixture
-def appliance(uml_env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def appliance(uml_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One UML appliance for the module's last two tests (freshness is not what they prove: one launch fewer); the
+    tests before them judge that no UML process of the session is left, so these come last."""
     sockdirs = socket_dirs()
+    tmp_path = tmp_path_factory.mktemp("uml")
     with uml_handle(uml_env, tmp_path) as g:
         disk = tmp_path / "disk.raw"
         g.disk_create(str(disk), "raw", 384 * 2**20)
@@ -96,52 +99,6 @@ def _random_file(path: Path, size: int, seed: int) -> str:
     data = np.random.default_rng(seed).bytes(size)
     path.write_bytes(data)
     return hashlib.sha256(data).hexdigest()
-
-
-def test_boot_mkfs_upload_download_on_uml(appliance: Any, tmp_path: Path) -> None:
-    g = appliance
-    assert g.debug("sh", ["uname -r"]).strip().startswith("6.")
-    g.mkfs("ext2", "/dev/sda")
-    g.mount("/dev/sda", "/")
-    src = tmp_path / "up.bin"
-    digest = _random_file(src, 6 * 2**20 + 12345, 1)
-    g.upload(str(src), "/up.bin")
-    assert g.checksum("sha256", "/up.bin") == digest
-    back = tmp_path / "down.bin"
-    g.download("/up.bin", str(back))
-    assert hashlib.sha256(back.read_bytes()).hexdigest() == digest
-
-
-def test_256mib_then_100_mixed_requests(appliance: Any, tmp_path: Path) -> None:
-    g = appliance
-    g.mkfs("ext2", "/dev/sda")
-    g.mount("/dev/sda", "/")
-    big = tmp_path / "big.bin"
-    digest = _random_file(big, 256 * 2**20, 2)
-    g.upload(str(big), "/big.bin")
-    assert g.checksum("sha256", "/big.bin") == digest
-    big.unlink()
-    g.rm("/big.bin")
-    rng = random.Random(3)
-    done = 0
-    for i in range(100):
-        kind = i % 3
-        if kind == 0:
-            size = rng.randint(8 * 2**10, 4 * 2**20)
-            f = tmp_path / "m.bin"
-            d = _random_file(f, size, 100 + i)
-            g.upload(str(f), f"/m{i}")
-            assert g.checksum("sha256", f"/m{i}") == d
-        elif kind == 1:
-            target = f"/m{i - 1}"
-            out = tmp_path / "d.bin"
-            g.download(target, str(out))
-            assert out.stat().st_size == g.filesize(target)
-        else:
-            g.touch(f"/t{i}")
-            assert g.exists(f"/t{i}")
-        done += 1
-    assert done == 100
 
 
 def test_scenario_on_uml(tmp_path: Path) -> None:
@@ -218,3 +175,53 @@ def _try(fn: Any) -> object:
         return fn()
     except Exception as e:  # the upload is expected to die with its hypervisor
         return e
+
+
+def test_boot_mkfs_upload_download_on_uml(appliance: Any, uml_env: dict[str, str], tmp_path: Path) -> None:
+    g = appliance
+    # guestbench's standard UML appliance: UML's own kernel, without the workload variant's tools
+    assert uml_env["LIBGUESTFS_PATH"] == str(appliance_dir("uml"))
+    release, fio = g.debug("sh", ["uname -r; command -v fio || echo no-fio"]).split()
+    assert release == uml_kernel_version() and release.startswith("6.") and fio == "no-fio"
+    g.mkfs("ext2", "/dev/sda")
+    g.mount("/dev/sda", "/")
+    src = tmp_path / "up.bin"
+    digest = _random_file(src, 6 * 2**20 + 12345, 1)
+    g.upload(str(src), "/up.bin")
+    assert g.checksum("sha256", "/up.bin") == digest
+    back = tmp_path / "down.bin"
+    g.download("/up.bin", str(back))
+    assert hashlib.sha256(back.read_bytes()).hexdigest() == digest
+
+
+def test_256mib_then_100_mixed_requests(appliance: Any, tmp_path: Path) -> None:
+    g = appliance
+    g.umount_all()  # the appliance the test before used: a fresh filesystem
+    g.mkfs("ext2", "/dev/sda")
+    g.mount("/dev/sda", "/")
+    big = tmp_path / "big.bin"
+    digest = _random_file(big, 256 * 2**20, 2)
+    g.upload(str(big), "/big.bin")
+    assert g.checksum("sha256", "/big.bin") == digest
+    big.unlink()
+    g.rm("/big.bin")
+    rng = random.Random(3)
+    done = 0
+    for i in range(100):
+        kind = i % 3
+        if kind == 0:
+            size = rng.randint(8 * 2**10, 4 * 2**20)
+            f = tmp_path / "m.bin"
+            d = _random_file(f, size, 100 + i)
+            g.upload(str(f), f"/m{i}")
+            assert g.checksum("sha256", f"/m{i}") == d
+        elif kind == 1:
+            target = f"/m{i - 1}"
+            out = tmp_path / "d.bin"
+            g.download(target, str(out))
+            assert out.stat().st_size == g.filesize(target)
+        else:
+            g.touch(f"/t{i}")
+            assert g.exists(f"/t{i}")
+        done += 1
+    assert done == 100

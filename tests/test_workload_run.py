@@ -25,9 +25,9 @@ pytestmark = pytest.mark.launch
 # A cell is a launch, and launches are what cost time here: tcg (20-30 s a launch) runs what is qemu's own (host
 # loop devices as drives under md raid1 on /dev/sdX, the durability verdicts of its cache modes, host LVM's
 # refusal); uml (5 s) runs the rest (tar, bonnie++, dbench, two guests in step) and what differs under UML (an
-# NBD export as a FUSE file, its fsync behaviour). qemu-nbd under a tcg drive runs in
-# test_sigint_mid_workload_removes_host_storage and tests/test_storage_host.py; loop devices inside UML in
-# tests/test_storage_guest.py (loop3).
+# NBD export as a FUSE file; its fsync verdict, always "lost", is docs/experiments/durability.md's). qemu-nbd under a
+# tcg drive runs in test_sigint_mid_workload_removes_host_storage and tests/test_storage_host.py; loop devices
+# inside UML in tests/test_storage_guest.py (loop3).
 SMALL_TCG = """name: workloads-tcg
 backends: [tcg]
 repetitions: 1
@@ -48,7 +48,6 @@ measurements:
   - {measurement: fio, label: fio, rw: randwrite, bs: 4KiB, size: 8MiB, iodepth: 8, disk_size: 128MiB,
      matrix: {host: [qemu-nbd]}}
   - {measurement: tar, label: tar, files: 150, disk_size: 128MiB}
-  - {measurement: durability, label: fsync, size: 1MiB, matrix: {cache: [writeback]}}
   - {measurement: bonnie, label: bonnie, size: 32MiB, ram: 16MiB, files: 1024, per_char: false,
      disk_size: 160MiB, filesystem: ext2}
   - {measurement: dbench, label: two, clients: 1, seconds: 3, disk_size: 96MiB, concurrency: 2}
@@ -142,10 +141,11 @@ def test_durability_verdicts_per_backend_and_cache_mode(run: tuple[subprocess.Co
     proc, doc = run
     verdicts = {(c["backend"], c["cache_mode"]): c["samples"][0]["metrics"]["verdict"] for c in cells(doc, "fsync.writeback")
                 + cells(doc, "fsync.unsafe")}
-    assert set(verdicts) == {("tcg", "writeback"), ("tcg", "unsafe"), ("uml", "writeback")}
+    # on tcg, where the cache mode decides (UML's verdict is always "lost", docs/experiments/durability.md; its
+    # hypervisor killed mid-sample: tests/test_runner.py)
+    assert set(verdicts) == {("tcg", "writeback"), ("tcg", "unsafe")}
     assert verdicts[("tcg", "writeback")] == "honoured"  # qemu passes the guest's flush on
     assert verdicts[("tcg", "unsafe")] == "lost"  # ... and drops it in unsafe mode
-    assert all(v in ("honoured", "lost", "partial") for v in verdicts.values())
 
 
 @pytest.mark.timeout(2700)

@@ -110,7 +110,7 @@ def check(backend: Backend, executor: Executor, run_dir: Path, *, refresh: bool 
     if not refresh:
         cached = cached_verdict(backend, key)
         if cached is not None:
-            cached.details = {**pre.details, **cached.details}
+            cached.details = {**cached.details, **pre.details}  # this host's facts now (its appliance's path)
             return cached
     if defer:
         return Availability(True, DEFERRED, {**pre.details, "deferred": True})

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from guestbench import host
-from guestbench.appliance import UML_KERNEL, ApplianceError, appliance_dir, uml_kernel_version
+from guestbench.appliance import UML_KERNEL, ApplianceError, appliance_dir, prebuilt, uml_kernel_version
 from guestbench.backends.base import (Availability, Backend, HandleConfig, hv_path, install_script,
                                       libguestfs_available)
 from guestbench.backends.uml.channel import CHANNEL_ENV
@@ -90,11 +90,15 @@ class Uml(Backend):
 
 
 def _built(flavour: str) -> str | None:
-    """The standard appliance of `flavour` when it is built, else None (never builds: a probe key is cheap)."""
+    """Which standard appliance of `flavour` is built (its variant and the hash of what it is made from), else None
+    (never builds: a probe key is cheap). Not its path: the same build under another temp root (a fleet worker's
+    home, each of make test's workers) boots the same, and a path in the key had each one probe UML again."""
     try:
-        return str(appliance_dir(flavour, build=False))
+        path = appliance_dir(flavour, build=False)
+        given = prebuilt(flavour, "standard")
     except ApplianceError:
         return None
+    return str(given) if given is not None else f"{path.parent.name}/{path.name}"  # a user's own: its path
 
 
 def write_hv_wrapper(cache_dir: Path) -> Path:
