@@ -101,6 +101,7 @@ _LONGEST = ("test_workload_run.py", "test_fleet.py", "test_faults.py", "test_nes
             "test_run_tcg.py", "test_compare_runs.py", "test_signals.py", "test_owned.py", "test_command.py",
             "test_backends.py", "test_appliance.py", "test_soak.py", "test_pytest_plugin.py", "test_ab.py",
             "test_fleet_security.py", "test_usage.py", "test_runner.py", "test_phases.py", "test_nested_live.py",
+            "test_storage_host.py", "test_vhost_console.py", "test_supervisor.py", "test_uml_hv.py",
             # make check's longest (CLI processes, Chromium), then the rest
             "test_hostile_results.py", "test_hostile_inputs.py", "test_dryrun.py", "test_workloads.py",
             "test_report_browser.py", "test_safe_outputs.py", "test_htmlreport.py", "test_sweep.py")

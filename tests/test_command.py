@@ -24,7 +24,7 @@ HANG = """name: command-hang
 backends: [uml]
 repetitions: 1
 warmup: 0
-sample_timeout: 20
+sample_timeout: 12
 measurements:
   - measurement: command
     label: hang
@@ -59,7 +59,7 @@ def test_a_command_that_hangs_is_killed_at_the_deadline_and_leaves_nothing(tmp_p
     proc, doc = run_scenario_text(tmp_path, HANG, "--defer-probe", "--reprobe", timeout=600)
     (c,) = doc["cells"]
     assert c["samples"] == [] and len(c["failures"]) == 1, c  # that a run goes on after one: test_runner
-    assert all("20" in f["reason"] and "sample" in f["reason"] for f in c["failures"]), c["failures"]
+    assert all("12" in f["reason"] and "sample" in f["reason"] for f in c["failures"]), c["failures"]
     assert proc.returncode != 0
     verdict = doc["backends"]["uml"]
     assert verdict["usable"] is True and "probe_timeout_s" in verdict["details"], verdict  # a probe launch's

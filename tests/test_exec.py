@@ -159,9 +159,9 @@ def test_libguestfs_test_tool_and_virt_ls_on_qemu_backends(backend: str, os_imag
 def test_a_command_past_its_timeout_or_sigterm_is_killed_with_everything_it_started(os_image: Path) -> None:
     before = socket_dirs()
     hang = ["guestfish", "--ro", "-a", str(os_image), "run", ":", "debug", "sh", "sleep 900"]
-    proc = guestbench("exec", "--timeout", "10", "uml", "--", *hang, timeout=300)
+    proc = guestbench("exec", "--timeout", "15", "uml", "--", *hang, timeout=300)
     assert proc.returncode == 124, proc.stderr[-2000:]
-    assert "did not finish within 10 s on uml" in proc.stderr
+    assert "did not finish within 15 s on uml" in proc.stderr
     wait_no_leftovers(before)
 
     p = subprocess.Popen([sys.executable, "-m", "guestbench", "exec", "uml", "--", *hang], cwd=ROOT,

@@ -104,7 +104,8 @@ def _random_file(path: Path, size: int, seed: int) -> str:
 def test_scenario_on_uml(tmp_path: Path) -> None:
     """A scenario on UML with a warm-up kept apart from the samples, in a start-up cell and in a cell whose warm-up
     and sample share one launch. UML's uploads onto a disk: tests/test_soak.py (verified, 5 times); writes to its
-    disks: the workloads of tests/test_workload_run.py; every E1 measurement: tests/test_run_tcg.py."""
+    disks: the workloads of tests/test_workload_run.py; E1's measurements on tcg: tests/test_run_tcg.py and
+    tests/test_order.py."""
     sc = write_scenario(tmp_path / "u.yaml", """
 name: uml-small
 repetitions: 1

@@ -22,20 +22,19 @@ from conftest import (guestbench, processes_mentioning, run_dirs, session_tmp_pa
 
 pytestmark = pytest.mark.launch
 
-# A cell is a launch, and launches are what cost time here: tcg (20-30 s a launch) runs what is qemu's own (host
-# loop devices as drives under md raid1 on /dev/sdX, the durability verdicts of its cache modes, host LVM's
-# refusal); uml (5 s) runs the rest (tar, bonnie++, dbench, two guests in step) and what differs under UML (an
-# NBD export as a FUSE file; its fsync verdict, always "lost", is docs/experiments/durability.md's). qemu-nbd under a
-# tcg drive runs in test_sigint_mid_workload_removes_host_storage and tests/test_storage_host.py; loop devices
-# inside UML in tests/test_storage_guest.py (loop3).
+# A cell is a launch, and launches are what cost time here: tcg (20-30 s a launch) runs what is qemu's own (the
+# durability verdicts of its cache modes, host LVM's refusal); uml (5 s) runs the rest (fio, tar, bonnie++, dbench,
+# two guests in step) and what differs under UML (an NBD export as a FUSE file; its fsync verdict, always "lost", is
+# docs/experiments/durability.md's). qemu-nbd under a tcg drive runs in test_sigint_mid_workload_removes_host_storage
+# and tests/test_storage_host.py, host loop devices as tcg drives there too; md raid1 in the guest in
+# tests/test_storage_guest.py (on uml); fio on raid1 over host loop devices on tcg, all three at once, in make
+# test-long (test_fio_on_raid1_over_host_loop_devices_on_tcg).
 SMALL_TCG = """name: workloads-tcg
 backends: [tcg]
 repetitions: 1
 warmup: 0
 appliance: {memsize: 256}
 measurements:
-  - {measurement: fio, label: fio, rw: randwrite, bs: 4KiB, size: 8MiB, iodepth: 8, disk_size: 128MiB,
-     layout: raid1, matrix: {host: [loop]}}
   - {measurement: durability, label: fsync, size: 1MiB, matrix: {cache: [writeback, unsafe]}}
   - {measurement: fio, label: lvm, size: 8MiB, disk_size: 96MiB, host: lvm}
 """
@@ -100,7 +99,7 @@ def test_every_workload_runs_and_its_figures_are_parsed(run: tuple[subprocess.Co
         for key in declared:
             value = got[key]
             assert value == TOO_FAST or (isinstance(value, float) and value >= 0), (c["label"], key, value)
-    fio = cells(doc, "fio.loop")[0]["samples"][0]["metrics"]
+    fio = cells(doc, "fio.qemu-nbd")[0]["samples"][0]["metrics"]
     assert fio["write_iops"] > 0 and fio["write_lat_p99"] >= fio["write_lat_p50"] > 0
     bonnie = cells(doc, "bonnie")[0]["samples"][0]["metrics"]
     assert isinstance(bonnie["block_output"], float) and bonnie["block_output"] > 0
@@ -156,11 +155,39 @@ def test_report_shows_workload_tables(run: tuple[subprocess.CompletedProcess[str
     shown = guestbench("show", str(f), "--markdown")
     assert shown.returncode == 0, shown.stderr
     md = shown.stdout
-    for needle in ("## fio", "loop · tcg", "qemu-nbd · uml", "raid1", "fio write I/O operations per second", "## bonnie",
+    for needle in ("## fio", "qemu-nbd · uml", "fio write I/O operations per second", "## bonnie",
                    "sequential block output", "## durability", "fsync durability (this backend and cache mode)",
                    "unavailable: host LVM needs device-mapper",
                    "bonnie++ ram 16 MiB is below appliance.memsize (256 MiB)"):
         assert needle in md, needle
+
+
+RAID1_TCG = """name: raid1-tcg
+backends: [tcg]
+repetitions: 1
+warmup: 0
+appliance: {memsize: 256}
+measurements:
+  - {measurement: fio, label: fio, rw: randwrite, bs: 4KiB, size: 8MiB, iodepth: 8, disk_size: 128MiB,
+     layout: raid1, matrix: {host: [loop]}}
+"""
+
+
+@pytest.mark.long  # a variation: its parts run in make test apart (see the top of this file)
+@pytest.mark.timeout(1200)
+def test_fio_on_raid1_over_host_loop_devices_on_tcg(tmp_path: Path) -> None:
+    sc = write_scenario(tmp_path / "raid1.yaml", RAID1_TCG)
+    proc = guestbench("scenario", str(sc), "--results", str(tmp_path / "r"), timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (path,) = (tmp_path / "r").glob("*.json")
+    (cell,) = cells(json.loads(path.read_text()), "fio.loop")
+    assert cell["status"] == "done" and len(cell["samples"]) == 1 and not cell["failures"], cell
+    fio = cell["samples"][0]["metrics"]
+    assert fio["write_iops"] > 0 and fio["write_lat_p99"] >= fio["write_lat_p50"] > 0
+    md = guestbench("show", str(path), "--markdown").stdout
+    assert "loop · tcg" in md and "raid1" in md, md
+    wait_no_leftovers()
+    assert host_leftovers() == []
 
 
 @pytest.mark.timeout(2700)

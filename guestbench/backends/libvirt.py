@@ -25,10 +25,11 @@ CALL_TIMEOUT_S = 60.0  # a listing or a destroy (libvirt gives a domain's qemu 1
 T = TypeVar("T")
 
 
-def _bounded(call: Callable[[], T], timeout: float) -> T:
-    """`call()`'s result, or TimeoutError after `timeout` s: libvirt's client waits without a deadline on a daemon
-    that accepts and never answers (stopped, hung), so the call runs on a thread of its own, left to end when the
-    daemon does (a connection it opens late is closed when it is collected)."""
+def _bounded(call: Callable[[], T], timeout: float, connected: threading.Event | None = None) -> T:
+    """`call()`'s result, or TimeoutError after `timeout` s (and after OPEN_TIMEOUT_S if `call` has not set
+    `connected` by then): libvirt's client waits without a deadline on a daemon that accepts and never answers
+    (stopped, hung), so the call runs on a thread of its own, left to end when the daemon does (a connection it
+    opens late is closed when it is collected)."""
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -38,8 +39,11 @@ def _bounded(call: Callable[[], T], timeout: float) -> T:
             box["error"] = e
 
     thread = threading.Thread(target=run, name="libvirt-call", daemon=True)
+    started = time.monotonic()
     thread.start()
-    thread.join(timeout)
+    if connected is not None and not connected.wait(min(OPEN_TIMEOUT_S, timeout)):
+        raise TimeoutError(f"libvirtd did not answer within {min(OPEN_TIMEOUT_S, timeout):.0f} s (stopped or hung?)")
+    thread.join(max(0.0, timeout - (time.monotonic() - started)))
     if thread.is_alive():
         raise TimeoutError(f"libvirtd did not answer within {timeout:.0f} s (stopped or hung?)")
     if "error" in box:
@@ -126,7 +130,7 @@ def guestfs_domains(workdir: Path | None = None) -> set[str]:
 
 def domains_under(prefix: str, under: Path | None = None) -> list[str]:
     """Domains named `prefix`... whose XML mentions a path under `under` (None: all); [] without libvirt, or when
-    libvirtd does not answer within CALL_TIMEOUT_S (a clean-up then kills the qemu processes themselves)."""
+    libvirtd does not answer in time (_with_connection; a clean-up then kills the qemu processes themselves)."""
     mark = str(under).rstrip("/") + "/" if under is not None else ""
 
     def listing(conn: Any) -> list[str]:
@@ -147,7 +151,7 @@ def domains_under(prefix: str, under: Path | None = None) -> list[str]:
 
 def destroy_domains(names: set[str]) -> list[str]:
     """Destroy (and undefine, if persistent) the given domains; return those that were removed (none when libvirtd
-    does not answer within CALL_TIMEOUT_S)."""
+    does not answer in time: _with_connection)."""
     def destroy(conn: Any) -> list[str]:
         removed = []
         for name in sorted(names):
@@ -174,16 +178,21 @@ def destroy_domains(names: set[str]) -> list[str]:
 
 
 def _with_connection(use: Callable[[Any], T]) -> T:
-    """`use(conn)` on a connection of its own, the whole of it (connecting too) on one thread within
+    """`use(conn)` on a connection of its own, on one thread: connected within OPEN_TIMEOUT_S, all of it within
     CALL_TIMEOUT_S."""
+    connected = threading.Event()
+
     def call() -> T:
-        conn = _connect()
+        try:
+            conn = _connect()
+        finally:
+            connected.set()  # or failed at once: either way no longer waiting on the daemon
         try:
             return use(conn)
         finally:
             conn.close()
 
-    return _bounded(call, CALL_TIMEOUT_S)
+    return _bounded(call, CALL_TIMEOUT_S, connected)
 
 
 # What libvirt's client says when libvirtd is not there or went away mid-call.

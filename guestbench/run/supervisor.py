@@ -110,7 +110,7 @@ def kill_tree(proc: subprocess.Popen[bytes], frozen: list[int] | None = None) ->
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        _signal_all(frozen or [], signal.SIGKILL)
+        _signal_all([p for p in frozen or [] if p != proc.pid], signal.SIGKILL)  # the worker is reaped: its pid is free
         return
     pids = sorted(set(descendants(proc.pid)) | set(frozen or []) - {proc.pid})
     for sig in (signal.SIGTERM, signal.SIGKILL):

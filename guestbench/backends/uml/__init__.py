@@ -98,7 +98,10 @@ def _built(flavour: str) -> str | None:
         given = prebuilt(flavour, "standard")
     except ApplianceError:
         return None
-    return str(given) if given is not None else f"{path.parent.name}/{path.name}"  # a user's own: its path
+    # UML runs the appliance's copy of its kernel: where that cannot run (a noexec temp root), a verdict from
+    # elsewhere does not hold
+    runs = "" if os.access(path / "kernel", os.X_OK) else " (its kernel cannot run there)"
+    return (str(given) if given is not None else f"{path.parent.name}/{path.name}") + runs  # a user's own: its path
 
 
 def write_hv_wrapper(cache_dir: Path) -> Path:
