@@ -71,8 +71,9 @@ def tcg() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def uml() -> Iterator[Any]:
     """One UML appliance for the module's tests of the stacks' logic (set-up, sizing, aging, undo, refusals):
-    guestbench's own code, the same on every backend; a UML launch costs a fifth of a TCG one. What is qemu's
-    (/dev/sdX, a host loop device, md raid1 on TCG) runs in test_workload_run and test_storage_host."""
+    guestbench's own code, the same on every backend; a UML launch costs a fifth of a TCG one. What is qemu's: its
+    drives (a host loop device, qemu-nbd, FUSE) in test_storage_host; layouts on its /dev/sdX (where the daemon's
+    names are the kernel's: UML's ubdX here is the case that maps them) in make test-long."""
     import guestfs
     from guestbench.backends import get
 
@@ -235,10 +236,10 @@ def exercise(g: Any, layout: str, fs: str, size_mib: int | None = None) -> tuple
 
 
 # Every layout runs under UML below (a few seconds each there), and the logic of set-up, sizing, aging, undo and
-# refusal on the same UML appliance: it is guestbench's own. What qemu adds is its device naming (/dev/sdX) and its
-# drives: disk and raid1 run on TCG in test_workload_run, a host loop device, qemu-nbd and FUSE drives in
-# test_storage_host; raid1-mixed and lvm-snapshot on TCG in make test-long (a TCG launch and its set-up writes
-# cost 40-60 s each here).
+# refusal on the same UML appliance: it is guestbench's own. What qemu adds is its device naming (/dev/sdX, the
+# daemon's own names, which UML's /dev/ubdX here has to be mapped from) and its drives: a host loop device, qemu-nbd
+# and FUSE drives in test_storage_host; raid1-mixed and lvm-snapshot on TCG, and fio on raid1 over host loop devices
+# (test_workload_run), in make test-long (a TCG launch and its set-up writes cost 40-60 s each here).
 TCG_LAYOUTS = (pytest.param("raid1-mixed", marks=pytest.mark.long), pytest.param("lvm-snapshot", marks=pytest.mark.long))
 # Under UML what differs is the device naming (/dev/ubdX) each layout builds on: partitions, LVM (with a
 # snapshot: plain LVM is its first half, in test_sized_layouts_on_uml; the snapshot with ext4 in

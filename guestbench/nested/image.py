@@ -205,11 +205,16 @@ def _stage(src: Path, dest: Path, what: str) -> None:
     """`src` into the data disk's staging tree: hard links where both are on one filesystem (mke2fs -d reads each
     file once either way; a copy of gigabytes only to be read and removed cost a build most of a minute on a busy
     machine), else a copy that keeps holes. The staging tree is the build's own and removed after it."""
+    def link(source: str, target: str) -> None:
+        os.link(source, target, follow_symlinks=False)  # a file swapped for a symlink meanwhile: the link, not its target
+
     try:
-        shutil.copytree(src, dest, symlinks=True, copy_function=os.link)
+        shutil.copytree(src, dest, symlinks=True, copy_function=link)
     except (OSError, shutil.Error):  # another filesystem (EXDEV), or links refused
         shutil.rmtree(dest, ignore_errors=True)
-        _run(["cp", "-a", "--sparse=always", str(src), str(dest)], f"copying {what}")
+        if dest.exists():
+            raise ImageError(f"{dest} could not be cleared to copy {what} there") from None
+        _run(["cp", "-aT", "--sparse=always", str(src), str(dest)], f"copying {what}")
 
 
 def _tarball(files: dict[str, tuple[bytes | None, int, str | None]]) -> bytes:
