@@ -155,12 +155,8 @@ def _until_stopped(pids: list[int], limit_s: float = 0.5) -> None:
     deadline = time.monotonic() + limit_s
     for pid in pids:
         while time.monotonic() < deadline:
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X"):
-                        break
-            except OSError:
-                break  # gone
+            if _state(pid) in (None, "T", "t", "Z", "X"):  # None: gone
+                break
             time.sleep(0.005)
 
 
@@ -184,12 +180,17 @@ def _signal_all(pids: list[int], sig: int) -> None:
             pass
 
 
-def alive(pid: int) -> bool:
+def _state(pid: int) -> str | None:
+    """The process's state letter (/proc/PID/stat's third field), None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    return _state(pid) not in (None, "Z")
 
 
 class Supervisor:

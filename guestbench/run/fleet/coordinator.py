@@ -33,6 +33,7 @@ from guestbench.scenario import Scenario
 CONNECT_TIMEOUT_S = 20.0
 CANCEL_WAIT_S = 180.0  # after a signal, how long the hosts may take to stop and send their last samples
 LIVENESS_EVERY_S = 1.0
+ASK_TIMEOUT_S = 10.0  # one question to the scheduler; a scheduler that stops answering costs its hosts' futures
 HOST_FIELDS = ("host", "backends", "placements", "order", "status", "started_utc", "finished_utc", "guestbench")
 ENDED = ("done", "skipped", "unavailable")
 
@@ -70,9 +71,14 @@ def connect(address: str, insecure: bool = False, warn: Callable[[str], None] = 
 
 
 def workers(client: Any) -> dict[str, dict[str, Any]]:
-    """The cluster's workers by name: {"address", "resources"}."""
+    """The cluster's workers by name: {"address", "resources"}, asked of the scheduler each time.
+
+    Not `client.scheduler_info()`: it returns the client's cached identity, which the client's own refresh
+    (every 2 s) replaces with one that lists no workers; read at the wrong instant, every host looked lost
+    (seen beside two CPU hogs). Raises OSError or TimeoutError when the scheduler does not answer."""
+    info = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=ASK_TIMEOUT_S)
     out: dict[str, dict[str, Any]] = {}
-    for addr, w in client.scheduler_info(n_workers=-1)["workers"].items():
+    for addr, w in info["workers"].items():
         out[str(w.get("name", addr))] = {"address": addr, "resources": dict(w.get("resources") or {})}
     return out
 
@@ -123,7 +129,12 @@ class FleetRun:
         client = connect(self.opts.address, self.opts.insecure,
                          lambda line: self.console.print(line, style="yellow", highlight=False, markup=False))
         try:
-            plans, idle = choose(self.sc, workers(client), self.opts.hosts, self.opts.address)
+            try:
+                cluster = workers(client)
+            except (OSError, TimeoutError) as e:
+                raise UserError(f"the scheduler did not tell its workers ({type(e).__name__}: {e})",
+                                source="command line", key=f"--cluster {self.opts.address}") from None
+            plans, idle = choose(self.sc, cluster, self.opts.hosts, self.opts.address)
             if not plans:
                 raise UserError("no selected host can launch any of the scenario's backends: "
                                 + "; ".join(f"{n}: {why}" for n, why in idle.items()),
@@ -177,7 +188,10 @@ class FleetRun:
                         del pending[name]
                 if pending and time.monotonic() >= next_check:
                     next_check = time.monotonic() + LIVENESS_EVERY_S
-                    alive = {w["address"] for w in workers(client).values()}
+                    try:
+                        alive = {w["address"] for w in workers(client).values()}
+                    except (OSError, TimeoutError):
+                        continue  # no verdict: the client cancels every future if the scheduler is gone
                     for p in plans:
                         if p.name in pending and p.address not in alive:
                             pending.pop(p.name).cancel()
