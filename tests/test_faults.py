@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -184,6 +185,78 @@ def test_a_hung_libvirtd_is_reported_within_the_deadline_not_waited_on(monkeypat
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(p), signal.SIGCONT)
     assert ensure_daemons() is None, "libvirtd did not answer again after SIGCONT"
+
+
+@contextlib.contextmanager
+def _libvirtd_stopped() -> Any:
+    """libvirtd SIGSTOPped for the block (after the connections it needs are open), SIGCONT at its end."""
+    pids = [int(p) for p in subprocess.run(["pgrep", "-x", "libvirtd"], capture_output=True, text=True).stdout.split()]
+    assert pids
+    try:
+        for p in pids:
+            os.kill(p, signal.SIGSTOP)
+        yield
+    finally:
+        for p in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGCONT)
+
+
+@pytest.mark.alone  # stops the host's libvirtd, which the other workers' libvirt runs use
+def test_a_libvirtd_that_hangs_after_answering_costs_a_deadline_and_the_level1_guest_its_qemu(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call on an open connection waits without a deadline too: a listing whose daemon stopped after it
+    connected ends at the call's deadline. The level-1 guest's watch (nested.guest) on a real domain whose daemon
+    is then stopped ends at that deadline with the guest's qemu killed (found by the run directory its command
+    line names), and letting the domain go returns at once."""
+    from guestbench.nested import guest
+    from guestbench.paths import make_run_dir, remove_tree
+
+    assert ensure_daemons() is None, connect_error()
+    conn = libvirt_backend.open_connection()
+    with _libvirtd_stopped():
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match="did not answer within 3 s"):
+            libvirt_backend.bounded(lambda: conn.listAllDomains(0), 3.0)
+        assert time.monotonic() - t0 < 5
+    del conn  # the listing's thread, answered now, lets it go
+    assert ensure_daemons() is None, "libvirtd did not answer again after SIGCONT"
+    run_dir = make_run_dir()
+    domain = guest._Domain(run_dir)
+    try:
+        domain.open()
+        with open(run_dir / "blank.raw", "wb") as f:
+            f.truncate(2**20)
+        os.chmod(run_dir / "blank.raw", 0o666)
+        # a real guest that boots nothing (its firmware finds a blank disk and waits), its disk in the run
+        # directory as the level-1 guest's are
+        domain.start(f"<domain type='qemu'><name>{guest.DOMAIN_PREFIX}hang-{os.getpid()}</name><memory unit='MiB'>"
+                     "64</memory><vcpu>1</vcpu><os><type arch='x86_64'>hvm</type></os><devices><disk type='file' "
+                     f"device='disk'><driver name='qemu' type='raw'/><source file='{run_dir}/blank.raw'/><target "
+                     "dev='vda' bus='virtio'/></disk><memballoon model='none'/></devices></domain>")
+        qemus = [p for p in processes_mentioning(f"{run_dir}/") if "qemu" in p]
+        assert len(qemus) == 1 and domain.active(), qemus
+        monkeypatch.setattr(libvirt_backend, "CALL_TIMEOUT_S", 3.0)  # once started: a TCG start may take longer
+        with _libvirtd_stopped():
+            t0 = time.monotonic()
+            with pytest.raises(guest.GuestError, match=r"did not answer within 3 s.*qemu was killed \(qemu pid"):
+                domain.active()
+            assert time.monotonic() - t0 < 6 and domain.silent
+            t0 = time.monotonic()
+            domain.end()  # libvirt is not asked again: no second wait on the stopped daemon
+            assert time.monotonic() - t0 < 2
+        deadline = time.monotonic() + 30  # killed: gone as soon as it is reaped
+        while [p for p in processes_mentioning(f"{run_dir}/") if "qemu" in p] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [p for p in processes_mentioning(f"{run_dir}/") if "qemu" in p] == []
+    finally:
+        domain.end()  # after a failure above: destroyed, let go, no qemu of this run left
+        remove_tree(run_dir)
+    assert ensure_daemons() is None, "libvirtd did not answer again after SIGCONT"
+    deadline = time.monotonic() + 30  # libvirtd, answering again, sees its qemu gone and drops the domain
+    while libvirt_backend.domains_under(guest.DOMAIN_PREFIX, run_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert libvirt_backend.domains_under(guest.DOMAIN_PREFIX, run_dir) == []
 
 
 def test_two_runs_at_once_both_finish_say_the_host_was_shared_and_build_the_shared_cache_once(

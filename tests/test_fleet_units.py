@@ -93,7 +93,8 @@ def test_a_lost_host_keeps_its_samples_and_its_unfinished_iterations_become_fail
     cell["samples"] = cell["samples"][:2]
     cell["status"] = "running"
     run.merge("beta", {**beta_doc, "status": "running"})
-    run._lost(coordinator.HostPlan("beta", "tcp://10.0.0.2:4000", {}, ["tcg"]))
+    run._lost(coordinator.HostPlan("beta", "tcp://10.0.0.2:4000", {}, ["tcg"]),
+              "its worker (tcp://10.0.0.2:4000) left the cluster mid-run")
     saved = json.loads((tmp_path / "r.json").read_text())
     assert saved["hosts"]["beta"]["status"] == "lost" and "left the cluster mid-run" in saved["hosts"]["beta"]["error"]
     (beta,) = [c for c in saved["cells"] if c["host"] == "beta"]
@@ -102,6 +103,56 @@ def test_a_lost_host_keeps_its_samples_and_its_unfinished_iterations_become_fail
     assert all(f["reason"].startswith("host beta lost") for f in beta["failures"])
     run.merge("beta", beta_doc)  # a late snapshot from a host written off changes nothing
     assert json.loads((tmp_path / "r.json").read_text()) == saved
+
+
+class _SilentScheduler:
+    """A Dask client whose scheduler keeps its connection and answers nothing (stopped, or stuck): questions time
+    out, futures never end. Only the coordinator's loop is judged here: a real scheduler that went away is the
+    client's to notice (it cancels every future), a real worker that leaves is test_fleet's."""
+
+    def __init__(self) -> None:
+        self.cancelled: list[str] = []
+        self.scheduler = self
+
+    def identity(self, **_: Any) -> None:
+        raise AssertionError("asked through sync")
+
+    def sync(self, *_: Any, **__: Any) -> None:
+        raise TimeoutError("timed out after 10 s")
+
+    def submit(self, *_: Any, key: str, **__: Any) -> Any:
+        client = self
+
+        class Future:
+            def done(self) -> bool:
+                return False
+
+            def cancel(self) -> None:
+                client.cancelled.append(key)
+
+        return Future()
+
+
+def test_a_scheduler_that_stops_answering_costs_its_hosts_after_a_deadline_not_a_hang(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from guestbench.results import ResultsFile
+
+    monkeypatch.setattr(coordinator, "SCHEDULER_SILENT_S", 0.5)
+    monkeypatch.setattr(coordinator, "LIVENESS_EVERY_S", 0.1)
+    doc = fleet_doc({"alpha": ["uml"], "beta": ["tcg"]})
+    sc = parse_scenario({"name": "t", "backends": ["uml", "tcg"], "measurements": ["startup"]}, "t")
+    run = coordinator.FleetRun(sc, coordinator.FleetOptions(address="tcp://s:1"), Console(file=open("/dev/null", "w")))
+    run.results = ResultsFile.create(tmp_path / "r.json", scenario=doc["scenario"], host=doc["host"],
+                                     command=["t"], guestbench=doc["guestbench"])
+    run.results.doc["hosts"] = {n: {"address": h["address"], "status": "starting"} for n, h in doc["hosts"].items()}
+    client = _SilentScheduler()
+    plans = [coordinator.HostPlan(n, h["address"], {}, h["backends"]) for n, h in doc["hosts"].items()]
+    run._run(client, plans)  # returns: both hosts written off
+    saved = json.loads((tmp_path / "r.json").read_text())
+    for name in ("alpha", "beta"):
+        host = saved["hosts"][name]
+        assert host["status"] == "lost" and "the scheduler did not answer for 0 s" in host["error"], host
+    assert sorted(client.cancelled) == sorted(f"guestbench-{run.run_id}-{n}" for n in ("alpha", "beta"))
 
 
 def test_show_names_the_fastest_combination_only_when_every_other_ratio_ci_is_above_one() -> None:

@@ -238,7 +238,8 @@ def exercise(g: Any, layout: str, fs: str, size_mib: int | None = None) -> tuple
 # Every layout runs under UML below (a few seconds each there), and the logic of set-up, sizing, aging, undo and
 # refusal on the same UML appliance: it is guestbench's own. What qemu adds is its device naming (/dev/sdX, the
 # daemon's own names, which UML's /dev/ubdX here has to be mapped from) and its drives: a host loop device, qemu-nbd
-# and FUSE drives in test_storage_host; raid1-mixed and lvm-snapshot on TCG, and fio on raid1 over host loop devices
+# and FUSE drives in test_storage_host, whose TCG appliance also builds raid1 on two of them (with exercise()
+# below); raid1-mixed and lvm-snapshot on TCG's own drives, and fio on raid1 over host loop devices
 # (test_workload_run), in make test-long (a TCG launch and its set-up writes cost 40-60 s each here).
 TCG_LAYOUTS = (pytest.param("raid1-mixed", marks=pytest.mark.long), pytest.param("lvm-snapshot", marks=pytest.mark.long))
 # Under UML what differs is the device naming (/dev/ubdX) each layout builds on: partitions, LVM (with a

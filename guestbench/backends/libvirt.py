@@ -25,7 +25,7 @@ CALL_TIMEOUT_S = 60.0  # a listing or a destroy (libvirt gives a domain's qemu 1
 T = TypeVar("T")
 
 
-def _bounded(call: Callable[[], T], timeout: float, connected: threading.Event | None = None) -> T:
+def bounded(call: Callable[[], T], timeout: float, connected: threading.Event | None = None) -> T:
     """`call()`'s result, or TimeoutError after `timeout` s (and after OPEN_TIMEOUT_S if `call` has not set
     `connected` by then): libvirt's client waits without a deadline on a daemon that accepts and never answers
     (stopped, hung), so the call runs on a thread of its own, left to end when the daemon does (a connection it
@@ -51,24 +51,25 @@ def _bounded(call: Callable[[], T], timeout: float, connected: threading.Event |
     return cast(T, box["value"])
 
 
-def _connect() -> Any:
-    """A connection to libvirtd, waited for without a deadline: call it through _bounded."""
+def connect_unbounded() -> Any:
+    """A connection to libvirtd, waited for without a deadline: call it through bounded, or on a thread whose
+    join has one."""
     import libvirt
 
     libvirt.registerErrorHandler(lambda _ctx, _err: None, None)  # keep libvirt from printing to stderr
     return libvirt.open(URI)
 
 
-def _open(timeout: float | None = None) -> Any:
+def open_connection(timeout: float | None = None) -> Any:
     """A connection to libvirtd within `timeout` s (None: OPEN_TIMEOUT_S), or TimeoutError."""
-    return _bounded(_connect, OPEN_TIMEOUT_S if timeout is None else timeout)
+    return bounded(connect_unbounded, OPEN_TIMEOUT_S if timeout is None else timeout)
 
 
 def connect_error(timeout: float | None = None) -> str | None:
     """None when libvirtd answers on qemu:///system within `timeout` (None: OPEN_TIMEOUT_S), else why not (libvirt's
     error message)."""
     try:
-        conn = _open(timeout)
+        conn = open_connection(timeout)
     except ImportError:
         return "the libvirt Python bindings do not import (apt-get install python3-libvirt)"
     except Exception as e:  # libvirt.libvirtError, TimeoutError
@@ -184,7 +185,7 @@ def _with_connection(use: Callable[[Any], T]) -> T:
 
     def call() -> T:
         try:
-            conn = _connect()
+            conn = connect_unbounded()
         finally:
             connected.set()  # or failed at once: either way no longer waiting on the daemon
         try:
@@ -192,7 +193,7 @@ def _with_connection(use: Callable[[Any], T]) -> T:
         finally:
             conn.close()
 
-    return _bounded(call, CALL_TIMEOUT_S, connected)
+    return bounded(call, CALL_TIMEOUT_S, connected)
 
 
 # What libvirt's client says when libvirtd is not there or went away mid-call.

@@ -160,11 +160,12 @@ class Watch(threading.Thread):
     def _check_libvirt(self) -> None:
         import libvirt
 
-        from guestbench.backends.libvirt import DOMAIN_PREFIX, URI
+        from guestbench.backends.libvirt import DOMAIN_PREFIX, connect_unbounded
 
         if self._conn is None:
-            libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
-            self._conn = libvirt.open(URI)
+            # on the watch's own thread: a daemon that hangs (here or in a call below) stops the watch until it
+            # answers again, never the run (the watch's join is bounded)
+            self._conn = connect_unbounded()
         mark = str(self.workdir).rstrip("/") + "/"
         for dom in self._conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
             if not dom.name().startswith(DOMAIN_PREFIX):

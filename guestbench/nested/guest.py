@@ -9,17 +9,19 @@ run has a deadline past which the domain is destroyed and the reason says where 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
 import stat
 import subprocess
 import tarfile
+import threading
 import time
 import uuid as uuidlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable
+from typing import Any, Callable
 from xml.sax.saxutils import escape
 
 from guestbench.errors import one_line
@@ -100,8 +102,6 @@ def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_
     `silence_s`: the guest is destroyed as hung when its console says nothing for that long.
     `poweroff_grace_s`: how long after its output is written the guest may take to power off.
     """
-    import libvirt
-
     from guestbench.backends.libvirt import ensure_daemons
 
     if (why := ensure_daemons()) is not None:
@@ -110,26 +110,12 @@ def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_
     name = f"{DOMAIN_PREFIX}{uuidlib.uuid4().hex[:12]}"
     console: list[str] = []
     t0 = time.monotonic()
-    dom = None
+    domain = _Domain(run_dir)
     last_seq = 0
-    conn = libvirt.open("qemu:///system")
     try:
-        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(image.root),
-                        str(run_dir / "root.qcow2")], check=True, capture_output=True, stdin=subprocess.DEVNULL)
-        (run_dir / "job.tar").write_bytes(_tar(files))
-        with open(run_dir / "output.raw", "wb") as f:
-            f.truncate(OUTPUT_SIZE)
-        with open(run_dir / "live.raw", "wb") as f:
-            f.truncate(live.DISK_SIZE)
-        for made in run_dir.iterdir():
-            os.chmod(made, 0o666)
-        try:
-            # AUTODESTROY: libvirtd destroys the guest when this connection closes, also when guestbench is
-            # killed outright (SIGKILL) and cannot destroy it itself
-            dom = conn.createXML(domain_xml(name, image, run_dir, memory_mib, vcpus, kvm),
-                                 libvirt.VIR_DOMAIN_START_AUTODESTROY)
-        except libvirt.libvirtError as e:
-            raise GuestError(f"libvirt could not start the level-1 guest: {e}") from None
+        domain.open()
+        _disks(run_dir, image, files)
+        domain.start(domain_xml(name, image, run_dir, memory_mib, vcpus, kvm))
         seen = 0
         heard = time.monotonic()
         written_at: float | None = None
@@ -142,13 +128,13 @@ def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_
                 if written_at is None and OUTPUT_WRITTEN in (line.strip() for line in console[lines_before:]):
                     written_at = now
             last_seq = _pass_live(run_dir, last_seq, on_live)
-            if not _active(dom):
+            if not domain.active():
                 break
             if written_at is not None and now - written_at > poweroff_grace_s:
                 console.append(f"guestbench: the level-1 guest wrote its output but had not powered off "
                                f"{poweroff_grace_s:.0f} s later; destroyed")
                 on_console(console[-1])
-                _destroy(dom)
+                domain.destroy()
                 break
             last = console[-1] if console else "no console output"
             if now - t0 > timeout_s:
@@ -166,13 +152,24 @@ def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_
             raise GuestError("the level-1 guest wrote no output; its console last said: " + " / ".join(tail)) from None
         return JobResult(_exit_status(dest / "exit-status"), dest, console, time.monotonic() - t0)
     finally:
-        if dom is not None:
-            _destroy(dom)
-        conn.close()
+        domain.end()
         try:
             _pass_live(run_dir, last_seq, on_live)  # what the guest wrote in its last moments
         finally:
             remove_tree(run_dir)
+
+
+def _disks(run_dir: Path, image: Image, files: dict[str, bytes | Path]) -> None:
+    """The guest's disks in its run dir: an overlay on the image, the job's tar, the output and live disks."""
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(image.root),
+                    str(run_dir / "root.qcow2")], check=True, capture_output=True, stdin=subprocess.DEVNULL)
+    (run_dir / "job.tar").write_bytes(_tar(files))
+    with open(run_dir / "output.raw", "wb") as f:
+        f.truncate(OUTPUT_SIZE)
+    with open(run_dir / "live.raw", "wb") as f:
+        f.truncate(live.DISK_SIZE)
+    for made in run_dir.iterdir():
+        os.chmod(made, 0o666)
 
 
 def _pass_live(run_dir: Path, last_seq: int, on_live: Callable[[live.Snapshot], None]) -> int:
@@ -271,22 +268,106 @@ def _extract(archive: Path, dest: Path, max_members: int, max_bytes: int, skippe
     return skipped
 
 
-def _destroy(dom: object) -> None:
-    import libvirt
+class _Domain:
+    """The level-1 guest's domain and its libvirt connection, every call under a deadline. When libvirtd stops
+    answering, the guest's qemu is killed by the run directory its command line names (its disks are there) and
+    libvirt is not asked again: each call that hung keeps one thread blocked until the daemon answers."""
 
-    try:
-        dom.destroy()  # type: ignore[attr-defined]
-    except libvirt.libvirtError:
-        pass  # already gone (powered off)
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.conn: Any = None
+        self.dom: Any = None
+        self.silent = False  # libvirtd stopped answering
 
+    def open(self) -> None:
+        import libvirt
 
-def _active(dom: object) -> bool:
-    import libvirt
+        from guestbench.backends.libvirt import open_connection
 
-    try:
-        return bool(dom.isActive())  # type: ignore[attr-defined]
-    except libvirt.libvirtError:
-        return False
+        try:
+            self.conn = open_connection()
+        except (TimeoutError, libvirt.libvirtError) as e:
+            raise GuestError(f"libvirt is not usable: {one_line(e)}") from None
+
+    def start(self, xml: str) -> None:
+        """AUTODESTROY: libvirtd destroys the guest when the connection closes, also when guestbench is killed
+        outright (SIGKILL) and cannot destroy it itself. A start given up on (its deadline, a signal) is its
+        thread's to destroy once libvirt returns it."""
+        import libvirt
+
+        from guestbench.backends.libvirt import CALL_TIMEOUT_S, bounded
+
+        conn, abandoned = self.conn, threading.Event()
+
+        def create() -> Any:
+            dom = conn.createXML(xml, libvirt.VIR_DOMAIN_START_AUTODESTROY)
+            if abandoned.is_set():
+                with contextlib.suppress(libvirt.libvirtError):
+                    dom.destroy()
+            return dom
+
+        try:
+            self.dom = bounded(create, CALL_TIMEOUT_S)
+        except libvirt.libvirtError as e:
+            raise GuestError(f"libvirt could not start the level-1 guest: {e}") from None
+        except TimeoutError as e:
+            abandoned.set()
+            raise GuestError(f"libvirt could not start the level-1 guest: {e}; its qemu killed "
+                             f"({self._hung()})") from None
+        except BaseException:
+            abandoned.set()
+            raise
+
+    def active(self) -> bool:
+        """Whether the guest still runs; GuestError (its qemu killed) when libvirtd stops answering meanwhile."""
+        import libvirt
+
+        from guestbench.backends.libvirt import CALL_TIMEOUT_S, bounded
+
+        if self.silent or self.dom is None:
+            return False
+        try:
+            return bool(bounded(self.dom.isActive, CALL_TIMEOUT_S))
+        except libvirt.libvirtError:
+            return False
+        except TimeoutError as e:
+            raise GuestError(f"{e}; the level-1 guest's qemu was killed ({self._hung()})") from None
+
+    def destroy(self) -> None:
+        import libvirt
+
+        from guestbench.backends.libvirt import CALL_TIMEOUT_S, bounded
+
+        if self.dom is None or self.silent:
+            return
+        try:
+            bounded(self.dom.destroy, CALL_TIMEOUT_S)
+        except libvirt.libvirtError:
+            pass  # already gone (powered off)
+        except TimeoutError:
+            self._hung()
+
+    def end(self) -> None:
+        """Destroyed, the connection let go, and no qemu of this run left (a start given up on at a signal)."""
+        from guestbench.backends.libvirt import OPEN_TIMEOUT_S, bounded, kill_orphaned_qemus
+
+        self.destroy()
+        # the domain holds a reference to the connection: libvirt closes it (and AUTODESTROY acts) when the last
+        # one goes, which is done on a thread of its own, waited for only while libvirtd answers
+        held = [self.dom, self.conn]
+        self.dom = self.conn = None
+        if self.silent:
+            threading.Thread(target=held.clear, name="libvirt-close", daemon=True).start()
+        else:
+            with contextlib.suppress(TimeoutError):
+                bounded(held.clear, OPEN_TIMEOUT_S)
+        kill_orphaned_qemus(self.run_dir)
+
+    def _hung(self) -> str:
+        from guestbench.backends.libvirt import kill_orphaned_qemus
+
+        self.silent = True
+        return ", ".join(kill_orphaned_qemus(self.run_dir)) or "none found"
 
 
 def _relay(path: Path, seen: int, console: list[str], on_console: Callable[[str], None]) -> int:

@@ -33,7 +33,10 @@ from guestbench.scenario import Scenario
 CONNECT_TIMEOUT_S = 20.0
 CANCEL_WAIT_S = 180.0  # after a signal, how long the hosts may take to stop and send their last samples
 LIVENESS_EVERY_S = 1.0
-ASK_TIMEOUT_S = 10.0  # one question to the scheduler; a scheduler that stops answering costs its hosts' futures
+ASK_TIMEOUT_S = 10.0  # one question to the scheduler
+# A scheduler that went away cancels every future (the client does that); one that is stopped or stuck keeps its
+# connection open and answers nothing: past this, its hosts are written off as lost.
+SCHEDULER_SILENT_S = 60.0
 HOST_FIELDS = ("host", "backends", "placements", "order", "status", "started_utc", "finished_utc", "guestbench")
 ENDED = ("done", "skipped", "unavailable")
 
@@ -180,6 +183,7 @@ class FleetRun:
         with progress_display(self.console, open_ended=True) as progress:
             bars = {p.name: progress.add_task(f"{p.name} · starting", total=None) for p in plans}
             next_check = 0.0
+            answered = time.monotonic()
             while pending:
                 self._drain(progress, bars, timeout=0.2)
                 for name, fut in list(pending.items()):
@@ -190,12 +194,17 @@ class FleetRun:
                     next_check = time.monotonic() + LIVENESS_EVERY_S
                     try:
                         alive = {w["address"] for w in workers(client).values()}
+                        answered = time.monotonic()
                     except (OSError, TimeoutError):
-                        continue  # no verdict: the client cancels every future if the scheduler is gone
+                        if time.monotonic() - answered < SCHEDULER_SILENT_S:
+                            continue  # no verdict yet: a scheduler that went away cancels every future
+                        alive, why = set(), f"the scheduler did not answer for {SCHEDULER_SILENT_S:.0f} s"
+                    else:
+                        why = "its worker ({}) left the cluster mid-run"
                     for p in plans:
                         if p.name in pending and p.address not in alive:
                             pending.pop(p.name).cancel()
-                            self._lost(p)
+                            self._lost(p, why.format(p.address))
             self._drain(progress, bars, timeout=0)
 
     def _submit(self, client: Any, p: HostPlan) -> Any:
@@ -284,10 +293,11 @@ class FleetRun:
             rf.save()
         self.console.print(f"[red]✗[/] host {name}: {error}", highlight=False)
 
-    def _lost(self, p: HostPlan) -> None:
-        """The host's worker left mid-run: its unfinished iterations are failures with the reason."""
+    def _lost(self, p: HostPlan, cause: str) -> None:
+        """The host's worker left mid-run (or the scheduler stopped answering): its unfinished iterations are
+        failures with the reason."""
         rf = self._rf()
-        why = f"host {p.name} lost: its worker ({p.address}) left the cluster mid-run at {utc_now()}"
+        why = f"host {p.name} lost: {cause} at {utc_now()}"
         with rf.lock:
             info = rf.doc["hosts"][p.name]
             info["status"], info["error"] = "lost", why
