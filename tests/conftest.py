@@ -78,12 +78,6 @@ os.environ["GUESTBENCH_TMPDIR"] = str(_OWN / "tmp")
 os.environ["GUESTBENCH_VALIDATE_RESULTS"] = "1"
 (_OWN / "tmp").mkdir()
 os.chmod(_OWN / "tmp", 0o755)
-# The libguestfs handles tests make themselves keep their temp dir (overlays, scratch drives) here, not in /tmp:
-# as /tmp/libguestfsXXXXXX it has the name of a socket directory, held by no socket for the handle's life, and
-# another worker's leftover check took it for its own (seen beside two CPU hogs: a TCG launch of 97 s).
-# guestbench's own launches put theirs in their work dir (set_tmpdir, LIBGUESTFS_TMPDIR).
-(_OWN / "libguestfs").mkdir(mode=0o755)
-os.environ["LIBGUESTFS_TMPDIR"] = str(_OWN / "libguestfs")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

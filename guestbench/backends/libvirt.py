@@ -47,8 +47,12 @@ def bounded(call: Callable[[], T], timeout: float, connected: threading.Event | 
     if thread.is_alive():
         raise TimeoutError(f"libvirtd did not answer within {timeout:.0f} s (stopped or hung?)")
     if "error" in box:
-        raise box["error"]
-    return cast(T, box["value"])
+        error = box.pop("error")  # not kept in box: its traceback holds the frame that holds box (a cycle that
+        try:  # keeps a domain and its connection alive until the collector runs, and closes them wherever it does)
+            raise error
+        finally:
+            del error
+    return cast(T, box.pop("value"))
 
 
 def connect_unbounded() -> Any:

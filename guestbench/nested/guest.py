@@ -152,11 +152,13 @@ def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_
             raise GuestError("the level-1 guest wrote no output; its console last said: " + " / ".join(tail)) from None
         return JobResult(_exit_status(dest / "exit-status"), dest, console, time.monotonic() - t0)
     finally:
-        domain.end()
         try:
-            _pass_live(run_dir, last_seq, on_live)  # what the guest wrote in its last moments
-        finally:
-            remove_tree(run_dir)
+            domain.end()
+        finally:  # also when a signal lands in end()
+            try:
+                _pass_live(run_dir, last_seq, on_live)  # what the guest wrote in its last moments
+            finally:
+                remove_tree(run_dir)
 
 
 def _disks(run_dir: Path, image: Image, files: dict[str, bytes | Path]) -> None:
@@ -297,10 +299,10 @@ class _Domain:
 
         from guestbench.backends.libvirt import CALL_TIMEOUT_S, bounded
 
-        conn, abandoned = self.conn, threading.Event()
+        abandoned = threading.Event()
 
-        def create() -> Any:
-            dom = conn.createXML(xml, libvirt.VIR_DOMAIN_START_AUTODESTROY)
+        def create() -> Any:  # self, not a local: no frame of this call keeps the connection alive after end()
+            dom = self.conn.createXML(xml, libvirt.VIR_DOMAIN_START_AUTODESTROY)
             if abandoned.is_set():
                 with contextlib.suppress(libvirt.libvirtError):
                     dom.destroy()
@@ -308,15 +310,16 @@ class _Domain:
 
         try:
             self.dom = bounded(create, CALL_TIMEOUT_S)
+            return
         except libvirt.libvirtError as e:
-            raise GuestError(f"libvirt could not start the level-1 guest: {e}") from None
+            why = str(e)
         except TimeoutError as e:
             abandoned.set()
-            raise GuestError(f"libvirt could not start the level-1 guest: {e}; its qemu killed "
-                             f"({self._hung()})") from None
+            why = f"{e}; its qemu killed ({self._hung()})"
         except BaseException:
             abandoned.set()
             raise
+        raise GuestError(f"libvirt could not start the level-1 guest: {why}")  # out of the handler: no context
 
     def active(self) -> bool:
         """Whether the guest still runs; GuestError (its qemu killed) when libvirtd stops answering meanwhile."""
@@ -331,7 +334,8 @@ class _Domain:
         except libvirt.libvirtError:
             return False
         except TimeoutError as e:
-            raise GuestError(f"{e}; the level-1 guest's qemu was killed ({self._hung()})") from None
+            why = str(e)
+        raise GuestError(f"{why}; the level-1 guest's qemu was killed ({self._hung()})")  # no context kept
 
     def destroy(self) -> None:
         import libvirt
@@ -351,17 +355,19 @@ class _Domain:
         """Destroyed, the connection let go, and no qemu of this run left (a start given up on at a signal)."""
         from guestbench.backends.libvirt import OPEN_TIMEOUT_S, bounded, kill_orphaned_qemus
 
-        self.destroy()
-        # the domain holds a reference to the connection: libvirt closes it (and AUTODESTROY acts) when the last
-        # one goes, which is done on a thread of its own, waited for only while libvirtd answers
-        held = [self.dom, self.conn]
-        self.dom = self.conn = None
-        if self.silent:
-            threading.Thread(target=held.clear, name="libvirt-close", daemon=True).start()
-        else:
-            with contextlib.suppress(TimeoutError):
-                bounded(held.clear, OPEN_TIMEOUT_S)
-        kill_orphaned_qemus(self.run_dir)
+        try:
+            self.destroy()
+            # the domain holds a reference to the connection: libvirt closes it (and AUTODESTROY acts) when the
+            # last one goes, which is done on a thread of its own, waited for only while libvirtd answers
+            held = [self.dom, self.conn]
+            self.dom = self.conn = None
+            if self.silent:
+                threading.Thread(target=held.clear, name="libvirt-close", daemon=True).start()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    bounded(held.clear, OPEN_TIMEOUT_S)
+        finally:  # also when a signal lands in the middle
+            kill_orphaned_qemus(self.run_dir)
 
     def _hung(self) -> str:
         from guestbench.backends.libvirt import kill_orphaned_qemus

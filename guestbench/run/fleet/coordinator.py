@@ -198,7 +198,8 @@ class FleetRun:
                     except (OSError, TimeoutError):
                         if time.monotonic() - answered < SCHEDULER_SILENT_S:
                             continue  # no verdict yet: a scheduler that went away cancels every future
-                        alive, why = set(), f"the scheduler did not answer for {SCHEDULER_SILENT_S:.0f} s"
+                        alive, why = set(), (f"the scheduler did not answer for {SCHEDULER_SILENT_S:g} s (the "
+                                             "host was not told: its run there may go on)")
                     else:
                         why = "its worker ({}) left the cluster mid-run"
                     for p in plans:
@@ -316,9 +317,9 @@ class FleetRun:
 
     def _cancel(self, cancel: Any) -> None:
         """Ask every host to stop; wait (bounded) for their last snapshots and final documents."""
-        try:
-            cancel.set()
-        except Exception:  # the scheduler is gone: the hosts stop on their own (task.host_share)
+        try:  # Event.set() as a question with a deadline: a scheduler that answers nothing costs ASK_TIMEOUT_S
+            cancel.client.sync(cancel.client.scheduler.event_set, name=cancel.name, callback_timeout=ASK_TIMEOUT_S)
+        except Exception:  # the scheduler is gone or silent: the hosts stop on their own (task.host_share)
             return
         deadline = time.monotonic() + CANCEL_WAIT_S
         running = {n: f for n, f in self.futures.items() if self._host(n).get("status") != "lost"}
