@@ -227,7 +227,7 @@ def test_a_libvirtd_that_hangs_after_answering_costs_a_deadline_and_the_level1_g
         domain.open()
         with open(run_dir / "blank.raw", "wb") as f:
             f.truncate(2**20)
-        os.chmod(run_dir / "blank.raw", 0o666)
+        os.chmod(run_dir / "blank.raw", 0o600)  # as the level-1 guest's: libvirt hands it to its qemu user
         # a real guest that boots nothing (its firmware finds a blank disk and waits), its disk in the run
         # directory as the level-1 guest's are
         domain.start(f"<domain type='qemu'><name>{guest.DOMAIN_PREFIX}hang-{os.getpid()}</name><memory unit='MiB'>"

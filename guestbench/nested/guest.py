@@ -170,8 +170,10 @@ def _disks(run_dir: Path, image: Image, files: dict[str, bytes | Path]) -> None:
         f.truncate(OUTPUT_SIZE)
     with open(run_dir / "live.raw", "wb") as f:
         f.truncate(live.DISK_SIZE)
-    for made in run_dir.iterdir():
-        os.chmod(made, 0o666)
+    # root's alone (the run dir is listable, and its name is in qemu's command line): libvirt's dynamic ownership
+    # hands each disk to its qemu user for the domain's life and gives it back after (checked here, libvirt 9.0)
+    for made in ("root.qcow2", "job.tar", "output.raw", "live.raw"):
+        os.chmod(run_dir / made, 0o600)
 
 
 def _pass_live(run_dir: Path, last_seq: int, on_live: Callable[[live.Snapshot], None]) -> int:
