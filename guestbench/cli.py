@@ -17,13 +17,17 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Sequence
 
-from guestbench import __version__, ab, appliance, host, space
+from guestbench import __version__
+from guestbench.analysis import ab
+from guestbench.backends import appliance
+from guestbench.host import fingerprint as host
+from guestbench.host import space
 from guestbench.backends import BACKENDS
-from guestbench.errors import Interrupted, UserError, clip_text, one_line as _one_line
-from guestbench.lazy import on_first_use
+from guestbench.util.errors import Interrupted, UserError, clip_text, one_line as _one_line
+from guestbench.util.lazy import on_first_use
 from guestbench.output import csv_columns
-from guestbench.paths import make_run_dir, remove_tree, workdir_for
-from guestbench.reasons import short_reason
+from guestbench.host.paths import make_run_dir, remove_tree, workdir_for
+from guestbench.util.reasons import short_reason
 from guestbench.results import load_results
 from guestbench.scenario import apply_overrides, help_text, load_scenario
 from guestbench.run import probe
@@ -32,7 +36,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-compare = on_first_use("guestbench.compare")
+compare = on_first_use("guestbench.analysis.compare")
 report = on_first_use("guestbench.report")
 markdown = on_first_use("guestbench.output.markdown")
 results_doc = on_first_use("guestbench.output.results_doc")
@@ -615,14 +619,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from guestbench import pytest_benchmark_json as pbj
+    from guestbench.results import pytest_benchmark as pbj
 
     _write_json(pbj.export(load_results(args.file)), args.output)
     return 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from guestbench import pytest_benchmark_json as pbj
+    from guestbench.results import pytest_benchmark as pbj
 
     doc, warnings = pbj.import_(pbj.load_pytest_benchmark(args.file), args.file)
     for warning in warnings:

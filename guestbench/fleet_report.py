@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from guestbench import report, stats
+from guestbench import report
+from guestbench.analysis import stats
 from guestbench.results import hosts as fleet_hosts
 
 HEADER = ("host", "backend", "placement", "cache", "n", "failures", "median s", "95% CI s", "× fastest",

@@ -7,12 +7,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from guestbench.errors import UserError, clip
+from guestbench.util.errors import UserError, clip
 
 MAX_REPETITIONS = 100_000  # repetitions and max_repetitions
 MAX_WARMUP = 1_000
 # items and their matrix combinations; at this many the file a nested or fleet run hands on stays within
-# guestbench.bounded's caps (about 15 values and 250 bytes a cell)
+# guestbench.util.bounded's caps (about 15 values and 250 bytes a cell)
 MAX_CELLS = 1_000
 MAX_SAMPLES = 1_000_000  # a cell's launches (cold, warm-ups, repetitions) summed over the cells, per backend
 MAX_NAME = 100  # characters: the name is part of the results file's name
@@ -26,7 +26,7 @@ INT64_MAX = 2**63 - 1  # the most any integer key may be (a seed): what every JS
 
 def table() -> list[tuple[str, str]]:
     """Every cap, as the scenario reference lists them."""
-    from guestbench import bounded
+    from guestbench.util import bounded
     from guestbench.measurements.base import C_INT_MAX
 
     return [

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from guestbench.stats import summarize
+from guestbench.analysis.stats import summarize
 from guestbench.workloads import TOO_FAST
 
 NONE = "—"

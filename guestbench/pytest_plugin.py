@@ -91,7 +91,7 @@ class _Session:
 
     def run_dir(self) -> Path:
         if self._run_dir is None:
-            from guestbench.paths import make_run_dir
+            from guestbench.host.paths import make_run_dir
 
             self._run_dir = make_run_dir()
         return self._run_dir
@@ -113,7 +113,7 @@ class _Session:
 
     def close(self) -> None:
         if self._run_dir is not None:
-            from guestbench.paths import remove_tree
+            from guestbench.host.paths import remove_tree
 
             remove_tree(self._run_dir)
             self._run_dir = None
@@ -243,7 +243,7 @@ class BackendUnderTest:
         stats = getattr(getattr(benchmark, "stats", None), "stats", None)
         nbytes = info["bytes"]
         if nbytes and stats and stats.median > 0:
-            from guestbench.units import mb_per_s
+            from guestbench.util.units import mb_per_s
 
             info["mb_per_s"] = mb_per_s(nbytes, stats.median)  # from the median, as guestbench reports it
         return dict(info)
@@ -262,13 +262,13 @@ class BackendUnderTest:
 
 
 class _Metered:
-    """What each round's timed call used (guestbench.usage): the meter starts as the round's setup ends and stops
+    """What each round's timed call used (guestbench.instruments.usage): the meter starts as the round's setup ends and stops
     as its teardown begins, so pytest-benchmark's timer wraps the call alone. The cell's processes here are this
     pytest process (libguestfs's library runs in it), its children and those naming the cell's work dir, read
     from /proc: this process is not moved into a control group."""
 
     def __init__(self, cell: Any) -> None:
-        from guestbench import usage
+        from guestbench.instruments import usage
 
         self.meter = usage.UsageMeter(marker=str(cell.workdir), daemons=cell.backend.daemons)
         self.rounds: list[dict[str, Any] | None] = []
@@ -333,7 +333,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
     session = config.stash.get(_SESSION, None)
     if session is None or not session.used:
         return
-    from guestbench import host
+    from guestbench.host import fingerprint as host
 
     fp = host.fingerprint()
     output_json["guestbench"] = {

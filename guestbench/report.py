@@ -16,13 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 
 
-from guestbench import cost, density_report, metrics_report, phases, units
-from guestbench.errors import printable
+from guestbench import density_report, metrics_report, phases
+from guestbench.analysis import cost
+from guestbench.util import units
+from guestbench.util.errors import printable
 from guestbench.output import csv_columns
-from guestbench.noise import BUSY_RULE
+from guestbench.instruments.load import BUSY_RULE
 from guestbench.results import figures as cell_figures
 from guestbench.results import hosts as fleet_hosts
-from guestbench.stats import (CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary, ratio_ci, spread_warnings,
+from guestbench.analysis.stats import (CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary, ratio_ci, spread_warnings,
                               summarize)
 
 CSV_HEADER = csv_columns.RESULTS
@@ -56,13 +58,13 @@ class Row:
     first_failure: str | None
     workload: bool = False  # a tool's figures: shown in guestbench.metrics_report's tables instead
     precision: dict[str, Any] | None = None  # sampled towards a precision target (results.Precision)
-    judged: int = 0  # samples whose host load was judged (guestbench.noise)
+    judged: int = 0  # samples whose host load was judged (guestbench.instruments.load)
     busy: int = 0  # ... of which the host was busy
     busiest: float | None = None  # the most cores other processes used during one of its samples
-    shared: int = 0  # samples taken while another guestbench run was active on this host (guestbench.neighbours)
-    cpu_s: float | None = None  # median CPU seconds of the cell's processes per timed step (guestbench.usage)
+    shared: int = 0  # samples taken while another guestbench run was active on this host (guestbench.host.neighbours)
+    cpu_s: float | None = None  # median CPU seconds of the cell's processes per timed step (guestbench.instruments.usage)
     peak_mib: float | None = None  # median of each step's peak PSS (RSS where no PSS was readable)
-    cpu_methods: tuple[str, ...] = ()  # how the samples' CPU was counted: "cgroup", "proc" (guestbench.usage)
+    cpu_methods: tuple[str, ...] = ()  # how the samples' CPU was counted: "cgroup", "proc" (guestbench.instruments.usage)
     density: bool = False  # an appliance of a density level: its figures are in the density tables
 
 
@@ -395,7 +397,7 @@ def _resources_text(group: list[Row]) -> str:
     counted = "; ".join(f"{how.get(m, m)}" for m in methods) or "read from /proc"
     return (" CPU s: median user+system CPU seconds of the cell's processes during the timed step (hypervisor, "
             f"helpers, libguestfs's library), {counted}; peak MiB: median of each step's peak PSS of those "
-            "processes without the worker (RSS where PSS is not readable), read from /proc (guestbench.usage).")
+            "processes without the worker (RSS where PSS is not readable), read from /proc (guestbench.instruments.usage).")
 
 
 def _load_text(group: list[Row]) -> str:
@@ -569,7 +571,7 @@ def _phase_dict(bp: phases.BackendPhases) -> dict[str, Any]:
 
 
 def _cost_dict(doc: dict[str, Any]) -> dict[str, Any]:
-    """{"cost": prices and rows} where samples recorded what they used (guestbench.cost), else nothing."""
+    """{"cost": prices and rows} where samples recorded what they used (guestbench.analysis.cost), else nothing."""
     prices = cost.prices_of(doc)
     cost_rows = cost.rows(doc, prices)
     return {"cost": {"prices": prices.to_dict() if prices else None, "rows": cost.to_dicts(cost_rows)}} \

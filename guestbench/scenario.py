@@ -14,15 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guestbench import cost, limits
+from guestbench import limits
+from guestbench.analysis import cost
 from guestbench.backends import BACKENDS
-from guestbench.bounded import read_text, safe_yaml
-from guestbench.errors import UserError, clip
+from guestbench.util.bounded import read_text, safe_yaml
+from guestbench.util.errors import UserError, clip
 from guestbench.limits import INT64_MAX, MAX_COUNT, MAX_LABEL, MAX_MIB, MAX_REPETITIONS, MAX_TEXT, MAX_WARMUP
 from guestbench.measurements import MEASUREMENTS
 from guestbench.measurements.base import min_disk_size
 from guestbench.results.model import ORDERS
-from guestbench.units import parse_size
+from guestbench.util.units import parse_size
 
 DEFAULT_REPETITIONS = 5
 DEFAULT_WARMUP = 1
@@ -158,7 +159,7 @@ class Scenario:
     seed: int | None = None  # order random: None = drawn when the run starts (and recorded)
     precision: float | None = None  # target 95% CI half-width / median; None = fixed repetitions
     max_repetitions: int | None = None  # the cap with precision (None: DEFAULT_MAX_REPETITIONS)
-    cost: cost.Prices | None = None  # prices for the cost table (guestbench.cost)
+    cost: cost.Prices | None = None  # prices for the cost table (guestbench.analysis.cost)
     overrides: dict[str, Any] = field(default_factory=dict)
 
     def iterations(self, times_launch: bool) -> list[str]:
@@ -572,7 +573,7 @@ def _check_sampling(c: Checker, sc: Scenario, prefix: str, sep: str) -> Scenario
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    """A scenario file: a regular file of at most 1 MiB, YAML within guestbench.bounded's limits, then checked."""
+    """A scenario file: a regular file of at most 1 MiB, YAML within guestbench.util.bounded's limits, then checked."""
     source = str(path)
     text = read_text(path, "scenario file", hint="give the path of a YAML file, e.g. scenarios/startup.yaml")
     data = safe_yaml(text, source)

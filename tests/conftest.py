@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from guestbench import cgroups
+from guestbench.host import cgroups
 from guestbench.run.supervisor import socket_dirs_of
 from suite_day import SuiteDay
 
@@ -234,7 +234,7 @@ def leftover_sockdirs(before: set[Path]) -> set[Path]:
 def leftover_groups() -> list[Path]:
     """guestbench's control groups that are ours: a dead run's, or a live one's this session started. A live
     stranger's run on the same host has its own."""
-    from guestbench.cgroups import NAME
+    from guestbench.host.cgroups import NAME
 
     mine = descendants() | {os.getpid()}  # an in-process Supervisor's group is guestbench-<this pid>
     found = []

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from guestbench.errors import UserError
+from guestbench.util.errors import UserError
 from guestbench.results import limits
 
 _STARTED = time.monotonic()

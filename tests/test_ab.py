@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from guestbench import ab, compare
+from guestbench.analysis import ab
+from guestbench.analysis import compare
 from guestbench.backends.base import HandleConfig
-from guestbench.errors import UserError
+from guestbench.util.errors import UserError
 from guestbench.scenario import parse_scenario
 
 from conftest import guestbench, write_scenario

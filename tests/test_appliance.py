@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from guestbench import appliance
+from guestbench.backends import appliance
 from guestbench.backends import BACKENDS
-from guestbench.paths import WORKDIR_ENV, cache_dir
+from guestbench.host.paths import WORKDIR_ENV, cache_dir
 
 from conftest import guestbench, processes_mentioning, session_tmp_path, wait_no_leftovers
 

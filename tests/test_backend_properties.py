@@ -1,6 +1,6 @@
 """Backend properties live on the backend: every registered one sets them, and shared code reads them there.
 
-No launch: these check the registry (guestbench.backends, guestbench.appliance.FLAVOURS) and the places that
+No launch: these check the registry (guestbench.backends, guestbench.backends.appliance.FLAVOURS) and the places that
 read it (charts, the storage workloads' host drives).
 """
 
@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from guestbench import appliance, phases
+from guestbench import phases
+from guestbench.backends import appliance
 from guestbench.output import charts
 from guestbench.backends import BACKENDS, Backend
 from guestbench.measurements import get as get_measurement

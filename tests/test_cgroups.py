@@ -1,4 +1,4 @@
-"""A control group per worker (guestbench.cgroups): the kernel counts what /proc readings miss, a dead worker's
+"""A control group per worker (guestbench.host.cgroups): the kernel counts what /proc readings miss, a dead worker's
 leftovers are killed by membership, and a killed run's groups are swept. Real groups on this host, real
 processes; skipped only where the host lets nobody make a group."""
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from guestbench import cgroups, usage
+from guestbench.host import cgroups
+from guestbench.instruments import usage
 
 # a process that leaves the tree at once (double fork: init reaps it), names nothing of the cell, and burns
 DAEMON = ("import os,sys,time\nif os.fork(): os._exit(0)\nt=time.process_time()\n"
@@ -109,7 +110,7 @@ def _state(pid: int) -> str:
 def test_sweep_removes_the_groups_of_a_dead_run_with_what_is_in_them() -> None:
     """A run killed with SIGKILL: its owner pid is gone, its group holds a process; the next run's sweep kills
     that and removes the group. A live owner's group is left alone."""
-    owner = subprocess.Popen([sys.executable, "-c", "from guestbench import cgroups; import sys\n"
+    owner = subprocess.Popen([sys.executable, "-c", "from guestbench.host import cgroups; import sys\n"
                               "g = cgroups.create(); print(g.cpu if g else '', flush=True); sys.stdin.read()"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert owner.stdout is not None and owner.stdin is not None
@@ -136,7 +137,7 @@ def test_sweep_removes_the_groups_of_a_dead_run_with_what_is_in_them() -> None:
 
 def test_the_run_group_keeps_what_an_ended_worker_used(group: cgroups.Group) -> None:
     """Two workers of one run: the first burns and is ended (its group removed) while the second lives on; the
-    run group's CPU still has the first one's, so a peer that ends mid-step stays ours (guestbench.noise)."""
+    run group's CPU still has the first one's, so a peer that ends mid-step stays ours (guestbench.instruments.load)."""
     before = group.run_cpu_usec()
     peer = cgroups.create()
     assert peer is not None and peer.cpu is not None and group.cpu is not None
@@ -158,7 +159,7 @@ def test_the_busy_check_counts_a_peer_that_ends_mid_step_as_ours_and_a_stranger_
     that burns as long during a step is other work. Judged on the meter's own accounting of our CPU (what the
     check subtracts from the machine's), not on how quiet the machine is: the burns are CPU time, however long
     a busy machine makes them take."""
-    from guestbench import noise
+    from guestbench.instruments import load as noise
 
     def ours_s(meter: noise.LoadMeter) -> float:
         start = meter._start

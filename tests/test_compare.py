@@ -19,9 +19,12 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from guestbench import cli, compare, host, stats
-from guestbench.compare import CI_METHOD, CSV_HEADER, TEST_METHOD
-from guestbench.errors import UserError
+from guestbench import cli
+from guestbench.analysis import compare
+from guestbench.host import fingerprint as host
+from guestbench.analysis import stats
+from guestbench.analysis.compare import CI_METHOD, CSV_HEADER, TEST_METHOD
+from guestbench.util.errors import UserError
 from guestbench.output import terminal
 from guestbench.output.compare_doc import compare_document
 from guestbench.results import ResultsFile, load_results

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from guestbench import cost
-from guestbench.errors import UserError
+from guestbench.analysis import cost
+from guestbench.util.errors import UserError
 from guestbench.output import markdown, results_doc
 from guestbench.report import to_summary_json
 from guestbench.scenario import parse_scenario

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from guestbench import space
-from guestbench.appliance import APPLIANCES_DIR
+from guestbench.host import space
+from guestbench.backends.appliance import APPLIANCES_DIR
 from guestbench.backends import libvirt as libvirt_backend
 from guestbench.backends.libvirt import connect_error, ensure_daemons, guestfs_domains
 
@@ -210,7 +210,7 @@ def test_a_libvirtd_that_hangs_after_answering_costs_a_deadline_and_the_level1_g
     is then stopped ends at that deadline with the guest's qemu killed (found by the run directory its command
     line names)."""
     from guestbench.nested import guest
-    from guestbench.paths import make_run_dir, remove_tree
+    from guestbench.host.paths import make_run_dir, remove_tree
 
     assert ensure_daemons() is None, connect_error()
     conn = libvirt_backend.open_connection()

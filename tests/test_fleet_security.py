@@ -264,12 +264,12 @@ def test_an_insecure_worker_listens_on_the_address_that_reaches_its_scheduler(tm
 def test_the_directory_of_a_killed_fleet_local_is_swept_at_the_next_start_and_no_one_elses(tmp_path: Path) -> None:
     """What a SIGKILLed `fleet local` leaves (its keys) goes when the next one starts; a live one's directory, and
     one another user made, stay. Real processes: an owner that exits, one that lives, and the user nobody."""
-    from guestbench import rundirs
+    from guestbench.host import rundirs
     from guestbench.run.fleet import local
 
     root = tmp_path / "run"
     root.mkdir(mode=0o755)
-    make = f"from guestbench import rundirs; from pathlib import Path; print(rundirs.make(Path({str(root)!r}), 'fleet-local-'))"
+    make = f"from guestbench.host import rundirs; from pathlib import Path; print(rundirs.make(Path({str(root)!r}), 'fleet-local-'))"
     dead = Path(subprocess.run([sys.executable, "-c", make], cwd=ROOT, capture_output=True, text=True,
                                check=True).stdout.strip())
     (dead / "key.pem").write_text("secret")

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from guestbench import compare, fleet_report
-from guestbench.errors import UserError
+from guestbench import fleet_report
+from guestbench.analysis import compare
+from guestbench.util.errors import UserError
 from guestbench.results import load_results
 from guestbench.results.hosts import differences, names, view
 from guestbench.run.fleet import coordinator, resources

@@ -97,7 +97,8 @@ def cases() -> list[Case]:
 
 def _doctor_facts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Doctor's four readers of this machine answer what doctor-facts.json recorded."""
-    from guestbench import appliance, host
+    from guestbench.backends import appliance
+    from guestbench.host import fingerprint as host
     from guestbench.backends.base import Availability
     from guestbench.nested import image
     from guestbench.run import probe
@@ -115,7 +116,7 @@ def _doctor_facts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _finished_run(monkeypatch: pytest.MonkeyPatch, tmp: Path, source: str) -> None:
     """`scenario` and `ab` are given a copy of a finished run's results file instead of running."""
-    from guestbench import ab
+    from guestbench.analysis import ab
     from guestbench.results import ResultsFile
     from guestbench.run import runner
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from guestbench import host
+from guestbench.host import fingerprint as host
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 
 
 def _cpuinfo_flags() -> set[str]:
-    """Flags of the first CPU, read independently of guestbench.host."""
+    """Flags of the first CPU, read independently of guestbench.host.fingerprint."""
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("flags"):
             return set(line.split(":", 1)[1].split())

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from guestbench import errors
+from guestbench.util import errors
 from guestbench.measurements import base as measurements_base
-from guestbench.paths import RUN_PREFIX
+from guestbench.host.paths import RUN_PREFIX
 from guestbench.storage import host
 from guestbench.storage.host_build import Builder
 from guestbench.storage.host_kinds import KINDS, HostKind, Image

@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from guestbench import bounded, limits
-from guestbench.errors import UserError, clip, one_line
+from guestbench import limits
+from guestbench.util import bounded
+from guestbench.util.errors import UserError, clip, one_line
 from guestbench.scenario import load_scenario, parse_scenario
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ a nested run merges them, their samples the host's scaled by fixed factors (so e
 unusable inside are covered), tcg skipped for one measurement. Nothing launches an appliance.
 
 The must-hold: every number in every table of index.html is recomputed here from the results JSON, with
-numpy/scipy rather than guestbench.stats, and must agree to the digits shown.
+numpy/scipy rather than guestbench.analysis.stats, and must agree to the digits shown.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from guestbench import cli, phases, stats
+from guestbench import cli, phases
+from guestbench.analysis import stats
 from guestbench.output import html, markdown, results_doc
 from guestbench.results import ResultsFile
 

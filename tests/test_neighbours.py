@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from guestbench import neighbours, noise
+from guestbench.host import neighbours
+from guestbench.instruments import load as noise
 
 HOLD = """
 import sys, time
-from guestbench import neighbours
+from guestbench.host import neighbours
 with neighbours.Registration("held by a test"):
     print("registered", flush=True)
     time.sleep(600)
@@ -73,7 +74,7 @@ def test_a_sample_is_shared_when_another_run_was_active_during_it_and_not_after_
 LOCK_HOLDER = """
 import sys, time
 from pathlib import Path
-from guestbench import locks
+from guestbench.host import locks
 with locks.exclusive(Path(sys.argv[1]), "a test's thing", 10):
     print("holding", flush=True)
     time.sleep(600)
@@ -81,7 +82,7 @@ with locks.exclusive(Path(sys.argv[1]), "a test's thing", 10):
 
 
 def test_a_cache_lock_makes_the_second_process_wait_and_a_killed_holder_frees_it(tmp_path: Path) -> None:
-    from guestbench import locks
+    from guestbench.host import locks
 
     path = tmp_path / "thing.lock"
     holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(path)], stdout=subprocess.PIPE, text=True,

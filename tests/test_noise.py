@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from guestbench import noise, report, usage
+from guestbench import report
+from guestbench.instruments import load as noise
+from guestbench.instruments import usage
 
 from conftest import run_scenario_text
 

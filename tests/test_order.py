@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from guestbench import report, stats
-from guestbench.errors import UserError
+from guestbench import report
+from guestbench.analysis import stats
+from guestbench.util.errors import UserError
 from guestbench.run import turns
 from guestbench.run.schedule import INTERLEAVED, RANDOM, SEQUENTIAL, Order, Turnstile, rounds
 from guestbench.scenario import apply_overrides, parse_scenario
@@ -262,7 +263,7 @@ def test_blocks_span_an_items_backends_and_variants_but_a_workloads_variants_one
 
 
 def test_ab_sides_of_a_workload_variant_take_turns_in_one_block() -> None:
-    from guestbench import ab
+    from guestbench.analysis import ab
     from guestbench.run.plan import blocks, plan
 
     sc = ab.ab_scenario(parse_scenario({"name": "w", "repetitions": 1, "measurements": [

@@ -18,7 +18,11 @@ from typing import Iterator
 
 import pytest
 
-from guestbench import appliance, locks, neighbours, owned, paths
+from guestbench.backends import appliance
+from guestbench.host import locks
+from guestbench.host import neighbours
+from guestbench.host import owned
+from guestbench.host import paths
 from guestbench.backends.uml import write_hv_wrapper
 from guestbench.nested import image
 
@@ -222,7 +226,7 @@ def test_a_planted_hypervisor_wrapper_is_refused_not_run_or_replaced(drop: Path,
     assert tree(cache) == before and not marker.exists()
 
 
-ACTIVE = "import json; from guestbench import neighbours; print(json.dumps([e.pid for e in neighbours.active()]))"
+ACTIVE = "import json; from guestbench.host import neighbours; print(json.dumps([e.pid for e in neighbours.active()]))"
 
 
 def test_a_fifo_a_symlink_or_another_users_file_in_the_registry_is_ignored_and_never_blocks(drop: Path) -> None:
@@ -368,7 +372,11 @@ def _planted_old_paths(drop: Path) -> Iterator[Path]:
 
 HOMES = """
 import json
-from guestbench import appliance, locks, neighbours, owned, paths
+from guestbench.backends import appliance
+from guestbench.host import locks
+from guestbench.host import neighbours
+from guestbench.host import owned
+from guestbench.host import paths
 from guestbench.backends.uml import write_hv_wrapper
 from guestbench.nested import image
 homes = {"temp root": paths.temp_root(), "appliances": appliance.variant_dir("uml", "standard"),

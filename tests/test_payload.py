@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from guestbench.payload import payload
+from guestbench.measurements.payload import payload
 
 MiB = 2**20
 
@@ -38,7 +38,7 @@ def test_exact_size_and_digest(cache: Path, size: int) -> None:
 
 
 def test_larger_than_one_chunk(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import guestbench.payload as mod
+    import guestbench.measurements.payload as mod
 
     monkeypatch.setattr(mod, "CHUNK", 1000)  # several blocks, the last one short
     path, digest = payload(4500)

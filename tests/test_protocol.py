@@ -14,7 +14,7 @@ from rich.console import Console
 
 from guestbench.backends import BACKENDS
 from guestbench.backends.base import Backend
-from guestbench.paths import make_run_dir, remove_tree, workdir_for
+from guestbench.host.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.run import protocol
 from guestbench.run.executor import Executor, local
 from guestbench.run.protocol import Message, Msg, Request, WorkerExit

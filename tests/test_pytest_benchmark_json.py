@@ -18,8 +18,8 @@ import pytest
 from pytest_benchmark.stats import Stats
 
 from guestbench import cli
-from guestbench import pytest_benchmark_json as pbj
-from guestbench.compare import cells_by_key
+from guestbench.results import pytest_benchmark as pbj
+from guestbench.analysis.compare import cells_by_key
 from guestbench.results import load_results
 
 pytest_plugins = ["pytester"]

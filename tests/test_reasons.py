@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from guestbench import reasons
+from guestbench.util import reasons
 from guestbench.cli import doctor_table
 from guestbench.output import terminal
 from guestbench.output.results_doc import show_document

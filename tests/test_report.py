@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from guestbench import report, stats
+from guestbench import report
+from guestbench.analysis import stats
 from guestbench.output import markdown, results_doc, terminal
 from guestbench.report import CSV_HEADER, fmt_seconds, rows, to_csv, to_summary_json, warnings
 from guestbench.results import ResultsFile, load_results

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from guestbench.errors import UserError
+from guestbench.util.errors import UserError
 from guestbench.results import (SCHEMA, SCHEMA_VERSION, ResultsFile, atomic_write_json, load_results,
                                 results_path)
 

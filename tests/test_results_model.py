@@ -21,7 +21,7 @@ from typing import Any, Callable
 import jsonschema
 import pytest
 
-from guestbench.errors import UserError
+from guestbench.util.errors import UserError
 from guestbench.results import (CELL_STATUSES, SCHEMA, SCHEMA_VERSION, BackendVerdict, Cell, Failure, Placement,
                                 ResultsFile, Run, Sample, SchemaViolation, load_results, utc_now)
 from guestbench.results import validate

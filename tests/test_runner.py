@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from guestbench.appliance import APPLIANCES_DIR
+from guestbench.backends.appliance import APPLIANCES_DIR
 from guestbench.backends import BACKENDS
 from guestbench.run.runner import RunOptions, exit_status, run_scenario
 from guestbench.scenario import parse_scenario

@@ -23,7 +23,7 @@ import pytest
 from conftest import ROOT, guestbench
 from guestbench.nested.guest import GuestError, extract_output
 from guestbench.results import results_path
-from guestbench.safe_write import UnsafeOutput, replace_file
+from guestbench.host.safe_write import UnsafeOutput, replace_file
 
 REAL = sorted((ROOT / "tests" / "data" / "results").glob("*.json"))[0]
 CLI_TIMEOUT = 120  # seconds: a refusal takes well under one; a hang on a FIFO would take forever

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from guestbench.backends import BACKENDS
-from guestbench.errors import UserError
+from guestbench.util.errors import UserError
 from guestbench.measurements import MEASUREMENTS
 from guestbench.scenario import (DEFAULT_REPETITIONS, DEFAULT_SAMPLE_TIMEOUT_S, DEFAULT_TIMEOUT_S,
                                  DEFAULT_WARMUP, TOP_KEYS, MeasurementSpec, Scenario, apply_overrides,
                                  load_scenario, parse_scenario)
-from guestbench.units import SIZE_HELP
+from guestbench.util.units import SIZE_HELP
 
 ROOT = Path(__file__).resolve().parent.parent
 # the scenarios the checkout ships (git's list), not a user's own beside them

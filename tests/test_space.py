@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from guestbench import space
-from guestbench.errors import Unavailable
+from guestbench.host import space
+from guestbench.util.errors import Unavailable
 
 from conftest import ROOT, small_tmpfs, write_scenario
 
@@ -38,7 +38,7 @@ def test_shortfall_says_what_does_not_fit_where_and_full_reason_names_the_mount(
 
 def test_a_payload_that_does_not_fit_in_the_cache_is_unavailable_and_leaves_nothing(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from guestbench.payload import payload
+    from guestbench.measurements.payload import payload
 
     with small_tmpfs("80m") as mnt:
         monkeypatch.setenv("GUESTBENCH_CACHE", str(mnt))

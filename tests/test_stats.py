@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from guestbench.stats import Summary, overlaps, spread_warnings, summarize
+from guestbench.analysis.stats import Summary, overlaps, spread_warnings, summarize
 
 
 def summary(median: float, ci_low: float, ci_high: float, *, n: int = 5, cv: float = 0.01,
@@ -125,7 +125,7 @@ def test_ranking_ignores_a_faster_backend_without_ci() -> None:
 
 def test_bootstrap_and_permutation_in_chunks_give_the_same_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunking the resample matrices (bounded memory) must not change a figure: numpy's stream is the same."""
-    from guestbench import stats
+    from guestbench.analysis import stats
 
     g = np.random.default_rng(3)
     base, other = list(g.gamma(3, 1, 40)), list(g.gamma(3, 1.2, 37))
@@ -137,7 +137,7 @@ def test_bootstrap_and_permutation_in_chunks_give_the_same_figures(monkeypatch: 
 def test_large_n_bootstrap_draws_medians_from_their_exact_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past the resampling budget the medians come from order statistics: the same law, so the same CI within
     bootstrap noise, for odd and even n."""
-    from guestbench import stats
+    from guestbench.analysis import stats
 
     g = np.random.default_rng(4)
     for n in (301, 300):
@@ -150,7 +150,7 @@ def test_large_n_bootstrap_draws_medians_from_their_exact_distribution(monkeypat
 
 
 def test_large_n_permutation_takes_fewer_relabellings(monkeypatch: pytest.MonkeyPatch) -> None:
-    from guestbench import stats
+    from guestbench.analysis import stats
 
     monkeypatch.setattr(stats, "RESAMPLE_BUDGET", 1000)
     base, other = [1.0 + i / 100 for i in range(50)], [2.0 + i / 100 for i in range(50)]

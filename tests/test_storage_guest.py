@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 import pytest
 
-import guestbench.paths
+import guestbench.host.paths
 from guestbench.storage import guest
 from guestbench.storage.guest import LAYOUTS, Stack, StorageError
 
@@ -78,9 +78,9 @@ def uml() -> Iterator[Any]:
     from guestbench.backends import get
 
     d = _scratch_dir()
-    cfg = get("uml").handle_config(guestbench.paths.cache_dir())
+    cfg = get("uml").handle_config(guestbench.host.paths.cache_dir())
     saved = dict(os.environ)
-    os.environ[guestbench.paths.WORKDIR_ENV] = str(d)
+    os.environ[guestbench.host.paths.WORKDIR_ENV] = str(d)
     os.environ.update(cfg.env)  # read when the handle is made (LIBGUESTFS_PATH) and by the launch
     g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
     sockdirs: set[str] = set()

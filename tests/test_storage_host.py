@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from guestbench.paths import RUN_PREFIX
+from guestbench.host.paths import RUN_PREFIX
 from guestbench.storage.host import (HOST_KINDS, Drive, HostStorage, Unavailable, _device_mapper_problem,
                                      availability, parse_size, sweep_stale)
 from conftest import ROOT, processes_mentioning, session_tmp_path

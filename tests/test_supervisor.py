@@ -15,7 +15,7 @@ import pytest
 
 from guestbench.backends.base import Availability, Backend, HandleConfig
 from guestbench.measurements import get as get_measurement
-from guestbench.paths import make_run_dir, remove_tree, workdir_for
+from guestbench.host.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.run.protocol import Request
 from guestbench.run.supervisor import Supervisor
 

@@ -23,8 +23,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from guestbench import rundirs
-from guestbench.paths import RUN_PREFIX, WORKER_PREFIX
+from guestbench.host import rundirs
+from guestbench.host.paths import RUN_PREFIX, WORKER_PREFIX
 from guestbench.run.fleet.worker import sweep_dead_workers
 from guestbench.storage import host_sys as hs
 from guestbench.storage.host import sweep_stale
@@ -180,7 +180,7 @@ def test_a_dead_runs_state_is_acted_on_only_for_what_that_run_could_have_made(
 
 
 def test_a_sweep_handed_a_directory_others_may_change_refuses_in_one_line(tmp_path: Path) -> None:
-    from guestbench.owned import UnsafePath
+    from guestbench.host.owned import UnsafePath
 
     d = tmp_path / "open"
     d.mkdir()

@@ -17,9 +17,9 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from guestbench.appliance import APPLIANCES_DIR, appliance_dir, uml_kernel_version
+from guestbench.backends.appliance import APPLIANCES_DIR, appliance_dir, uml_kernel_version
 from guestbench.backends import BACKENDS
-from guestbench.paths import cache_dir
+from guestbench.host.paths import cache_dir
 
 from conftest import (guestbench, processes_mentioning, session_tmp_path, socket_dirs, wait_no_leftovers,
                       write_scenario)

@@ -102,7 +102,7 @@ def test_concurrent_uml_guests_are_pinned_to_different_cpus(monkeypatch: pytest.
     import os
 
     from guestbench.backends.uml import hv
-    from guestbench.paths import INSTANCE_ENV
+    from guestbench.host.paths import INSTANCE_ENV
 
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:

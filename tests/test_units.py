@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from guestbench.units import SIZE_HELP, format_size, mb_per_s, parse_size
+from guestbench.util.units import SIZE_HELP, format_size, mb_per_s, parse_size
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from guestbench import cgroups, usage
+from guestbench.host import cgroups
+from guestbench.instruments import usage
 
 from conftest import run_scenario_text, wait_no_leftovers
 

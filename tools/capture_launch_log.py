@@ -21,7 +21,7 @@ import guestfs
 
 from guestbench import phases
 from guestbench.backends import get as get_backend
-from guestbench.paths import cache_dir
+from guestbench.host.paths import cache_dir
 
 
 def main(argv: list[str]) -> int:

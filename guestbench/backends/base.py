@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guestbench import owned
-from guestbench.errors import UserError
-from guestbench.appliance import appliance_dir
-from guestbench.paths import WORKDIR_ENV
+from guestbench.host import owned
+from guestbench.util.errors import UserError
+from guestbench.backends.appliance import appliance_dir
+from guestbench.host.paths import WORKDIR_ENV
 
 QEMU = "qemu-system-x86_64"
 # A user's libguestfs settings that would override a backend's handle configuration; never inherited.
@@ -87,7 +87,7 @@ class Backend:
     name: str = ""
     summary: str = ""
     phase_markers: str = "qemu"  # which boot markers its console prints (guestbench.phases.MARKERS)
-    appliance_flavour: str = "qemu"  # which of guestbench's appliances it boots (guestbench.appliance.FLAVOURS)
+    appliance_flavour: str = "qemu"  # which of guestbench's appliances it boots (guestbench.backends.appliance.FLAVOURS)
     # its bars in charts (guestbench.output.charts); the default is for names no longer registered (old results)
     colour: str = "#937860"
     # the limit for its probe launch: a working backend launches in seconds with KVM, in under a minute with TCG
@@ -99,7 +99,7 @@ class Backend:
     # disk image normally is; libvirt cannot take a FUSE file (it chowns every disk to its qemu user): NBD then
     volatile_disk_as_file: bool = True
     # shared daemons that work for its launches (their CPU during a timed step is the cell's; their memory is
-    # shared by every domain and not counted): guestbench.usage
+    # shared by every domain and not counted): guestbench.instruments.usage
     daemons: tuple[str, ...] = ()
 
     def preconditions(self) -> Availability:

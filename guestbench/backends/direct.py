@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from guestbench import host
+from guestbench.host import fingerprint as host
 from guestbench.backends.base import (Availability, Backend, HandleConfig, common_preconditions, hv_path,
                                       install_script, qemu_path)
 

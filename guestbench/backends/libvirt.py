@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar, cast
 
-from guestbench import host
+from guestbench.host import fingerprint as host
 from guestbench.backends.base import Availability, Backend, HandleConfig, common_preconditions
 from guestbench.backends.direct import explain_kvm_failure, kvm_probe_attempts, kvm_probe_timeout
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from guestbench import space
+from guestbench.host import space
 
 POLL_S = 0.5
 PAUSED_FOR_S = 5.0  # paused by something else (a monitor command, libvirt's suspend) longer than this: a failure

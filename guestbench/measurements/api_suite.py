@@ -209,7 +209,7 @@ class ApiSuite(Measurement):
     def after_launch(self, g: Any, ctx: CellContext) -> dict[str, Any] | None:
         ctx.state["disks"] = g.list_devices()[:2]
         if not g.feature_available(["linuxxattrs"]):
-            from guestbench.errors import Unavailable
+            from guestbench.util.errors import Unavailable
 
             raise Unavailable("this appliance has no extended attribute calls (libguestfs feature linuxxattrs)")
         return None

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guestbench.errors import clip, one_line
-from guestbench.units import SIZE_HELP, format_size, parse_size
+from guestbench.util.errors import clip, one_line
+from guestbench.util.units import SIZE_HELP, format_size, parse_size
 
 FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
 DISK_FORMATS = ("raw", "qcow2")
@@ -198,7 +198,7 @@ class Measurement:
 
     def make_payload(self, params: dict[str, Any]) -> tuple[Path, str]:
         """The host file the worker reads (path, sha256), made once per cell before any worker starts."""
-        from guestbench.payload import payload
+        from guestbench.measurements.payload import payload
 
         return payload(params["size"])
 

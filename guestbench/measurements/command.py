@@ -18,7 +18,7 @@ from guestbench.backends.base import HandleConfig
 from guestbench.backends.uml.channel import refusals
 from guestbench.measurements.base import (FORMAT, CellContext, Measurement, Param, bool_param, choice_param,
                                           int_param, size_param)
-from guestbench.errors import Unavailable
+from guestbench.util.errors import Unavailable
 from guestbench.storage.image import FILESYSTEMS, ImageError, ImageSpec, make_image, sha256
 
 MIN_DISK = 8 * 2**20

@@ -8,7 +8,7 @@ from typing import Any
 
 from guestbench.measurements.base import CellContext, int_param
 from guestbench.measurements.workload import WORKDIR, StorageWorkload
-from guestbench.paths import cache_dir
+from guestbench.host.paths import cache_dir
 from guestbench.workloads import Metric
 from guestbench.workloads import tartree
 

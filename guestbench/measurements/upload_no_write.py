@@ -6,7 +6,7 @@ from typing import Any
 
 from guestbench.measurements.base import CellContext, size_param
 from guestbench.measurements.upload import TARGET, Upload
-from guestbench.units import format_size
+from guestbench.util.units import format_size
 
 # Room the appliance needs besides the tmpfs contents (kernel, daemon, page cache for the upload).
 APPLIANCE_OVERHEAD_MIB = 384

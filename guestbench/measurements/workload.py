@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from guestbench.errors import Unavailable
+from guestbench.util.errors import Unavailable
 from guestbench.measurements.base import CACHE, CellContext, Measurement, Param, choice_param, int_param, size_param
 from guestbench.storage import guest as guest_storage
 from guestbench.storage import host as host_storage
-from guestbench.units import format_size
+from guestbench.util.units import format_size
 
 WORKDIR = "/sysroot/guestbench"  # where a tool works, inside the filesystem under test
 

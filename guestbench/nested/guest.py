@@ -24,10 +24,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 from xml.sax.saxutils import escape
 
-from guestbench.errors import one_line
+from guestbench.util.errors import one_line
 from guestbench.nested import live
 from guestbench.nested.image import OUTPUT_WRITTEN, Image
-from guestbench.paths import make_run_dir, remove_tree
+from guestbench.host.paths import make_run_dir, remove_tree
 
 DOMAIN_PREFIX = "guestbench-l1-"
 OUTPUT_SIZE = 256 * 2**20

@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from guestbench import appliance, locks, owned
-from guestbench.paths import temp_root
+from guestbench.backends import appliance
+from guestbench.host import locks
+from guestbench.host import owned
+from guestbench.host.paths import temp_root
 
 # What the level-1 guest needs to run guestbench's backends (dependencies come with them): qemu for tcg and
 # kvm, UML, libvirtd and its qemu driver for the libvirt ones; and libguestfs's own programs for the command

@@ -20,14 +20,14 @@ from typing import Any
 import yaml
 
 import guestbench
-from guestbench import appliance
+from guestbench.backends import appliance
 from guestbench.backends import BACKENDS
 from guestbench.measurements import get as get_measurement
 from guestbench.nested import image as nested_image
 from guestbench.nested.image import GUEST_CACHE, GUEST_DATA
 from guestbench.results import ResultsFile
 from guestbench.scenario import Scenario
-from guestbench.units import format_duration
+from guestbench.util.units import format_duration
 
 # Time-outs inside the level-1 guest are the scenario's times this. Measured here with the level-1 guest on
 # TCG: UML start-up 107 s against 5.8 s on the host (18x); TCG inside TCG slower still.

@@ -28,7 +28,7 @@ from matplotlib.text import Text  # noqa: E402
 
 from guestbench import density_report, phases, report  # noqa: E402
 from guestbench.backends import BACKENDS, Backend  # noqa: E402
-from guestbench.errors import printable  # noqa: E402
+from guestbench.util.errors import printable  # noqa: E402
 from guestbench.output.document import Chart, slug  # noqa: E402
 from guestbench.report import Row, fmt_mb_per_s, fmt_seconds  # noqa: E402
 

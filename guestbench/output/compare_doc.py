@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from guestbench import compare
+from guestbench.analysis import compare
 from guestbench.output.document import Bullets, Document, Heading, Para, Section, Table
 
 

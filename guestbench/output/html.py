@@ -5,7 +5,7 @@ attached to an issue (no external files, no script, no SVG ids colliding between
 written as `<results file stem>-<label>.png` and `.svg`; `report.md` (the same document in Markdown) refers
 to the PNGs by relative path, for pasting into an issue next to the uploaded images. Files are written
 atomically (temp + rename), and only over files of the user's own in a directory only they or root can change
-(guestbench.safe_write).
+(guestbench.host.safe_write).
 
 One section per results file, never merged, even when two files ran the same scenario: absolute seconds
 compare only within one run (two TCG runs 50 minutes apart on the same machine differed by 15%), so bars of
@@ -20,8 +20,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from guestbench import safe_write
-from guestbench.errors import UserError, printable
+from guestbench.host import safe_write
+from guestbench.util.errors import UserError, printable
 from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Table, slug
 from guestbench.output.markdown import to_markdown
 from guestbench.output.results_doc import report_document

@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 import re
 
-from guestbench.errors import printable
+from guestbench.util.errors import printable
 from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Table
 
 BOLD = ("bad", "best", "regression")

@@ -12,8 +12,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from guestbench import __version__, cost, density_report, fleet_report, metrics_report, report
-from guestbench.reasons import short_reason
+from guestbench import __version__, density_report, fleet_report, metrics_report, report
+from guestbench.analysis import cost
+from guestbench.util.reasons import short_reason
 from guestbench.output.document import Bullets, Document, Figure, Para, Part, Section, Table, slug
 from guestbench.results import hosts as fleet_hosts
 

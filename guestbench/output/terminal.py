@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from guestbench.errors import printable
+from guestbench.util.errors import printable
 from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Table
 
 STYLES = {"good": "green", "bad": "red", "best": "bold green", "warn": "yellow", "regression": "bold red"}

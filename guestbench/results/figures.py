@@ -2,7 +2,7 @@
 
 A workload's tool reports its own figures (MB/s, IOPS, latency), each with its direction of better; its wall
 time is a fixed run and no figure. Every other cell's figure is its samples' seconds, lower being better.
-Beside them, what the cell's processes used per sample (guestbench.usage): CPU seconds and peak memory, lower
+Beside them, what the cell's processes used per sample (guestbench.instruments.usage): CPU seconds and peak memory, lower
 being better; a comparison reads them like seconds, a precision target does not.
 """
 
@@ -53,12 +53,12 @@ def figures(cell: dict[str, Any]) -> list[Figure]:
 
 
 def cpu_s(sample: dict[str, Any]) -> float | None:
-    """The CPU seconds the sample's processes used (guestbench.usage), where recorded."""
+    """The CPU seconds the sample's processes used (guestbench.instruments.usage), where recorded."""
     return _number((sample.get("resources") or {}).get("cpu_s"))
 
 
 def peak_mib(sample: dict[str, Any]) -> float | None:
-    """The sample's peak memory: PSS, or RSS where no PSS could be read (guestbench.usage), where recorded."""
+    """The sample's peak memory: PSS, or RSS where no PSS could be read (guestbench.instruments.usage), where recorded."""
     used = sample.get("resources") or {}
     pss = _number(used.get("peak_pss_mib"))
     return pss if pss is not None else _number(used.get("peak_rss_mib"))
@@ -75,7 +75,7 @@ def charged_mib(sample: dict[str, Any]) -> float | None:
 
 
 def cpu_methods(cell: dict[str, Any]) -> tuple[str, ...]:
-    """How the cell's samples counted their CPU (guestbench.usage): "cgroup", "proc", in that order, each once."""
+    """How the cell's samples counted their CPU (guestbench.instruments.usage): "cgroup", "proc", in that order, each once."""
     found = {str((s.get("resources") or {}).get("cpu_method") or "proc") for s in _samples(cell)
              if s.get("resources")}
     return tuple(m for m in ("cgroup", "proc") if m in found) + tuple(sorted(found - {"cgroup", "proc"}))

@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from guestbench import safe_write
-from guestbench.errors import UserError
+from guestbench.host import safe_write
+from guestbench.util.errors import UserError
 import guestbench.results.validate as validate
 from guestbench.results import limits
 from guestbench.results.model import READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, Cell, ModelError, Run
@@ -37,7 +37,7 @@ def atomic_write_json(path: Path, doc: dict[str, Any]) -> None:
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None, what: str = "output") -> None:
     """`atomic_write_json` for any file; `mode` (e.g. 0o644 for a report to share) instead of 0600. Refuses (one
-    line, exit 2) to replace a device, FIFO, symbolic link or another user's file: guestbench.safe_write."""
+    line, exit 2) to replace a device, FIFO, symbolic link or another user's file: guestbench.host.safe_write."""
     safe_write.replace_file(path, data, 0o600 if mode is None else mode, what)
 
 

@@ -5,7 +5,7 @@ the reader for ever, a device (/dev/zero, /dev/urandom) never ends, an oversized
 a 5000-digit number makes Python's int() raise. So the file must be a regular file of at most MAX_BYTES, and
 each number at most MAX_NUMBER_CHARS characters long; anything else is one line naming the file.
 
-The file is read by guestbench.bounded.read_bytes: checked through an O_PATH descriptor (no FIFO wait, no
+The file is read by guestbench.util.bounded.read_bytes: checked through an O_PATH descriptor (no FIFO wait, no
 device opened) before the very file checked is read.
 """
 
@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from guestbench import bounded
-from guestbench.errors import UserError
+from guestbench.util import bounded
+from guestbench.util.errors import UserError
 
 MAX_BYTES = 64 * 1024 * 1024
 """A results file holds 0.4 to 3 KB a sample (the shipped ones in tests/data), so 64 MiB is 20,000 samples of
@@ -35,7 +35,7 @@ class _LongNumber(Exception):
 
 def read_capped(path: str | Path, what: str, cap: int = MAX_BYTES) -> bytes:
     """The bytes of a regular file of at most `cap` bytes, or a one-line UserError saying what it is instead
-    (guestbench.bounded, which reads scenario files the same way)."""
+    (guestbench.util.bounded, which reads scenario files the same way)."""
     return bounded.read_bytes(path, what, cap)
 
 

@@ -281,8 +281,8 @@ class Sample(Record):
     in_step: bool | None = None  # concurrent guests: whether the peers started the timed step together
     waited_s: float | None = None  # ... and how long this guest waited for them
     seq: int | None = None  # its place among every iteration that ended in the run (placement), from 1
-    load: dict[str, Any] | None = None  # the rest of the machine during the timed step (guestbench.noise)
-    resources: dict[str, Any] | None = None  # what the cell's processes used in it (guestbench.usage)
+    load: dict[str, Any] | None = None  # the rest of the machine during the timed step (guestbench.instruments.load)
+    resources: dict[str, Any] | None = None  # what the cell's processes used in it (guestbench.instruments.usage)
 
     WHAT: ClassVar[str] = "a sample: an object with rep and seconds"
     REQUIRED: ClassVar[dict[str, str]] = {"rep": "the repetition's number, an integer >= 1", "seconds": SECONDS}

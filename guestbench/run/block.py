@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from guestbench import stats
-from guestbench.paths import workdir_for
+from guestbench.analysis import stats
+from guestbench.host.paths import workdir_for
 from guestbench.results.figures import figures
 from guestbench.run.cell import MAX_WORKER_RESTARTS, CellRun, RunContext, Seat
 from guestbench.run.executor import Executor

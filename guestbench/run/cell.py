@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from guestbench import space
-from guestbench.appliance import ApplianceError
+from guestbench.host import space
+from guestbench.backends.appliance import ApplianceError
 from guestbench.backends import BACKENDS
-from guestbench.errors import Unavailable
+from guestbench.util.errors import Unavailable
 from guestbench.measurements import get as get_measurement
-from guestbench.paths import cache_dir, workdir_for
+from guestbench.host.paths import cache_dir, workdir_for
 from guestbench.run import lockstep
 from guestbench.run.executor import Executor
 from guestbench.run.gate import Gate

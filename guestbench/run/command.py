@@ -16,8 +16,8 @@ from pathlib import Path
 from guestbench.backends import BACKENDS, Backend, HandleConfig
 from guestbench.backends.base import LIBGUESTFS_OVERRIDES
 from guestbench.backends.uml.channel import CHANNEL_ENV, refusals
-from guestbench.errors import Interrupted, UserError
-from guestbench.paths import cache_dir
+from guestbench.util.errors import Interrupted, UserError
+from guestbench.host.paths import cache_dir
 from guestbench.run.supervisor import TRAPPED, end_tree
 
 # every variable some backend's configuration sets (guestbench.backends: HandleConfig.environment)

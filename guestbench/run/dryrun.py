@@ -24,16 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from guestbench.backends import BACKENDS
-from guestbench.errors import UserError
+from guestbench.util.errors import UserError
 from guestbench.measurements import get as get_measurement
 from guestbench.output.document import Bullets, Document, Para, Section, Table
-from guestbench.reasons import short_reason
+from guestbench.util.reasons import short_reason
 from guestbench.report import sample_seconds
 from guestbench.results import read_json
 from guestbench.run import plan as planner
 from guestbench.run import probe
 from guestbench.scenario import Scenario
-from guestbench.units import format_duration
+from guestbench.util.units import format_duration
 
 
 @dataclass(frozen=True)

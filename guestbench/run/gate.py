@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from guestbench.backends import BACKENDS, Availability
-from guestbench.reasons import short_reason
+from guestbench.util.reasons import short_reason
 from guestbench.results import ResultsFile
 from guestbench.run import probe
 from guestbench.run.executor import Executor

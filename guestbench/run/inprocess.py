@@ -23,8 +23,8 @@ from typing import Any, Callable, Iterator, TypeVar
 from guestbench.backends import BACKENDS, Backend
 from guestbench.measurements import get as get_measurement
 from guestbench.measurements.base import CellContext, verification_problem
-from guestbench.paths import WORKDIR_ENV, cache_dir, remove_tree, workdir_for
-from guestbench.payload import payload
+from guestbench.host.paths import WORKDIR_ENV, cache_dir, remove_tree, workdir_for
+from guestbench.measurements.payload import payload
 from guestbench.scenario import DEFAULT_SAMPLE_TIMEOUT_S, DEFAULT_TIMEOUT_S
 from guestbench.run.protocol import Request
 from guestbench.run.supervisor import LIBGUESTFS_OVERRIDES, alive, descendants, kill_processes

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from guestbench.errors import Interrupted
+from guestbench.util.errors import Interrupted
 from guestbench.nested import guest
 from guestbench.nested import image as nested_image
 from guestbench.nested import job

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from guestbench import host
+from guestbench.host import fingerprint as host
 from guestbench.backends import BACKENDS
 from guestbench.measurements import Measurement
 from guestbench.measurements import get as get_measurement

@@ -10,7 +10,7 @@ from typing import Any
 from guestbench.measurements import durability
 from guestbench.run.cell import CellTask
 from guestbench.run.protocol import Message, Msg
-from guestbench.errors import Unavailable
+from guestbench.util.errors import Unavailable
 from guestbench.storage.host import Drive, HostStorage
 
 

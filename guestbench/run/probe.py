@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from guestbench import locks
+from guestbench.host import locks
 from guestbench.backends import Availability, Backend
-from guestbench.errors import Interrupted
+from guestbench.util.errors import Interrupted
 from guestbench.measurements import get as get_measurement
-from guestbench.paths import cache_dir, workdir_for
+from guestbench.host.paths import cache_dir, workdir_for
 from guestbench.results import atomic_write_json, utc_now
 from guestbench.run.executor import Executor
 from guestbench.run.protocol import Message, Msg, Request, stderr_reason
@@ -156,7 +156,7 @@ def check_all(names: list[str], *, refresh: bool = False, timeout: float | None 
     """Each named backend's verdict, one after another, as `doctor` and a fleet worker ask for them; a signal
     kills the probe under way (and raises Interrupted)."""
     from guestbench.backends import BACKENDS
-    from guestbench.paths import make_run_dir, remove_tree
+    from guestbench.host.paths import make_run_dir, remove_tree
     from guestbench.run.supervisor import Supervisor, TrapSignals
 
     verdicts: dict[str, Availability] = {}

@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
-from guestbench import units
-from guestbench.neighbours import Neighbours
+from guestbench.util import units
+from guestbench.host.neighbours import Neighbours
 from guestbench.results import Failure, ResultsFile, Sample, utc_now
 
 CellDoc = dict[str, Any]  # a cell of the results document, as written (the typed view: results.Cell) (guestbench.results, docs/results-format.md)

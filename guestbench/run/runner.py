@@ -17,12 +17,14 @@ from typing import Any, Callable
 
 from rich.console import Console
 
-from guestbench import cgroups, host, neighbours
+from guestbench.host import cgroups
+from guestbench.host import fingerprint as host
+from guestbench.host import neighbours
 from guestbench.backends import BACKENDS
-from guestbench.errors import Interrupted
+from guestbench.util.errors import Interrupted
 from guestbench.measurements import get as get_measurement
 from guestbench.nested.job import exit_problem
-from guestbench.paths import make_run_dir, remove_tree, workdir_for
+from guestbench.host.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.results import ResultsFile
 from guestbench.results import figures as cell_figures
 from guestbench.results import hosts as fleet_hosts

@@ -22,9 +22,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable
 
-from guestbench import cgroups
+from guestbench.host import cgroups
 from guestbench.backends.base import LIBGUESTFS_OVERRIDES, Backend
-from guestbench.errors import Interrupted
+from guestbench.util.errors import Interrupted
 from guestbench.run.protocol import Message, Msg, Request, WorkerExit
 
 KILL_GRACE_S = 3.0

@@ -19,12 +19,16 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from guestbench import cgroups, noise, phases, space, usage
+from guestbench import phases
+from guestbench.host import cgroups
+from guestbench.instruments import load as noise
+from guestbench.host import space
+from guestbench.instruments import usage
 from guestbench.backends.watch import Watch
 from guestbench.measurements import get as get_measurement
-from guestbench.errors import Unavailable
+from guestbench.util.errors import Unavailable
 from guestbench.measurements.base import CellContext, Measurement, verification_problem
-from guestbench.paths import INSTANCE_ENV, WORKDIR_ENV
+from guestbench.host.paths import INSTANCE_ENV, WORKDIR_ENV
 from guestbench.run import lockstep, turns
 from guestbench.run.protocol import Msg, Request
 

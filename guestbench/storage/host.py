@@ -18,7 +18,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from guestbench.errors import Unavailable
+from guestbench.util.errors import Unavailable
 from guestbench.storage.drive import Drive
 from guestbench.storage.host_build import Builder, Resources
 from guestbench.storage.host_kinds import FORMATS, KINDS, Image, nbdkit
@@ -26,7 +26,7 @@ from guestbench.storage.host_sys import fs_type, fuse_problem, nbdkit_has, which
 from guestbench.storage.host_sys import device_mapper_problem as _device_mapper_problem
 from guestbench.storage.host_sweep import owner_alive, read_state, sweep_stale, sweep_workdir
 from guestbench.storage.host_teardown import STATE_FILE, stop_server, unmount
-from guestbench.units import parse_size as _parse_size
+from guestbench.util.units import parse_size as _parse_size
 
 HOST_KINDS = tuple(KINDS)
 NBD_KINDS = tuple(name for name, kind in KINDS.items() if kind.nbd)
@@ -80,7 +80,7 @@ def format_problem(kind: str, fmt: str) -> str | None:
 
 
 def parse_size(size: int | str) -> int:
-    """Bytes of an image from an int or a string such as "64M" or "1GiB" (guestbench.units.parse_size, whole
+    """Bytes of an image from an int or a string such as "64M" or "1GiB" (guestbench.util.units.parse_size, whole
     numbers only as host image sizes always were)."""
     return _parse_size(size, what="image size", fractions=False)
 

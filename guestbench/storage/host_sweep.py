@@ -2,7 +2,7 @@
 undone at the next start, for the effective user's own runs only.
 
 A state file is trusted only when its run directory, its work dir and the file itself are the effective
-user's (lstat: no link, not writable by anyone else; guestbench.rundirs), and then each resource it lists
+user's (lstat: no link, not writable by anyone else; guestbench.host.rundirs), and then each resource it lists
 only when the dead run could have made it (`refusal`): files, directories and mounts strictly inside its
 work dir, loop devices backed by a file there, volume groups with guestbench's prefix on such a loop device,
 servers of the user's whose command line names the work dir. Anything else is left alone and said.
@@ -18,8 +18,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from guestbench import rundirs
-from guestbench.paths import RUN_PREFIX, temp_root
+from guestbench.host import rundirs
+from guestbench.host.paths import RUN_PREFIX, temp_root
 from guestbench.storage import host_sys as hs
 from guestbench.storage.host_teardown import STATE_FILE, teardown, unmount
 

@@ -14,7 +14,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from guestbench.errors import Unavailable
+from guestbench.util.errors import Unavailable
 
 SERVER_PROGRAMS = ("qemu-nbd", "nbdkit", "nbdfuse")
 VG_PREFIX = "guestbench-"  # volume groups guestbench makes: guestbench-<pid>-<serial> (host_kinds.lvm)

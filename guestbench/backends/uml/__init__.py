@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from guestbench import host
-from guestbench.appliance import UML_KERNEL, ApplianceError, appliance_dir, prebuilt, uml_kernel_version
+from guestbench.host import fingerprint as host
+from guestbench.backends.appliance import UML_KERNEL, ApplianceError, appliance_dir, prebuilt, uml_kernel_version
 from guestbench.backends.base import (Availability, Backend, HandleConfig, hv_path, install_script,
                                       libguestfs_available)
 from guestbench.backends.uml.channel import CHANNEL_ENV

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from guestbench.backends.uml.channel import CHANNEL_ENV, PORT_NAME, REFUSALS_FILE
-from guestbench.paths import INSTANCE_ENV, WORKDIR_ENV
+from guestbench.host.paths import INSTANCE_ENV, WORKDIR_ENV
 
 QEMU = "qemu-system-x86_64"
 SERIAL_LINE = 3  # ssl3 = /dev/ttyS3 in the guest

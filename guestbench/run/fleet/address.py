@@ -9,7 +9,7 @@ import ipaddress
 import socket
 from typing import Callable
 
-from guestbench.errors import UserError
+from guestbench.util.errors import UserError
 from guestbench.run.fleet.tls import DOC
 
 ENCRYPTED = ("tls", "wss")  # Dask's protocols with TLS (mutual authentication when configured: docs/fleet.md)

@@ -19,9 +19,9 @@ from typing import Any, Callable
 
 from rich.console import Console
 
-from guestbench import host as host_info
+from guestbench.host import fingerprint as host_info
 from guestbench.backends import BACKENDS
-from guestbench.errors import Interrupted, UserError
+from guestbench.util.errors import Interrupted, UserError
 from guestbench.measurements import get as get_measurement
 from guestbench.results import Failure, ResultsFile, utc_now
 from guestbench.run.fleet import address as fleet_address

@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from guestbench import owned, rundirs
-from guestbench.errors import UserError
-from guestbench.paths import remove_tree
+from guestbench.host import owned
+from guestbench.host import rundirs
+from guestbench.util.errors import UserError
+from guestbench.host.paths import remove_tree
 from guestbench.storage.host_sys import users
 from guestbench.run.fleet import ephemeral
 

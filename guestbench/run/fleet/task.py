@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import yaml
 
-from guestbench.paths import temp_root
+from guestbench.host.paths import temp_root
 
 POLL_S = 0.25  # how often the child's results file is looked at
 STOP_GRACE_S = 120.0  # after SIGTERM, how long the child may take to clean up before SIGKILL

@@ -4,7 +4,7 @@ missing one is a line saying which, not Dask's error from deep inside a connecti
 
 from __future__ import annotations
 
-from guestbench.errors import UserError
+from guestbench.util.errors import UserError
 
 DOC = "docs/fleet.md, 'Security'"
 

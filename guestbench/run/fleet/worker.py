@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from guestbench import rundirs
-from guestbench.errors import UserError
-from guestbench.paths import RUN_PREFIX, WORKER_PREFIX, remove_tree, temp_root
+from guestbench.host import rundirs
+from guestbench.util.errors import UserError
+from guestbench.host.paths import RUN_PREFIX, WORKER_PREFIX, remove_tree, temp_root
 from guestbench.run.fleet import resources
 from guestbench.storage.host_sys import mounts, users
 
@@ -120,7 +120,7 @@ def clean_up(home: Path) -> list[str]:
 def remove_leftovers(home: Path) -> list[str]:
     """A worker's directory once its processes are gone: libvirt domains with disks in it, its runs' host
     storage and control groups, then the directory itself (kept while a run in it is still alive)."""
-    from guestbench import cgroups
+    from guestbench.host import cgroups
     from guestbench.backends.libvirt import destroy_domains, guestfs_domains
     from guestbench.storage.host import sweep_stale
 

@@ -7,7 +7,7 @@ import itertools
 import os
 import time
 
-from guestbench.errors import Unavailable
+from guestbench.util.errors import Unavailable
 from guestbench.storage import host_sys as hs
 from guestbench.storage.drive import Drive
 from guestbench.storage.host_build import READY_TIMEOUT_S, Builder

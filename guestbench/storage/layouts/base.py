@@ -12,7 +12,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from guestbench.errors import one_line
+from guestbench.util.errors import one_line
 
 MIB = 2**20
 _DISK_PREFIXES = ("sd", "ubd", "vd", "hd", "xvd")

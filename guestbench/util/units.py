@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from guestbench.errors import clip
+from guestbench.util.errors import clip
 
 _UNITS: dict[str, int] = {
     "": 1, "b": 1,

@@ -20,7 +20,7 @@ Read from /proc at the start of the step, every INTERVAL_S during it, and at its
   map its RAM file); RSS counts it once per process. A peak shorter than INTERVAL_S can be missed.
 /proc counts CPU time in clock ticks (USER_HZ, 10 ms here).
 
-Where the supervisor put the worker in a control group (guestbench.cgroups), the kernel's count replaces the
+Where the supervisor put the worker in a control group (guestbench.host.cgroups), the kernel's count replaces the
 /proc one for everything in the group: its CPU is exact (nothing missed between readings, a daemonised helper
 included) and `cpu_s` is the group's time plus the /proc time of the cell's processes outside it (a libvirt
 domain's qemu) plus the daemons'. `cpu_by_program` still comes from /proc; what only the group saw is listed as
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guestbench import cgroups
+from guestbench.host import cgroups
 
 INTERVAL_S = 0.2
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")

@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from guestbench import owned
+from guestbench.host import owned
 
 RUN_PREFIX = "guestbench-run-"
 WORKER_PREFIX = "gbw-"  # a fleet worker's directory (short: sockets live below it)
@@ -44,9 +44,9 @@ def temp_root() -> Path:
 
 
 def make_run_dir() -> Path:
-    """A private directory for one run, owned by this process (guestbench.rundirs: swept once it is dead);
+    """A private directory for one run, owned by this process (guestbench.host.rundirs: swept once it is dead);
     traversable so that libvirt's qemu user can reach images in it."""
-    from guestbench import rundirs
+    from guestbench.host import rundirs
 
     return rundirs.make(temp_root(), RUN_PREFIX)
 

@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from guestbench import host
-from guestbench.errors import UserError
+from guestbench.host import fingerprint as host
+from guestbench.util.errors import UserError
 from guestbench.output import csv_columns
 from guestbench.report import NONE, csv_row, doc_cells, fmt_seconds, load_figures, sample_seconds  # as `show` reads them
 from guestbench.results import figures as cell_figures
 from guestbench.results.figures import SECONDS, figures
 from guestbench.results import hosts as fleet_hosts
-from guestbench.stats import PERMUTATION_METHOD, RATIO_CI_METHOD, permutation_p, ratio_ci
+from guestbench.analysis.stats import PERMUTATION_METHOD, RATIO_CI_METHOD, permutation_p, ratio_ci
 
 ALPHA = 0.05
 MIN_N_NOTE = 4
@@ -338,7 +338,7 @@ def build_comparison(base: dict[str, Any], other: dict[str, Any], base_path: str
 
 
 def busy_cells(doc: dict[str, Any], side: str) -> list[str]:
-    """The cells of one side with samples timed while the host was busy (guestbench.noise): their ratio may
+    """The cells of one side with samples timed while the host was busy (guestbench.instruments.load): their ratio may
     measure the machine, not the change."""
     out = []
     for key, cell in cells_by_key(doc).items():

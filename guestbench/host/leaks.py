@@ -18,14 +18,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from guestbench.paths import temp_root
+from guestbench.host.paths import temp_root
 
 HYPERVISORS = ("qemu-system", "linux")  # qemu's and UML's program names (UML is /usr/bin/linux)
 POLL_S = 0.2
 WORKER_MODULE = b"guestbench.run.worker"  # python -m guestbench.run.worker (guestbench.run.supervisor)
 # caches a first run makes in the temp roots and keeps on purpose (UML's appliances, libguestfs's own)
 KEPT = ("guestbench-appliances", ".guestfs-")
-WINDOW = 6  # readings that make the baseline (after the warm-up) and the end figure (guestbench.leaks._growth)
+WINDOW = 6  # readings that make the baseline (after the warm-up) and the end figure (guestbench.host.leaks._growth)
 
 
 @dataclass

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from guestbench.errors import UserError
+from guestbench.util.errors import UserError
 from guestbench.results import SCHEMA, SCHEMA_VERSION, ModelError, Run, read_json
 
 SECTION = "guestbench"  # top-level key in pytest-benchmark JSON

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import guestbench
-from guestbench import noise
+from guestbench.instruments import load as noise
 
 COMMAND_TIMEOUT_S = 10.0
 """Upper bound for any external command; a hung tool must not hang the fingerprint."""

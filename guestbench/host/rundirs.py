@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from guestbench.owned import UnsafePath, check_dir, check_dir_shared
+from guestbench.host.owned import UnsafePath, check_dir, check_dir_shared
 from guestbench.storage import host_sys as hs
 
 OWNER_FILE = ".owner.json"

@@ -24,8 +24,8 @@ from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.events import AliasEvent
 from yaml.nodes import Node
 
-from guestbench.errors import CLIP, UserError, clip, clip_text
-from guestbench.units import approx_size
+from guestbench.util.errors import CLIP, UserError, clip, clip_text
+from guestbench.util.units import approx_size
 
 __all__ = ["MAX_FILE_BYTES", "MAX_ALIASES", "MAX_NODES", "MAX_DEPTH", "MAX_NUMBER_CHARS", "read_bytes", "read_text",
            "safe_yaml", "clip"]

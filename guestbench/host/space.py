@@ -7,9 +7,9 @@ import errno
 import os
 from pathlib import Path
 
-from guestbench.errors import Unavailable
-from guestbench.paths import cache_path, temp_root
-from guestbench.units import approx_size, format_size
+from guestbench.util.errors import Unavailable
+from guestbench.host.paths import cache_path, temp_root
+from guestbench.util.units import approx_size, format_size
 
 # Room kept free beyond what a cell needs: libguestfs's overlays and sockets, logs, the filesystem's own slack.
 MARGIN = 64 * 2**20

@@ -23,8 +23,8 @@ import secrets
 import stat
 from pathlib import Path
 
-from guestbench import owned
-from guestbench.errors import UserError
+from guestbench.host import owned
+from guestbench.util.errors import UserError
 
 MAX_LINK_HOPS = 40  # the kernel's own limit (ELOOP)
 MAX_RESERVE = 10_000  # names tried by `reserve` before it gives up (a directory full of one second's runs)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guestbench import owned
+from guestbench.host import owned
 
 RUNS_DIR_ENV = "GUESTBENCH_RUNS_DIR"
 POLL_S = 1.0

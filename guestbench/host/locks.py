@@ -17,7 +17,7 @@ from typing import Iterator
 
 from filelock import FileLock, Timeout
 
-from guestbench import owned
+from guestbench.host import owned
 
 
 class LockTimeout(RuntimeError):

@@ -6,7 +6,7 @@ The supervisor makes the group before it hands the worker its request (the worke
 moves the worker in, and removes the group with whatever is left in it when the worker's tree is ended. The
 workers of one guestbench process are groups inside one run group, `guestbench-<pid>`, removed when its last
 worker's is: the run group's CPU count keeps what its ended workers used, which is how a worker tells its
-concurrent peers' work (ours) from the rest of the machine's (guestbench.noise), also after a peer has gone.
+concurrent peers' work (ours) from the rest of the machine's (guestbench.instruments.load), also after a peer has gone.
 A run killed with SIGKILL leaves groups behind; `sweep` removes those whose owner is dead.
 
 Two hierarchies are used, each where it can be written:

@@ -10,7 +10,7 @@ tree is other processes' work: more than BUSY_OTHER_CORES cores on average, or m
 machine's time stolen by the hypervisor below, and the sample is marked busy (kept, flagged in the reports).
 /proc/stat counts in clock ticks (USER_HZ, 100 per second), so a sample shorter than MIN_JUDGED_S is not judged.
 
-Where the worker is in a control group (guestbench.cgroups), ours is instead the CPU of the run's group (every
+Where the worker is in a control group (guestbench.host.cgroups), ours is instead the CPU of the run's group (every
 worker of this guestbench process: the concurrent peers of a density level or a concurrency group, also one that
 ended during the step) plus the processes naming the work dir that are outside it.
 """
@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guestbench import cgroups, neighbours, usage
+from guestbench.host import cgroups
+from guestbench.host import neighbours
+from guestbench.instruments import usage
 
 BUSY_OTHER_CORES = 0.5
 BUSY_STEAL = 0.10

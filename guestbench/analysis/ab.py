@@ -7,7 +7,7 @@ side is a list of KEY=VALUE: a measurement parameter (cache=unsafe, size=64MiB),
 MiB), or an environment variable in capitals (LIBGUESTFS_HV=/opt/qemu/bin/qemu-system-x86_64, LIBGUESTFS_PATH=
 another appliance), which the cells' workers and the libguestfs programs they run get. The verdict per
 backend and figure: the ratio B/A with its bootstrap CI, a permutation test, a noise threshold, and which way
-is better (guestbench.compare).
+is better (guestbench.analysis.compare).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from guestbench.bounded import safe_yaml
-from guestbench.errors import UserError, clip
+from guestbench.util.bounded import safe_yaml
+from guestbench.util.errors import UserError, clip
 from guestbench.measurements import MEASUREMENTS
 from guestbench.scenario import ENV_NAME, SIDE, SIDES, Checker, MeasurementSpec, Scenario
 
 if TYPE_CHECKING:
-    from guestbench import compare
+    from guestbench.analysis import compare
 
 DEFAULT_NOISE_PCT = 5.0
 
@@ -104,7 +104,7 @@ def comparison(doc: dict[str, Any], a: dict[str, str], b: dict[str, str], noise_
     """B against A from one run's document: the permutation test decides, within the noise nothing changed."""
     name = {"A": " ".join(f"{k}={v}" for k, v in a.items()) or "the scenario as written",
             "B": " ".join(f"{k}={v}" for k, v in b.items()) or "the scenario as written"}
-    from guestbench import compare  # here: numpy and the reports, which a run needs only at its end
+    from guestbench.analysis import compare  # here: numpy and the reports, which a run needs only at its end
 
     return compare.build_comparison(_side_doc(doc, "A"), _side_doc(doc, "B"), f"A ({name['A']})",
                                     f"B ({name['B']}) in {source}", noise_pct, by="permutation",

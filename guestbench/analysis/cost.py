@@ -1,5 +1,5 @@
 """What a launch, a sample and a gigabyte cost per backend: each sample's CPU seconds and peak memory
-(guestbench.usage) in the units a price list multiplies, and, with the scenario's `cost:` prices, in money.
+(guestbench.instruments.usage) in the units a price list multiplies, and, with the scenario's `cost:` prices, in money.
 
 Per sample:
 - core-seconds: the CPU seconds of the cell's processes during the timed step;
@@ -102,7 +102,7 @@ class CostRow:
     gib_s: Spread
     per_1000: Spread | None  # money per 1,000 samples
     per_gb: Spread | None  # money per 10^9 bytes moved
-    busy: int  # samples taken while the host was busy (guestbench.noise)
+    busy: int  # samples taken while the host was busy (guestbench.instruments.load)
 
 
 def _number(v: Any) -> float | None:
@@ -169,7 +169,7 @@ def cells(r: CostRow, prices: Prices | None) -> list[str]:
 def caption(rs: list[CostRow], prices: Prices | None) -> str:
     busy = sum(r.busy for r in rs)
     parts = ["Per timed step (a start-up cell's step is one launch): core-s = CPU seconds of the cell's processes "
-             "(hypervisor, helpers, libguestfs's library; guestbench.usage); GiB-s = peak memory (PSS) × wall "
+             "(hypervisor, helpers, libguestfs's library; guestbench.instruments.usage); GiB-s = peak memory (PSS) × wall "
              "time; median (min–max) over n samples."]
     if prices:
         parts.append(f"Prices: {prices.describe()}. Per 1,000: 1,000 samples (launches for start-up); per GB: "

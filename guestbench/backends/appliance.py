@@ -31,8 +31,9 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping
 
-from guestbench import locks, owned
-from guestbench.paths import temp_root
+from guestbench.host import locks
+from guestbench.host import owned
+from guestbench.host.paths import temp_root
 
 VARIANTS = ("standard", "workload")
 # Tools the workload measurements run inside the appliance; jfsutils, reiserfsprogs and xfsprogs for mkfs.

@@ -16,7 +16,7 @@ import pwd
 import stat
 from pathlib import Path
 
-from guestbench.errors import UserError
+from guestbench.util.errors import UserError
 
 STATE_ENV = "GUESTBENCH_TMPDIR"
 ROOT_HOME = Path("/var/lib/guestbench")  # root's: only root can make it (/var/lib is root's, 0755)
@@ -48,7 +48,7 @@ def _problem(st: os.stat_result, euid: int, *, sticky_ok: bool) -> str | None:
 
 def dir_problem(st: os.stat_result, *, sticky_ok: bool) -> str | None:
     """Why a directory with this lstat is not safely the effective user's (`sticky_ok`: or root's, or sticky), or
-    None; for guestbench.safe_write, which checks each directory on the way to an output."""
+    None; for guestbench.host.safe_write, which checks each directory on the way to an output."""
     return _problem(st, os.geteuid(), sticky_ok=sticky_ok)
 
 

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from guestbench import locks, owned, space
-from guestbench.errors import Unavailable
-from guestbench.paths import cache_dir
-from guestbench.units import format_size
+from guestbench.host import locks
+from guestbench.host import owned
+from guestbench.host import space
+from guestbench.util.errors import Unavailable
+from guestbench.host.paths import cache_dir
+from guestbench.util.units import format_size
 
 CHUNK = 8 * 2**20
 LOCK_WAIT_S = 1800.0  # another run making the same payload: minutes for GiBs on a slow disk
