@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 
-from guestbench import density_report, metrics_report, phases
+from guestbench import density_report, metrics_report
+from guestbench.analysis import phases
 from guestbench.analysis import cost
 from guestbench.util import units
 from guestbench.util.errors import printable
@@ -623,7 +624,7 @@ class PhaseTable:
 
 
 def phase_tables(doc: dict[str, Any]) -> list[PhaseTable]:
-    """One table per measurement label whose cells recorded phases (see guestbench.phases)."""
+    """One table per measurement label whose cells recorded phases (see guestbench.instruments.markers)."""
     groups: dict[str, list[phases.BackendPhases]] = {}
     for cell in doc_cells(doc):
         bp = phases.cell_phases(cell)

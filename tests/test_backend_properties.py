@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from guestbench import phases
+from guestbench.instruments import markers
 from guestbench.backends import appliance
 from guestbench.output import charts
 from guestbench.backends import BACKENDS, Backend
@@ -40,7 +40,7 @@ def test_every_backend_sets_its_properties_with_sane_types(name: str) -> None:
     assert isinstance(b.probe_timeout_s, float) and math.isfinite(b.probe_timeout_s) and b.probe_timeout_s > 0
     assert isinstance(b.opens_nbd, bool) and isinstance(b.volatile_disk_as_file, bool)
     assert b.opens_nbd or b.volatile_disk_as_file, "the volatile disk must reach it one way or the other"
-    assert b.phase_markers in phases.MARKERS and b.appliance_flavour in appliance.FLAVOURS
+    assert b.phase_markers in markers.MARKERS and b.appliance_flavour in appliance.FLAVOURS
 
 
 def test_properties_are_what_the_old_tables_said() -> None:

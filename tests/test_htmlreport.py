@@ -2,7 +2,7 @@
 
 Inputs are real: the results files in tests/data/results were written by `guestbench scenario` on the
 project's machine (copied from results/, which git ignores), and the boot-phase document is written with the
-real `ResultsFile` from the two real verbose launches in tests/data/phases, cut by `phases.split` (one launch
+real `ResultsFile` from the two real verbose launches in tests/data/phases, cut by `markers.split` (one launch
 per backend, so n = 1 there). Host vs nested: a real nested run (uml start-up on the host and inside the level-1 guest, n=1
 each) is among the stored files; a second document is the real E1 run (uml, tcg) with placement-nested cells added as
 a nested run merges them, their samples the host's scaled by fixed factors (so every measurement and a backend
@@ -30,7 +30,9 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from guestbench import cli, phases
+from guestbench import cli
+from guestbench.analysis import phases
+from guestbench.instruments import markers
 from guestbench.analysis import stats
 from guestbench.output import html, markdown, results_doc
 from guestbench.results import ResultsFile
@@ -61,7 +63,7 @@ def phases_results(directory: Path) -> Path:
                      "params": startup["params"], "timed": startup["timed"], "cache_mode": "writeback", "bytes": None,
                      "phases": True, "phase_markers": family, "status": "done",
                      "samples": [{"rep": 1, "seconds": total, "utc": "2026-11-21T22:00:00Z",
-                                  "phases": phases.split(lines, total, family)}]})
+                                  "phases": markers.split(lines, total, family)}]})
     rf.finish("complete")
     return rf.path
 
@@ -300,7 +302,7 @@ def test_every_figure_in_the_phase_tables_is_recomputed_from_the_samples(written
     table = tables[0]
     cells = [c for c in doc["cells"] if c.get("phases")]
     assert len(table.header) == 1 + len(cells)
-    host_side = phases.host_side_names()
+    host_side = markers.host_side_names()
     for i, cell in enumerate(cells, start=1):
         assert table.header[i].startswith(cell["backend"])
         samples = cell["samples"]

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from guestbench import phases, report
+from guestbench import report
+from guestbench.analysis import phases
+from guestbench.instruments import markers
 
 from conftest import guestbench, write_scenario
 
@@ -23,12 +25,12 @@ DATA = Path(__file__).parent / "data" / "phases"
 SOURCES = {"A": "appliance", "L": "libguestfs"}
 
 
-def replay(name: str, keep=lambda text: True) -> tuple[list[phases.Line], float]:
+def replay(name: str, keep=lambda text: True) -> tuple[list[markers.Line], float]:
     """Feed a captured log to LineClock as the worker does; returns the lines and the timed start-up."""
     raw = (DATA / name).read_text().splitlines()
     total = float(raw[0].split()[1])
-    clock = phases.LineClock()
-    lines: list[phases.Line] = []
+    clock = markers.LineClock()
+    lines: list[markers.Line] = []
     for entry in raw[1:]:
         t, src, chunk = re.fullmatch(r"\s*(-?[0-9.]+) (\S) (.*)", entry).groups()  # type: ignore[union-attr]
         text = ast.literal_eval(chunk)
@@ -48,8 +50,8 @@ def names(cut: list[dict]) -> list[str]:
 def every_phase(name: str, family: str) -> dict[str, float]:
     """Split a captured launch: every phase of its family, none negative, summing to the start-up."""
     lines, total = replay(name)
-    cut = phases.split(lines, total, family)
-    assert names(cut) == [p.name for p in phases.MARKERS[family]]
+    cut = markers.split(lines, total, family)
+    assert names(cut) == [p.name for p in markers.MARKERS[family]]
     assert sum(p["s"] for p in cut) == pytest.approx(total, rel=1e-12)
     assert all(p["s"] >= 0 for p in cut)
     return {p["name"]: p["s"] for p in cut}
@@ -83,7 +85,7 @@ def test_uml_launch_has_its_own_markers() -> None:
 
 def test_missing_markers_merge_into_the_phase_before() -> None:
     lines, total = replay("tcg-verbose-launch.log", keep=lambda t: "aBIOS" not in t and "udevadm trigger" not in t)
-    cut = phases.split(lines, total, "qemu")
+    cut = markers.split(lines, total, "qemu")
     assert "firmware" not in names(cut) and "udev" not in names(cut)
     assert "kernel init" in names(cut) and "LVM/MD probing" in names(cut)
     assert sum(p["s"] for p in cut) == pytest.approx(total, rel=1e-12)
@@ -91,21 +93,21 @@ def test_missing_markers_merge_into_the_phase_before() -> None:
 
 def test_wrong_family_or_no_markers_never_crash_and_still_sum() -> None:
     lines, total = replay("uml-verbose-launch.log")
-    cut = phases.split(lines, total, "qemu")  # qemu's firmware and loader markers are absent in a UML boot
+    cut = markers.split(lines, total, "qemu")  # qemu's firmware and loader markers are absent in a UML boot
     assert sum(p["s"] for p in cut) == pytest.approx(total, rel=1e-12)
-    assert phases.split([], 3.5, "uml") == [{"name": "library set-up", "s": 3.5}]
+    assert markers.split([], 3.5, "uml") == [{"name": "library set-up", "s": 3.5}]
 
 
 def test_markers_after_the_end_or_out_of_order_are_ignored() -> None:
-    lines = [phases.Line(2.0, "appliance", "Starting /init script ..."),
-             phases.Line(1.0, "appliance", "+ udevadm trigger"),  # earlier than the boundary before it
-             phases.Line(9.0, "libguestfs", "recv_from_daemon: received GUESTFS_LAUNCH_FLAG")]  # after the end
-    cut = phases.split(lines, 5.0, "qemu")
+    lines = [markers.Line(2.0, "appliance", "Starting /init script ..."),
+             markers.Line(1.0, "appliance", "+ udevadm trigger"),  # earlier than the boundary before it
+             markers.Line(9.0, "libguestfs", "recv_from_daemon: received GUESTFS_LAUNCH_FLAG")]  # after the end
+    cut = markers.split(lines, 5.0, "qemu")
     assert cut == [{"name": "library set-up", "s": 2.0}, {"name": "/init set-up", "s": 3.0}]
 
 
 def test_line_clock_times_each_part_of_a_line() -> None:
-    clock = phases.LineClock()
+    clock = markers.LineClock()
     assert clock.feed(1.0, "appliance", "Booting from ") == []
     assert clock.feed(1.5, "appliance", "ROM..\x1bc") == []
     [line] = clock.feed(4.0, "appliance", "Linux version 6\r\nnext")
@@ -164,7 +166,7 @@ measurements: [startup]
         for s in cell["samples"]:
             assert abs(sum(p["s"] for p in s["phases"]) - s["seconds"]) <= 0.01 * s["seconds"]
             # every marker of the family was found: a real boot prints them all
-            assert names(s["phases"]) == [p.name for p in phases.MARKERS[cell["phase_markers"]]], s["phases"]
+            assert names(s["phases"]) == [p.name for p in markers.MARKERS[cell["phase_markers"]]], s["phases"]
     check_printed_phase_tables(doc, proc.stdout)
 
 

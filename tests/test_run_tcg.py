@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from guestbench import phases
+from guestbench.instruments import markers
 from guestbench.report import CSV_HEADER
 
 from conftest import guestbench, write_scenario
@@ -123,5 +123,5 @@ def test_startup_phases_on_tcg_sum_within_one_percent_and_show_prints_them(e1_ru
     for s in cell["samples"]:
         assert abs(sum(p["s"] for p in s["phases"]) - s["seconds"]) <= 0.01 * s["seconds"]
         # every marker of the family was found: a real boot prints them all
-        assert [p["name"] for p in s["phases"]] == [m.name for m in phases.MARKERS["qemu"]], s["phases"]
+        assert [p["name"] for p in s["phases"]] == [m.name for m in markers.MARKERS["qemu"]], s["phases"]
     check_printed_phase_tables(doc, guestbench("show", str(path)).stdout)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import guestfs
 
-from guestbench import phases
+from guestbench.instruments import markers
 from guestbench.backends import get as get_backend
 from guestbench.host.paths import cache_dir
 
@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
         if cfg.hv:
             g.set_hv(cfg.hv)
         g.set_verbose(True)
-        g.set_append(phases.APPEND)
+        g.set_append(markers.APPEND)
         g.set_tmpdir(tmp)
         g.add_drive_scratch(64 * 2**20)
         t0 = time.perf_counter()

@@ -26,7 +26,8 @@ from matplotlib.figure import Figure  # noqa: E402  (after the backend is chosen
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from guestbench import density_report, phases, report  # noqa: E402
+from guestbench import density_report, report
+from guestbench.analysis import phases  # noqa: E402
 from guestbench.backends import BACKENDS, Backend  # noqa: E402
 from guestbench.util.errors import printable  # noqa: E402
 from guestbench.output.document import Chart, slug  # noqa: E402

@@ -69,7 +69,7 @@ class Request:
     appliance: dict[str, Any] = field(default_factory=dict)  # memsize, smp (None: libguestfs's default)
     verbose: bool = False
     verify: bool = True  # check the data arrived (once per cell, on the first sample that can)
-    phases: str | None = None  # record start-up phases with this marker family (guestbench.phases)
+    phases: str | None = None  # record start-up phases with this marker family (guestbench.instruments.markers)
     drives: list[dict[str, Any]] = field(default_factory=list)  # host-side disks (storage.host.Drive.to_dict())
     payload: str | None = None  # uploads: the file sent, and its digest
     payload_sha256: str | None = None

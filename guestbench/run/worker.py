@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from guestbench import phases
+from guestbench.instruments import markers
 from guestbench.host import cgroups
 from guestbench.instruments import load as noise
 from guestbench.host import space
@@ -65,8 +65,8 @@ class Appliance:
         self.console: collections.deque[str] = collections.deque(maxlen=200)
         self.io_errors_seen = 0  # of the kernel log's I/O error lines, those already blamed on a sample
         self.phase_markers: str | None = req.phases
-        self.lines = phases.LineClock()
-        self.events: list[phases.Line] = []  # stamped with perf_counter at arrival; kept when recording phases
+        self.lines = markers.LineClock()
+        self.events: list[markers.Line] = []  # stamped with perf_counter at arrival; kept when recording phases
         cfg = req.backend
         g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
         self.g = g
@@ -86,9 +86,9 @@ class Appliance:
         if self.verbose:
             g.set_verbose(True)
             g.set_trace(True)
-        if self.phase_markers:  # the markers are in the verbose console; see guestbench.phases
+        if self.phase_markers:  # the markers are in the verbose console; see guestbench.instruments.markers
             g.set_verbose(True)
-            g.set_append(phases.APPEND)
+            g.set_append(markers.APPEND)
         if req.appliance.get("memsize"):
             g.set_memsize(int(req.appliance["memsize"]))
         if req.appliance.get("smp"):
@@ -104,7 +104,7 @@ class Appliance:
             text += "\n"  # library, warning and trace events are whole messages; console output is chunks
         self._lines(self.lines.feed(now, source, text))
 
-    def _lines(self, lines: list[phases.Line]) -> None:
+    def _lines(self, lines: list[markers.Line]) -> None:
         for ln in lines:
             if self.phase_markers:
                 self.events.append(ln)
@@ -120,7 +120,7 @@ class Appliance:
         if not self.phase_markers:
             return None
         self._lines(self.lines.flush())
-        return phases.split(self.events, elapsed, self.phase_markers, origin=t0)
+        return markers.split(self.events, elapsed, self.phase_markers, origin=t0)
 
     def console_tail(self, n: int = 8) -> list[str]:
         return list(self.console)[-n:]
