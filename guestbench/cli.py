@@ -29,7 +29,7 @@ from guestbench.output import csv_columns
 from guestbench.host.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.util.reasons import short_reason
 from guestbench.results import load_results
-from guestbench.scenario import apply_overrides, help_text, load_scenario
+from guestbench.scenario import ab as scenario_ab, apply_overrides, help_text, load_scenario
 from guestbench.run import probe
 
 if TYPE_CHECKING:
@@ -438,10 +438,10 @@ def cmd_scenario(args: argparse.Namespace) -> int:
 def cmd_ab(args: argparse.Namespace) -> int:
     from guestbench.run.runner import exit_status
 
-    a, b = ab.parse_side(args.a, "--a"), ab.parse_side(args.b, "--b")
+    a, b = scenario_ab.parse_side(args.a, "--a"), scenario_ab.parse_side(args.b, "--b")
     noise = compare.parse_fail_above(args.noise, "--noise")
     fail_above = None if args.fail_above is None else compare.parse_fail_above(args.fail_above)
-    sc = ab.ab_scenario(_scenario_from_args(args), a, b)
+    sc = scenario_ab.ab_scenario(_scenario_from_args(args), a, b)
     err = rich_console.Console(stderr=True)
     rf = _run(args, sc, err)
     with rf.lock:

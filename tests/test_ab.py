@@ -11,7 +11,7 @@ from guestbench.analysis import ab
 from guestbench.analysis import compare
 from guestbench.backends.base import HandleConfig
 from guestbench.util.errors import UserError
-from guestbench.scenario import parse_scenario
+from guestbench.scenario import ab as scenario_ab, parse_scenario
 
 from conftest import guestbench, write_scenario
 
@@ -19,7 +19,7 @@ SC = {"name": "s", "repetitions": 3, "measurements": ["startup", {"measurement":
 
 
 def test_every_item_becomes_an_a_and_a_b_cell_of_one_item_that_take_turns() -> None:
-    sc = ab.ab_scenario(parse_scenario(SC, "s.yaml"), {}, {"cache": "unsafe", "LIBGUESTFS_HV": "/opt/qemu",
+    sc = scenario_ab.ab_scenario(parse_scenario(SC, "s.yaml"), {}, {"cache": "unsafe", "LIBGUESTFS_HV": "/opt/qemu",
                                                           "memsize": "768"})
     assert sc.order == "interleaved" and sc.name == "s-ab"
     labels = [(s.label, s.group, s.variant) for s in sc.measurements]
@@ -42,14 +42,14 @@ def test_every_item_becomes_an_a_and_a_b_cell_of_one_item_that_take_turns() -> N
 def test_bad_sides_are_refused_in_one_line(a: dict, b: dict, problem: str) -> None:
     sc = {**SC, "measurements": ["startup", {"measurement": "upload-no-write", "matrix": {"size": ["1MiB", "4MiB"]}}]}
     with pytest.raises(UserError) as e:
-        ab.ab_scenario(parse_scenario(sc, "s.yaml"), a, b)
+        scenario_ab.ab_scenario(parse_scenario(sc, "s.yaml"), a, b)
     assert problem in str(e.value) and "\n" not in str(e.value)
 
 
 def test_the_sides_survive_the_file_handed_to_the_level1_guest() -> None:
     """A nested run hands the scenario to guestbench inside as a file: A and B come back as the same cells
     (labels, variants, parameters, environment, memory), matrix axes included."""
-    sc = ab.ab_scenario(parse_scenario({**SC, "placement": ["host", "nested"], "measurements": [
+    sc = scenario_ab.ab_scenario(parse_scenario({**SC, "placement": ["host", "nested"], "measurements": [
         "startup", {"measurement": "upload-no-write", "matrix": {"size": ["1MiB", "4MiB"]}}]}, "s.yaml"),
         {}, {"cache": "unsafe", "LIBGUESTFS_HV": "/opt/qemu", "memsize": "768"})
     back = parse_scenario(sc.to_file(placement=["host"]), "inside.yaml")
@@ -62,10 +62,10 @@ def test_the_sides_survive_the_file_handed_to_the_level1_guest() -> None:
 
 
 def test_a_side_is_key_value_words() -> None:
-    assert ab.parse_side(["cache=unsafe", "LIBGUESTFS_HV=/a=b"], "--b") == {"cache": "unsafe", "LIBGUESTFS_HV": "/a=b"}
+    assert scenario_ab.parse_side(["cache=unsafe", "LIBGUESTFS_HV=/a=b"], "--b") == {"cache": "unsafe", "LIBGUESTFS_HV": "/a=b"}
     for words in (["cache"], ["=x"], ["cache=a", "cache=b"]):
         with pytest.raises(UserError, match="--b"):
-            ab.parse_side(words, "--b")
+            scenario_ab.parse_side(words, "--b")
 
 
 def test_an_environment_replaces_the_backends_libguestfs_settings_and_adds_the_rest() -> None:

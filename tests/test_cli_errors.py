@@ -26,7 +26,7 @@ from guestbench import cli
 
 from guestbench.backends import BACKENDS
 from guestbench.measurements import MEASUREMENTS
-from guestbench.scenario import TOP_KEYS
+from guestbench.scenario.model import TOP_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_BACKENDS = ", ".join(BACKENDS)

@@ -20,7 +20,7 @@ def test_the_scenario_reference_is_current() -> None:
 
 def test_every_measurement_parameter_and_key_is_in_the_reference() -> None:
     from guestbench.measurements import MEASUREMENTS
-    from guestbench.scenario import TOP_KEYS
+    from guestbench.scenario.model import TOP_KEYS
 
     text = (ROOT / "docs" / "scenario-reference.md").read_text()
     assert all(f"| `{k}` |" in text for k in TOP_KEYS)

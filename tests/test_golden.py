@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -116,9 +116,9 @@ def _doctor_facts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _finished_run(monkeypatch: pytest.MonkeyPatch, tmp: Path, source: str) -> None:
     """`scenario` and `ab` are given a copy of a finished run's results file instead of running."""
-    from guestbench.analysis import ab
     from guestbench.results import ResultsFile
     from guestbench.run import runner
+    from guestbench.scenario import ab
 
     copy = tmp / Path(source).name
     shutil.copyfile(ROOT / source, copy)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from guestbench import limits
+from guestbench.scenario import limits
 from guestbench.util import bounded
 from guestbench.util.errors import UserError, clip, one_line
 from guestbench.scenario import load_scenario, parse_scenario

@@ -16,7 +16,7 @@ from guestbench.analysis import stats
 from guestbench.util.errors import UserError
 from guestbench.run import turns
 from guestbench.run.schedule import INTERLEAVED, RANDOM, SEQUENTIAL, Order, Turnstile, rounds
-from guestbench.scenario import apply_overrides, parse_scenario
+from guestbench.scenario import ab as scenario_ab, apply_overrides, parse_scenario
 
 from conftest import guestbench, run_scenario_text
 
@@ -263,10 +263,9 @@ def test_blocks_span_an_items_backends_and_variants_but_a_workloads_variants_one
 
 
 def test_ab_sides_of_a_workload_variant_take_turns_in_one_block() -> None:
-    from guestbench.analysis import ab
     from guestbench.run.plan import blocks, plan
 
-    sc = ab.ab_scenario(parse_scenario({"name": "w", "repetitions": 1, "measurements": [
+    sc = scenario_ab.ab_scenario(parse_scenario({"name": "w", "repetitions": 1, "measurements": [
         {"measurement": "fio", "matrix": {"filesystem": ["ext4", "xfs"]}}]}, "s.yaml"), {}, {"cache": "unsafe"})
     got = [[g.cells[0]["label"] for g in b.groups] for b in blocks(plan(sc, ["uml"]), True)]
     assert got == [["fio.ext4.A", "fio.ext4.B"], ["fio.xfs.A", "fio.xfs.B"]]

@@ -11,9 +11,9 @@ import pytest
 from guestbench.backends import BACKENDS
 from guestbench.util.errors import UserError
 from guestbench.measurements import MEASUREMENTS
-from guestbench.scenario import (DEFAULT_REPETITIONS, DEFAULT_SAMPLE_TIMEOUT_S, DEFAULT_TIMEOUT_S,
-                                 DEFAULT_WARMUP, TOP_KEYS, MeasurementSpec, Scenario, apply_overrides,
-                                 load_scenario, parse_scenario)
+from guestbench.scenario import (DEFAULT_SAMPLE_TIMEOUT_S, DEFAULT_TIMEOUT_S, MeasurementSpec, Scenario,
+                                 apply_overrides, load_scenario, parse_scenario)
+from guestbench.scenario.model import DEFAULT_REPETITIONS, DEFAULT_WARMUP, TOP_KEYS
 from guestbench.util.units import SIZE_HELP
 
 ROOT = Path(__file__).resolve().parent.parent
