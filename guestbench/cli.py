@@ -25,7 +25,7 @@ from guestbench.host import space
 from guestbench.backends import BACKENDS
 from guestbench.util.errors import Interrupted, UserError, clip_text, one_line as _one_line
 from guestbench.util.lazy import on_first_use
-from guestbench.output import csv_columns
+from guestbench.output.export import columns as csv_columns
 from guestbench.host.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.util.reasons import short_reason
 from guestbench.results import load_results
@@ -38,9 +38,9 @@ if TYPE_CHECKING:
 
 compare = on_first_use("guestbench.analysis.compare")
 report = on_first_use("guestbench.report")
-markdown = on_first_use("guestbench.output.markdown")
+markdown = on_first_use("guestbench.output.render.markdown")
 results_doc = on_first_use("guestbench.output.results_doc")
-terminal = on_first_use("guestbench.output.terminal")
+terminal = on_first_use("guestbench.output.render.terminal")
 compare_doc = on_first_use("guestbench.output.compare_doc")
 rich_console = on_first_use("rich.console")
 rich_markup = on_first_use("rich.markup")
@@ -608,7 +608,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from guestbench.output import html  # matplotlib: only this command pays for importing it
+    from guestbench.output.render import html  # matplotlib: only this command pays for importing it
 
     inputs = [(path, load_results(path)) for path in args.results]
     written = html.write(inputs, Path(args.output))

@@ -21,7 +21,7 @@ from guestbench.analysis import phases
 from guestbench.analysis import cost
 from guestbench.util import units
 from guestbench.util.errors import printable
-from guestbench.output import csv_columns
+from guestbench.output.export import columns as csv_columns
 from guestbench.instruments.load import BUSY_RULE
 from guestbench.results import figures as cell_figures
 from guestbench.results import hosts as fleet_hosts

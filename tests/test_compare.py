@@ -25,7 +25,7 @@ from guestbench.host import fingerprint as host
 from guestbench.analysis import stats
 from guestbench.analysis.compare import CI_METHOD, CSV_HEADER, TEST_METHOD
 from guestbench.util.errors import UserError
-from guestbench.output import terminal
+from guestbench.output.render import terminal
 from guestbench.output.compare_doc import compare_document
 from guestbench.results import ResultsFile, load_results
 

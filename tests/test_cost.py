@@ -8,7 +8,8 @@ import pytest
 
 from guestbench.analysis import cost
 from guestbench.util.errors import UserError
-from guestbench.output import markdown, results_doc
+from guestbench.output import results_doc
+from guestbench.output.render import markdown
 from guestbench.report import to_summary_json
 from guestbench.scenario import parse_scenario
 

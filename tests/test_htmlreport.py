@@ -34,7 +34,9 @@ from guestbench import cli
 from guestbench.analysis import phases
 from guestbench.instruments import markers
 from guestbench.analysis import stats
-from guestbench.output import html, markdown, results_doc
+from guestbench.output import results_doc
+from guestbench.output.render import html
+from guestbench.output.render import markdown
 from guestbench.results import ResultsFile
 
 from test_phases import replay

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from guestbench.util import reasons
 from guestbench.cli import doctor_table
-from guestbench.output import terminal
+from guestbench.output.render import terminal
 from guestbench.output.results_doc import show_document
 
 DATA = Path(__file__).parent / "data" / "results" / "20261121T211449Z-startup.json"
@@ -63,7 +63,7 @@ def test_doctor_table_in_80_columns_is_short_and_verbose_keeps_the_full_error() 
 
 
 def test_show_leads_with_the_short_reason_and_the_report_keeps_the_full_one() -> None:
-    from guestbench.output import markdown
+    from guestbench.output.render import markdown
     from guestbench.output.results_doc import report_document
 
     doc = json.loads(DATA.read_text())

@@ -15,7 +15,9 @@ from rich.console import Console
 
 from guestbench import report
 from guestbench.analysis import stats
-from guestbench.output import markdown, results_doc, terminal
+from guestbench.output import results_doc
+from guestbench.output.render import markdown
+from guestbench.output.render import terminal
 from guestbench.report import CSV_HEADER, fmt_seconds, rows, to_csv, to_summary_json, warnings
 from guestbench.results import ResultsFile, load_results
 

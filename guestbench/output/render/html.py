@@ -23,7 +23,7 @@ from typing import Any
 from guestbench.host import safe_write
 from guestbench.util.errors import UserError, printable
 from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Table, slug
-from guestbench.output.markdown import to_markdown
+from guestbench.output.render.markdown import to_markdown
 from guestbench.output.results_doc import report_document
 from guestbench.results import atomic_write_bytes
 
