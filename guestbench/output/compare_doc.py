@@ -7,6 +7,14 @@ from typing import Sequence
 
 from guestbench.analysis import compare
 from guestbench.output.document import Bullets, Document, Heading, Para, Section, Table
+from guestbench.output.formats import Printable
+
+
+def printable(comparisons: Sequence[compare.Comparison], fail_above_pct: float | None) -> Printable:
+    """`compare`'s and `ab`'s verdicts in any format."""
+    return Printable(document=lambda: compare_document(comparisons, fail_above_pct),
+                     summary=lambda: compare.to_summary_json(comparisons, fail_above_pct),
+                     csv=lambda: compare.to_csv(comparisons, fail_above_pct))
 
 
 def compare_document(comparisons: Sequence[compare.Comparison], fail_above_pct: float | None) -> Document:

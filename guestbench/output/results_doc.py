@@ -16,6 +16,7 @@ from guestbench import __version__, density_report, fleet_report, metrics_report
 from guestbench.analysis import cost
 from guestbench.util.reasons import short_reason
 from guestbench.output.document import Bullets, Document, Figure, Para, Part, Section, Table, slug
+from guestbench.output.formats import Printable
 from guestbench.results import hosts as fleet_hosts
 
 INTRO = ("One section per results file. Absolute seconds compare only within one run (same machine, same "
@@ -26,6 +27,20 @@ def show_document(doc: dict[str, Any], *, brief: bool = False) -> Document:
     if fleet_hosts.is_fleet(doc):
         return Document(f"guestbench: {report.scenario_name(doc)}", sections=fleet_sections(doc, brief=brief))
     return Document(f"guestbench: {report.scenario_name(doc)}", sections=[section(doc, brief=brief)])
+
+
+def printable(doc: dict[str, Any]) -> Printable:
+    """One results file in any format: `show`, and a scenario's final print."""
+    return Printable(document=lambda: show_document(doc), brief=lambda: show_document(doc, brief=True),
+                     summary=lambda: summary(doc), csv=lambda: report.to_csv(doc))
+
+
+def summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """The --json summary; a fleet run's has the hosts side by side too."""
+    out = report.to_summary_json(doc)
+    if "hosts" in out:
+        out["fleet"] = {"tables": fleet_report.to_json(doc), "warnings": fleet_report.warnings(doc)}
+    return out
 
 
 def report_document(inputs: list[tuple[str, dict[str, Any]]], *, charts: bool = True) -> Document:

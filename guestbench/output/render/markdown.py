@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import html
 import re
+import sys
+from typing import TYPE_CHECKING
 
 from guestbench.util.errors import printable
 from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Table
+
+if TYPE_CHECKING:
+    from guestbench.output.formats import Printable
 
 BOLD = ("bad", "best", "regression")
 
@@ -85,3 +90,7 @@ def _table(t: Table, level: int) -> list[str]:
     if t.notes:
         lines += ["", *(f"- {md_text(n)}" for n in t.notes)]
     return lines
+
+
+def emit(p: Printable) -> None:
+    sys.stdout.write(to_markdown(p.document()))

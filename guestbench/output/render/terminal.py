@@ -8,12 +8,17 @@ Figures are not drawn here.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
 from guestbench.util.errors import printable
 from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Table
+
+if TYPE_CHECKING:
+    from guestbench.output.formats import Printable
 
 STYLES = {"good": "green", "bad": "red", "best": "bold green", "warn": "yellow", "regression": "bold red"}
 
@@ -88,3 +93,12 @@ def _table(t: Table, console: Console) -> None:
 def _text(text: str, style: str = "") -> Text:
     """The one way model text becomes terminal output: plain (no markup), control characters removed."""
     return Text(printable(text), style=style)
+
+
+def wide_console() -> Console:
+    """The terminal's width, but at least 160 columns: the timing tables are wide."""
+    return Console(width=max(Console().width, 160))
+
+
+def emit(p: Printable) -> None:
+    render(p.brief() if p.brief else p.document(), wide_console())
