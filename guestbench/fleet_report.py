@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from guestbench import report
+from guestbench.analysis import cells as cellrows
+from guestbench.output.tables import timing as timing_table
 from guestbench.analysis import stats
 from guestbench.results import hosts as fleet_hosts
 
@@ -24,7 +25,7 @@ HEADER = ("host", "backend", "placement", "cache", "n", "failures", "median s", 
 @dataclass
 class Combo:
     host: str
-    row: report.Row
+    row: cellrows.Row
     values: list[float]
     ratio_ci: tuple[float, float] | None = None
 
@@ -47,10 +48,10 @@ def tables(doc: dict[str, Any]) -> list[FleetTable]:
     by_label: dict[str, list[Combo]] = {}
     for name in fleet_hosts.names(doc):
         view = fleet_hosts.view(doc, name)
-        for cell, row in report.cells_and_rows(view):
+        for cell, row in cellrows.cells_and_rows(view):
             if row.workload or row.density:
                 continue
-            by_label.setdefault(row.label, []).append(Combo(name, row, report.sample_seconds(cell)))
+            by_label.setdefault(row.label, []).append(Combo(name, row, cellrows.sample_seconds(cell)))
     return [_table(label, combos) for label, combos in by_label.items()]
 
 
@@ -77,7 +78,7 @@ def _table(label: str, combos: list[Combo]) -> FleetTable:
                  if c.ratio_ci is None or math.isnan(c.ratio_ci[0]) or c.ratio_ci[0] <= 1]
         why = (f"No combination is clearly fastest: the ratio CI of {', '.join(close)} reaches 1 (or has too few "
                "samples for one), so the lowest median is not a ranking.")
-    caption = (f"{label} on {hosts} host(s). {report.caption([c.row for c in combos])} × fastest: median over the "
+    caption = (f"{label} on {hosts} host(s). {timing_table.caption([c.row for c in combos])} × fastest: median over the "
                f"lowest median; ratio 95% CI: percentile bootstrap of the ratio of medians. {why}")
     return FleetTable(label, combos, best if clear else None, caption)
 
@@ -86,15 +87,15 @@ def cells(t: FleetTable, c: Combo) -> list[str]:
     r = c.row
     s = r.summary
     if s is None:
-        median = report.no_data_text(r)
-        ci = ratio = ratio_ci = report.NONE
+        median = cellrows.no_data_text(r)
+        ci = ratio = ratio_ci = cellrows.NONE
     else:
-        median = report.fmt_seconds(s.median)
-        ci = f"{report.fmt_seconds(s.ci_low)}–{report.fmt_seconds(s.ci_high)}" if s.has_ci else report.NONE
-        ratio = f"{r.ratio:.2f}×" if r.ratio is not None else report.NONE
+        median = timing_table.fmt_seconds(s.median)
+        ci = f"{timing_table.fmt_seconds(s.ci_low)}–{timing_table.fmt_seconds(s.ci_high)}" if s.has_ci else cellrows.NONE
+        ratio = f"{r.ratio:.2f}×" if r.ratio is not None else cellrows.NONE
         ratio_ci = (f"{c.ratio_ci[0]:.2f}–{c.ratio_ci[1]:.2f}" if c.ratio_ci and not math.isnan(c.ratio_ci[0])
-                    else report.NONE)
-    return [c.host, r.backend, r.placement or report.NONE, r.cache_mode or report.NONE, str(r.n), str(r.failures),
+                    else cellrows.NONE)
+    return [c.host, r.backend, r.placement or cellrows.NONE, r.cache_mode or cellrows.NONE, str(r.n), str(r.failures),
             median, ci, ratio, ratio_ci]
 
 
@@ -102,7 +103,7 @@ def warnings(doc: dict[str, Any]) -> list[str]:
     """Hosts that differ in what makes figures move, and hosts that ended early."""
     out = []
     for what, values in fleet_hosts.differences(doc):
-        shown = ", ".join(f"{n}: {v if v is not None else report.NONE}" for n, v in values.items())
+        shown = ", ".join(f"{n}: {v if v is not None else cellrows.NONE}" for n, v in values.items())
         out.append(f"hosts differ in {what} ({shown}): a ratio across them measures the hosts as much as the "
                    "backends")
     for name in fleet_hosts.names(doc):

@@ -10,7 +10,7 @@ from guestbench.analysis import cost
 from guestbench.util.errors import UserError
 from guestbench.output import results_doc
 from guestbench.output.render import markdown
-from guestbench.report import to_summary_json
+from guestbench.output.export.json import to_summary_json
 from guestbench.scenario import parse_scenario
 
 

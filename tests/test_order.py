@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from guestbench import report
+from guestbench.output.tables import timing as timing_table
+from guestbench.analysis import cells as cellrows
 from guestbench.analysis import stats
 from guestbench.util.errors import UserError
 from guestbench.run import turns
@@ -168,13 +169,13 @@ def test_the_report_says_where_precision_got_and_flags_a_cell_at_its_cap() -> No
             "samples": [{"rep": i + 1, "seconds": s} for i, s in enumerate([5.0, 6.0, 5.5])], "failures": [],
             "precision": {"target": 0.01, "reached": 0.25, "n": 3, "cap": 3, "stopped": "cap"}}
     doc = {"cells": [cell], "order": {"mode": "random", "seed": 11}}
-    assert "order random (seed 11)" in report.run_line(doc)
-    (row,) = report.rows(doc)
-    assert "uml (host) ±25.0% at n=3 (stopped at the cap without the target)" in report.caption([row])
+    assert "order random (seed 11)" in timing_table.run_line(doc)
+    (row,) = cellrows.rows(doc)
+    assert "uml (host) ±25.0% at n=3 (stopped at the cap without the target)" in timing_table.caption([row])
     assert any("stopped at the cap (3 samples) at ±25.0%, short of the target ±1.0%" in w
-               for w in report.warnings(doc))
+               for w in cellrows.warnings(doc))
     cell["precision"] = {"target": 0.3, "reached": 0.25, "n": 3, "cap": 9, "stopped": "target"}
-    assert not any("cap" in w for w in report.warnings(doc))
+    assert not any("cap" in w for w in cellrows.warnings(doc))
 
 
 # ---------------------------------------------------------------------------------------------- real runs
@@ -305,7 +306,7 @@ def test_a_large_item_takes_turns_in_parts_that_keep_a_variants_backends_togethe
 
 
 def test_the_run_line_says_when_an_item_took_turns_in_parts() -> None:
-    from guestbench.report import run_line as _run_line
+    from guestbench.output.tables.timing import run_line as _run_line
 
     doc = {"status": "complete", "order": {"mode": "interleaved", "block_cells": 8}}
     assert "order interleaved (cells of a measurement take turns, at most 8 cells at once)" in _run_line(doc)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from guestbench import report
+from guestbench.output.tables import phases as phase_table
+from guestbench.output.tables import timing as timing_table
 from guestbench.analysis import phases
 from guestbench.instruments import markers
 
@@ -174,9 +175,9 @@ def check_printed_phase_tables(doc: dict, out: str) -> None:
     """The printed table (one column per backend, the two sums, the host-side share) of a real run's phases;
     tests/test_run_tcg.py checks qemu's with it."""
     assert "startup: boot phases" in out and "sum of phase medians" in out and "median start-up" in out
-    for pt in report.phase_tables(doc):
+    for pt in phase_table.phase_tables(doc):
         for bp in pt.summaries:
             assert abs(bp.sum_of_medians - bp.median_total) <= 0.01 * bp.median_total
-            assert report.fmt_seconds(bp.median_total) in out
+            assert timing_table.fmt_seconds(bp.median_total) in out
             # the published claim: start-up is dominated by the appliance, not the hypervisor
             assert bp.host_side_share < 0.5

@@ -13,12 +13,17 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from guestbench import report
+from guestbench.output.tables import placements as placement_table
+from guestbench.output.tables import timing as timing_table
+from guestbench.analysis import cells as cellrows
 from guestbench.analysis import stats
 from guestbench.output import results_doc
 from guestbench.output.render import markdown
 from guestbench.output.render import terminal
-from guestbench.report import CSV_HEADER, fmt_seconds, rows, to_csv, to_summary_json, warnings
+from guestbench.output.export.csv import CSV_HEADER, to_csv
+from guestbench.output.tables.timing import fmt_seconds
+from guestbench.analysis.cells import rows, warnings
+from guestbench.output.export.json import to_summary_json
 from guestbench.results import ResultsFile, load_results
 
 MB500 = 500 * 10**6
@@ -345,7 +350,7 @@ def expected_comparisons() -> list[tuple[str, str, list[float], list[float]]]:
 
 
 def test_placement_table_ratios_and_cis_are_recomputed(tmp_path: Path) -> None:
-    (table,) = report.placement_tables(nested_results(tmp_path))
+    (table,) = placement_table.placement_tables(nested_results(tmp_path))
     assert table.header[:3] == ["measurement", "backend", "cache"]
     assert [(r.label, r.backend) for r in table.comparisons] == [(l, b) for l, b, _, _ in expected_comparisons()]
     for r, text, (label, backend, host, nested) in zip(table.comparisons, table.rows, expected_comparisons()):
@@ -368,13 +373,13 @@ def test_placement_table_ratios_and_cis_are_recomputed(tmp_path: Path) -> None:
             assert text[6] == f"{low:.2f}–{high:.2f}"
     caption = table.caption
     assert STARTUP_TIMED in caption and UPLOAD_TIMED in caption and "writeback" in caption
-    assert report.SAMPLES_NOTE in caption and stats.RATIO_CI_METHOD in caption
+    assert timing_table.SAMPLES_NOTE in caption and stats.RATIO_CI_METHOD in caption
     assert "level-1 guest on tcg with 2 vCPUs / 4096 MiB" in caption
 
 
 def test_backend_with_host_samples_only_says_what_is_missing_and_why(tmp_path: Path) -> None:
     doc = nested_results(tmp_path)
-    (table,) = report.placement_tables(doc)
+    (table,) = placement_table.placement_tables(doc)
     (gap,) = table.gaps
     assert (gap.label, gap.backend, gap.present, gap.missing) == ("upload", "tcg", "host", "nested")
     assert "skipped: backend not usable" in gap.reason and TCG_NESTED_REASON in gap.reason
@@ -388,7 +393,7 @@ def test_backend_with_host_samples_only_says_what_is_missing_and_why(tmp_path: P
          "reason": gap.reason, "unusable": True,
          "host": {"median_s": gap.summary.median, "n": 3, "min_s": gap.summary.min, "max_s": gap.summary.max}}]
     # its row in the table: the host's figures, the nested side says in brief why it has none
-    assert table.rows[-1][:5] == ["upload", "tcg", "writeback", report._side_text(gap.summary),
+    assert table.rows[-1][:5] == ["upload", "tcg", "writeback", placement_table._side_text(gap.summary),
                                   "not usable here (see below)"]
 
 
@@ -398,7 +403,7 @@ def test_backend_sampled_nested_only_names_the_host_reason(tmp_path: Path) -> No
     for c in doc["cells"]:
         if c["placement"] == "host" and c["backend"] == "uml":
             c.update(samples=[], status="skipped", skip_reason="backend not usable")
-    (table,) = report.placement_tables(doc)
+    (table,) = placement_table.placement_tables(doc)
     assert [(r.label, r.backend) for r in table.comparisons] == [("startup", "tcg")]
     assert [g.text for g in table.gaps if g.backend == "uml"] == [
         f"{label}: uml: nested only, no host samples: skipped: backend not usable; uml not usable on the host: "
@@ -409,22 +414,22 @@ def test_missing_nested_cell_of_an_interrupted_nested_run(tmp_path: Path) -> Non
     doc = nested_results(tmp_path)
     doc["cells"] = [c for c in doc["cells"] if not (c["placement"] == "nested" and c["label"] == "upload")]
     doc["placements"]["nested"]["status"] = "interrupted"
-    (table,) = report.placement_tables(doc)
+    (table,) = placement_table.placement_tables(doc)
     reasons = {(g.label, g.backend): g.reason for g in table.gaps}
     assert reasons[("upload", "uml")] == "no cell recorded; nested run interrupted"
     assert reasons[("upload", "tcg")].startswith("no cell recorded; nested run interrupted; tcg not usable in")
-    assert "(nested run interrupted)" in report.nested_line(doc)
+    assert "(nested run interrupted)" in timing_table.nested_line(doc)
 
 
 def test_header_lines_and_unusable_backends_of_the_level1_guest(tmp_path: Path) -> None:
     doc = nested_results(tmp_path)
     line = "QEMU TCG CPU version 2.5+ · QEMU guest (TCG), no /dev/kvm · level-1 on tcg, 2 vCPUs, 4096 MiB"
-    assert report.nested_line(doc) == line
+    assert timing_table.nested_line(doc) == line
     text = render_text(doc)
     assert f"Nested: {line}" in text.splitlines()
     assert text.splitlines().index(f"Nested: {line}") == text.splitlines().index("Host: AMD EPYC · KVM guest") + 1
     assert f"Host: AMD EPYC · KVM guest  \nNested: {line}  \n" in to_markdown(doc)
-    assert report.unusable_backends(doc) == {"tcg (nested)": TCG_NESTED_REASON}
+    assert cellrows.unusable_backends(doc) == {"tcg (nested)": TCG_NESTED_REASON}
     assert "| tcg (nested) | " + TCG_NESTED_REASON + " |" in to_markdown(doc)
     assert "level-1 run failed" not in text
     failed = nested_results(tmp_path, error="level-1 guest did not boot within 900 s")
@@ -434,7 +439,7 @@ def test_header_lines_and_unusable_backends_of_the_level1_guest(tmp_path: Path) 
 
 def test_markdown_terminal_and_json_agree_on_the_placement_table(tmp_path: Path) -> None:
     doc = nested_results(tmp_path)
-    (table,) = report.placement_tables(doc)
+    (table,) = placement_table.placement_tables(doc)
     md = to_markdown(doc)
     section = md.split("## host vs nested", 1)[1]
     assert "| " + " | ".join(table.header) + " |" in section
@@ -477,16 +482,16 @@ def test_documents_without_nested_cells_have_no_placement_table(tmp_path: Path) 
     doc = standard()
     keys = {"scenario", "status", "results_file", "host", "methods", "rows", "phases", "unusable_backends",
             "warnings"}
-    assert report.placement_tables(doc) == []
+    assert placement_table.placement_tables(doc) == []
     assert set(to_summary_json(doc)) == keys  # the summary of a host-only run is unchanged
     assert "nested" not in render_text(doc).lower() and "nested" not in to_markdown(doc).lower()
     # host and another placement (not nested): no comparison either
-    assert report.placement_tables(document([cell("tcg", "startup", [1.0, 1.1]),
+    assert placement_table.placement_tables(document([cell("tcg", "startup", [1.0, 1.1]),
                                              cell("tcg", "startup", [2.0, 2.1], placement="appliance")])) == []
     # a nested run that failed before its first cell: header and level-1 record, no table
     host_only = nested_results(tmp_path, error="level-1 guest did not boot")
     host_only["cells"] = [c for c in host_only["cells"] if c["placement"] == "host"]
-    assert report.placement_tables(host_only) == []
+    assert placement_table.placement_tables(host_only) == []
     assert "## host vs nested" not in to_markdown(host_only)
     summary = to_summary_json(host_only)
     assert summary["placements"] == [] and summary["level1"]["error"] == "level-1 guest did not boot"
@@ -507,11 +512,11 @@ def test_partial_nested_documents_render(tmp_path: Path, placements: Any) -> Non
     doc["cells"].append({"backend": "kvm", "placement": "nested", "measurement": "startup",
                          "samples": [{"seconds": None}, {"seconds": 4.0}], "failures": None})
     doc["cells"].append({"backend": "kvm", "placement": "host", "measurement": "startup", "samples": [{}]})
-    (table,) = report.placement_tables(doc)
+    (table,) = placement_table.placement_tables(doc)
     assert [(r.label, r.backend) for r in table.comparisons] == [(l, b) for l, b, _, _ in expected_comparisons()]
     assert ("startup", "kvm", "nested", "host") in [(g.label, g.backend, g.present, g.missing) for g in table.gaps]
     render_text(doc)
     to_markdown(doc)
     to_csv(doc)
     json.dumps(to_summary_json(doc), allow_nan=False)
-    report.unusable_backends(doc)
+    cellrows.unusable_backends(doc)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from guestbench.instruments import markers
-from guestbench.report import CSV_HEADER
+from guestbench.output.export.csv import CSV_HEADER
 
 from conftest import guestbench, write_scenario
 from test_phases import check_printed_phase_tables

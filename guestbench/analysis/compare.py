@@ -21,7 +21,9 @@ import numpy as np
 from guestbench.host import fingerprint as host
 from guestbench.util.errors import UserError
 from guestbench.output.export import columns as csv_columns
-from guestbench.report import NONE, csv_row, doc_cells, fmt_seconds, load_figures, sample_seconds  # as `show` reads them
+from guestbench.analysis.cells import NONE, doc_cells, load_figures, sample_seconds
+from guestbench.output.export.csv import csv_row
+from guestbench.output.tables.timing import fmt_seconds  # as `show` reads them
 from guestbench.results import figures as cell_figures
 from guestbench.results.figures import SECONDS, figures
 from guestbench.results import hosts as fleet_hosts

@@ -105,12 +105,6 @@ class CostRow:
     busy: int  # samples taken while the host was busy (guestbench.instruments.load)
 
 
-def _number(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        return None
-    return float(v)
-
-
 def rows(doc: dict[str, Any], prices: Prices | None) -> list[CostRow]:
     """One row per cell whose samples recorded what they used, in file order."""
     out = []
@@ -120,7 +114,7 @@ def rows(doc: dict[str, Any], prices: Prices | None) -> list[CostRow]:
         per_sample = []
         busy = 0
         for s in cell.get("samples") or []:
-            cpu, peak, wall = cell_figures.cpu_s(s), cell_figures.peak_mib(s), _number(s.get("seconds"))
+            cpu, peak, wall = cell_figures.cpu_s(s), cell_figures.peak_mib(s), cell_figures.number(s.get("seconds"))
             if cpu is None or peak is None or wall is None:
                 continue
             per_sample.append((cpu, peak, wall))

@@ -5,7 +5,7 @@ time (the sample was taken on a shared host).
 Each run holds an flock on its own file in runs_dir() for its whole life. A file whose lock can be taken belongs
 to a run that died (even by SIGKILL: the kernel drops the lock) and is removed by whoever finds it. Two runs on
 one host both finish and both keep their figures; their samples say that the host was shared, so a reader can
-tell a slow figure from a crowded machine (guestbench.report counts them beside the busy samples).
+tell a slow figure from a crowded machine (guestbench.output.tables.timing counts them beside the busy samples).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Why these encodings: a bar is the median (what the tables rank on), whiskers are
 samples rather than a CI of the mean (a mean's CI need not contain the median, and with n = 1 it does not
 exist), and every sample is drawn as a dot, because runs have 3–5 samples and the reader should see them.
 Bars start at zero and are horizontal so long backend names and the "n=…" labels never overlap. Every
-figure drawn comes from `report.rows` (seconds, MB/s) or `report.phase_tables` (phase medians), as the
+figure drawn comes from `cellrows.rows` (seconds, MB/s) or `phase_table.phase_tables` (phase medians), as the
 tables' figures do, so a chart cannot disagree with its table.
 
 matplotlib runs headless: the "Agg" backend is selected before any other matplotlib module is imported,
@@ -26,12 +26,16 @@ from matplotlib.figure import Figure  # noqa: E402  (after the backend is chosen
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from guestbench import density_report, report
+from guestbench import density_report
+from guestbench.analysis import cells as cellrows
+from guestbench.output.tables import phases as phase_table
+from guestbench.output.tables import timing as timing_table
 from guestbench.analysis import phases  # noqa: E402
 from guestbench.backends import BACKENDS, Backend  # noqa: E402
 from guestbench.util.errors import printable  # noqa: E402
 from guestbench.output.document import Chart, slug  # noqa: E402
-from guestbench.report import Row, fmt_mb_per_s, fmt_seconds  # noqa: E402
+from guestbench.analysis.cells import Row
+from guestbench.output.tables.timing import fmt_mb_per_s, fmt_seconds  # noqa: E402
 
 OTHER_COLOUR = Backend.colour  # a backend a results file names that is not registered (any more)
 PLACEMENT_HATCHES = ("", "xx", "..", "\\\\")
@@ -46,12 +50,12 @@ def bar_names(group: list[Row]) -> list[str]:
     """Names of one measurement's bars: as in its table, plus the placement when there are several."""
     placements = list(dict.fromkeys(r.placement for r in group))
     if len(placements) == 1:
-        return report.backend_names(group)
+        return cellrows.backend_names(group)
     names: dict[int, str] = {}
     for placement in placements:  # a backend measured at two placements is not ambiguous: name both
         same = [r for r in group if r.placement == placement]
-        for name, r in zip(report.backend_names(same), same):
-            names[id(r)] = f"{name} · {placement or report.NONE}"
+        for name, r in zip(cellrows.backend_names(same), same):
+            names[id(r)] = f"{name} · {placement or cellrows.NONE}"
     return [names[id(r)] for r in group]
 
 
@@ -81,10 +85,10 @@ def _titles(ax: Any, title: str, scenario: str) -> None:
 
 
 def _cache_text(group: list[Row]) -> str:
-    modes = list(dict.fromkeys(r.cache_mode or report.NONE for r in group))
+    modes = list(dict.fromkeys(r.cache_mode or cellrows.NONE for r in group))
     if len(modes) == 1:
         return f"Cache mode: {modes[0]}."
-    return "Cache mode: " + ", ".join(f"{r.backend} {r.cache_mode or report.NONE}" for r in group) + "."
+    return "Cache mode: " + ", ".join(f"{r.backend} {r.cache_mode or cellrows.NONE}" for r in group) + "."
 
 
 # ---------------------------------------------------------------------------------------------- measurements
@@ -92,7 +96,7 @@ def _cache_text(group: list[Row]) -> str:
 
 def _bar_text(r: Row) -> str:
     if r.summary is None:
-        why = report.no_data_text(r)
+        why = cellrows.no_data_text(r)
         return f"no samples: {why if len(why) <= 70 else why[:69] + '…'}"
     text = f"{fmt_seconds(r.summary.median)} s · n={r.n}"
     if r.mb_per_s is not None:
@@ -123,7 +127,7 @@ def measurement_chart(scenario: str, label: str, pairs: list[tuple[dict[str, Any
             ax.barh(y, s.median, height=0.6, color=colour, alpha=0.85, hatch=hatch, edgecolor="white")
             ax.errorbar(s.median, y, xerr=[[s.median - s.min], [s.max - s.median]], fmt="none",
                         ecolor="black", elinewidth=1, capsize=4)
-            samples = report.sample_seconds(by_id[id(r)])
+            samples = cellrows.sample_seconds(by_id[id(r)])
             offsets = [0.0] if len(samples) == 1 else [-0.18 + 0.36 * i / (len(samples) - 1)
                                                         for i in range(len(samples))]
             ax.scatter(samples, [y + o for o in offsets], s=9, color="black", zorder=3, linewidths=0)
@@ -138,12 +142,12 @@ def measurement_chart(scenario: str, label: str, pairs: list[tuple[dict[str, Any
     ax.spines[["top", "right"]].set_visible(False)
     if len(placements) > 1:
         ax.legend(handles=[Patch(facecolor="#bbbbbb", hatch=PLACEMENT_HATCHES[i % len(PLACEMENT_HATCHES)],
-                                 edgecolor="white", label=p or report.NONE) for i, p in enumerate(placements)],
+                                 edgecolor="white", label=p or cellrows.NONE) for i, p in enumerate(placements)],
                   title="placement", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     png, svg = _render(fig)
     encoding = f"{label}: bar = median of the n measured samples, {WHISKERS}, dots = each sample; MB/s from the median."
     return Chart(name=slug(label), title=f"{label}: median seconds per backend", encoding=encoding,
-                 context=f"{_cache_text(group)} {report.caption(group)}", png=png, svg=svg)
+                 context=f"{_cache_text(group)} {timing_table.caption(group)}", png=png, svg=svg)
 
 
 # ---------------------------------------------------------------------------------------------- boot phases
@@ -158,12 +162,12 @@ def _phase_styles(order: list[str]) -> dict[str, tuple[str, str]]:
 
 
 def _phase_bar_name(bp: phases.BackendPhases) -> str:
-    """As the phase table's columns name it (report.phase_tables), plus n."""
+    """As the phase table's columns name it (phase_table.phase_tables), plus n."""
     name = bp.backend if bp.placement == "host" else f"{bp.backend} ({bp.placement})"
     return f"{name}\nn={bp.n}"
 
 
-def phase_chart(scenario: str, pt: report.PhaseTable) -> Chart:
+def phase_chart(scenario: str, pt: phase_table.PhaseTable) -> Chart:
     """One stacked bar per backend, one segment per phase (median seconds), left to right in boot order."""
     bps = pt.summaries
     order = phases.phase_order(bps)
@@ -255,7 +259,7 @@ def density_chart(scenario: str, rec: dict[str, Any]) -> Chart:
 @dataclass(frozen=True)
 class DocumentCharts:
     """The charts of one results document: by measurement label, per density item, per boot-phase table (in
-    the order of `density_report.tables` and `report.phase_tables`)."""
+    the order of `density_report.tables` and `phase_table.phase_tables`)."""
 
     measured: dict[str, Chart]
     density: list[Chart]
@@ -265,11 +269,11 @@ class DocumentCharts:
 def document_charts(doc: dict[str, Any]) -> DocumentCharts:
     """A chart for each timing table (a workload's figures and a density item's appliances have their own
     tables), each density item and each boot-phase table."""
-    scenario = report.scenario_name(doc)
+    scenario = cellrows.scenario_name(doc)
     per_label: dict[str, list[tuple[dict[str, Any], Row]]] = {}
-    for cell, r in report.cells_and_rows(doc):
+    for cell, r in cellrows.cells_and_rows(doc):
         if not r.density and not r.workload:
             per_label.setdefault(r.label, []).append((cell, r))
     return DocumentCharts({label: measurement_chart(scenario, label, group) for label, group in per_label.items()},
                           [density_chart(scenario, rec) for rec in density_report.to_dicts(doc)],
-                          [phase_chart(scenario, pt) for pt in report.phase_tables(doc)])
+                          [phase_chart(scenario, pt) for pt in phase_table.phase_tables(doc)])

@@ -12,7 +12,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from guestbench import __version__, density_report, fleet_report, metrics_report, report
+from guestbench import __version__, density_report, fleet_report, metrics_report
+from guestbench.analysis import cells as cellrows
+from guestbench.output.export import csv as csv_export
+from guestbench.output.export import json as json_export
+from guestbench.output.tables import timing as timing_table
+from guestbench.output.tables import placements as placement_table
+from guestbench.output.tables import phases as phase_table
 from guestbench.analysis import cost
 from guestbench.util.reasons import short_reason
 from guestbench.output.document import Bullets, Document, Figure, Para, Part, Section, Table, slug
@@ -25,19 +31,19 @@ INTRO = ("One section per results file. Absolute seconds compare only within one
 def show_document(doc: dict[str, Any], *, brief: bool = False) -> Document:
     """What `show` prints: one results file, no charts. `brief` shortens reasons to a sentence (terminal)."""
     if fleet_hosts.is_fleet(doc):
-        return Document(f"guestbench: {report.scenario_name(doc)}", sections=fleet_sections(doc, brief=brief))
-    return Document(f"guestbench: {report.scenario_name(doc)}", sections=[section(doc, brief=brief)])
+        return Document(f"guestbench: {cellrows.scenario_name(doc)}", sections=fleet_sections(doc, brief=brief))
+    return Document(f"guestbench: {cellrows.scenario_name(doc)}", sections=[section(doc, brief=brief)])
 
 
 def printable(doc: dict[str, Any]) -> Printable:
     """One results file in any format: `show`, and a scenario's final print."""
     return Printable(document=lambda: show_document(doc), brief=lambda: show_document(doc, brief=True),
-                     summary=lambda: summary(doc), csv=lambda: report.to_csv(doc))
+                     summary=lambda: summary(doc), csv=lambda: csv_export.to_csv(doc))
 
 
 def summary(doc: dict[str, Any]) -> dict[str, Any]:
     """The --json summary; a fleet run's has the hosts side by side too."""
-    out = report.to_summary_json(doc)
+    out = json_export.to_summary_json(doc)
     if "hosts" in out:
         out["fleet"] = {"tables": fleet_report.to_json(doc), "warnings": fleet_report.warnings(doc)}
     return out
@@ -50,7 +56,7 @@ def report_document(inputs: list[tuple[str, dict[str, Any]]], *, charts: bool = 
     for path, doc in inputs:
         doc = dict(doc, _path=path)
         stem = _unique_stem(path, taken)
-        title = f"{report.scenario_name(doc)} — {Path(path).name}"
+        title = f"{cellrows.scenario_name(doc)} — {Path(path).name}"
         if fleet_hosts.is_fleet(doc):
             sections += fleet_sections(doc, title=title, anchor=stem, full=True, stem=stem if charts else None)
         else:
@@ -65,8 +71,8 @@ def fleet_sections(doc: dict[str, Any], *, title: str = "", anchor: str = "", br
     names = fleet_hosts.names(doc)
     hosts = doc.get("hosts") or {}
     state = ", ".join(f"{n} ({(hosts[n] or {}).get('status') or 'not run'})" for n in names)
-    parts: list[Part] = [Para(report.run_line(doc), "meta"), Para(f"Fleet: {len(names)} host(s): {state}", "meta"),
-                         Para(f"Run from: {report.host_line(doc)}", "meta")]
+    parts: list[Part] = [Para(timing_table.run_line(doc), "meta"), Para(f"Fleet: {len(names)} host(s): {state}", "meta"),
+                         Para(f"Run from: {cellrows.host_line(doc)}", "meta")]
     for t in fleet_report.tables(doc):
         styles = {(i, fleet_report.HEADER.index("× fastest")): "best"
                   for i, c in enumerate(t.combos) if t.fastest is not None and c is t.fastest}
@@ -87,7 +93,7 @@ def section(doc: dict[str, Any], *, title: str = "", anchor: str = "", brief: bo
     """Every table of one results file; `stem` (a file-name stem) adds the charts, `full` the fingerprints."""
     drawn = _charts(doc, stem) if stem is not None else None
     parts: list[Part] = [*_header(doc)]
-    timing = report.by_label(r for r in report.rows(doc) if not r.workload and not r.density)
+    timing = cellrows.by_label(r for r in cellrows.rows(doc) if not r.workload and not r.density)
     metric_tables = metrics_report.metric_tables(doc)
     durable = metrics_report.durability_rows(doc)
     if not timing and not metric_tables and not durable and not doc.get("density"):
@@ -98,9 +104,9 @@ def section(doc: dict[str, Any], *, title: str = "", anchor: str = "", brief: bo
             parts.append(_figure(drawn.measured[label], stem))
     parts += [_metric_table(mt) for mt in metric_tables]
     parts += [_durability_table(durable)] if durable else []
-    for pl in report.placement_tables(doc):
+    for pl in placement_table.placement_tables(doc):
         parts.append(Table("placements", pl.title, pl.header, pl.rows, caption=pl.caption, label=pl.title,
-                           numeric_from=3, empty=report.NO_PAIRS))
+                           numeric_from=3, empty=timing_table.NO_PAIRS))
         parts += [Bullets([g.text for g in pl.gaps], lead=pl.title, style="warn")] if pl.gaps else []
     for i, dt in enumerate(density_report.tables(doc)):
         parts.append(Table("density", dt.title, dt.header, dt.rows, caption=dt.caption, label=dt.title,
@@ -108,40 +114,40 @@ def section(doc: dict[str, Any], *, title: str = "", anchor: str = "", brief: bo
         if drawn is not None:
             parts.append(_figure(drawn.density[i], stem))
     parts += _cost_tables(doc)
-    for i, pt in enumerate(report.phase_tables(doc)):
+    for i, pt in enumerate(phase_table.phase_tables(doc)):
         parts.append(Table("phases", pt.title, pt.header, pt.rows, caption=pt.caption, label=pt.title,
                            numeric_from=1))
         if drawn is not None:
             parts.append(_figure(drawn.phases[i], stem))
-    unusable = report.unusable_backends(doc)
+    unusable = cellrows.unusable_backends(doc)
     parts.append(Table("unusable", "Backends not measured", ["backend", "reason"],
                        [[name, short_reason(why) if brief else why] for name, why in unusable.items()],
                        quiet_when_empty=True))
-    parts.append(Bullets(report.warnings(doc), title="Warnings", lead="warning", style="warn"))
+    parts.append(Bullets(cellrows.warnings(doc), title="Warnings", lead="warning", style="warn"))
     if full:
         parts += _fingerprints(doc)
     return Section(title, anchor, parts)
 
 
 def _header(doc: dict[str, Any]) -> list[Para]:
-    out = [Para(report.run_line(doc), "meta"), Para(f"Host: {report.host_line(doc)}", "meta")]
+    out = [Para(timing_table.run_line(doc), "meta"), Para(f"Host: {cellrows.host_line(doc)}", "meta")]
     fleet = doc.get("fleet_host") or {}
     out += [Para(f"host {fleet['name']} ({fleet.get('status')}): {fleet['error']}", "warning")] if fleet.get("error") else []
-    nested, error = report.nested_line(doc), report.nested_error(doc)
+    nested, error = timing_table.nested_line(doc), timing_table.nested_error(doc)
     out += [Para(f"Nested: {nested}", "meta")] if nested else []
     out += [Para(error, "warning")] if error else []
     return out
 
 
-def _timing_table(label: str, group: list[report.Row]) -> Table:
+def _timing_table(label: str, group: list[cellrows.Row]) -> Table:
     styles: dict[tuple[int, int], str] = {}
     for i, r in enumerate(group):
         if r.summary is None:
-            styles[(i, report.COLUMNS.index("median s"))] = "bad"
+            styles[(i, timing_table.COLUMNS.index("median s"))] = "bad"
         elif r.ratio is not None and math.isclose(r.ratio, 1.0):
-            styles[(i, len(report.COLUMNS) - 1)] = "best"
-    return Table("measurement", label, list(report.COLUMNS), [report.table_cells(r) for r in group],
-                 caption=report.caption(group), label=label, numeric_from=3, styles=styles)
+            styles[(i, len(timing_table.COLUMNS) - 1)] = "best"
+    return Table("measurement", label, list(timing_table.COLUMNS), [timing_table.table_cells(r) for r in group],
+                 caption=timing_table.caption(group), label=label, numeric_from=3, styles=styles)
 
 
 def _metric_table(mt: metrics_report.MetricTable) -> Table:
@@ -170,7 +176,7 @@ def _cost_tables(doc: dict[str, Any]) -> list[Table]:
 
 
 def _fingerprints(doc: dict[str, Any]) -> list[Part]:
-    host, nested_host = doc.get("host"), report.nested_host(doc)
+    host, nested_host = doc.get("host"), timing_table.nested_host(doc)
     parts: list[Part] = [Table("host", "Host fingerprint", ["key", "value"],
                                host_rows(host) if isinstance(host, dict) and host else [], empty="Not recorded.")]
     if nested_host is not None:
@@ -188,7 +194,7 @@ def host_rows(value: Any, key: str = "") -> list[list[str]]:
 
 def _host_value(key: str, value: Any) -> str:
     if value is None or value == [] or value == {}:
-        return report.NONE
+        return cellrows.NONE
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, list):

@@ -24,7 +24,8 @@ class Figure:
     values: list[float]
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
+    """A finite float, or None: JSON may hold null, and bool is not a number here (one reader for every output)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
@@ -35,7 +36,7 @@ def _samples(cell: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def seconds(cell: dict[str, Any]) -> Figure:
-    values = [v for v in (_number(s.get("seconds")) for s in _samples(cell)) if v is not None]
+    values = [v for v in (number(s.get("seconds")) for s in _samples(cell)) if v is not None]
     return Figure(SECONDS, SECONDS, "s", False, values)
 
 
@@ -45,7 +46,7 @@ def figures(cell: dict[str, Any]) -> list[Figure]:
     for desc in cell.get("metrics") or []:
         if not isinstance(desc, dict) or not isinstance(desc.get("key"), str):
             continue
-        values = [v for v in (_number((s.get("metrics") or {}).get(desc["key"])) for s in _samples(cell))
+        values = [v for v in (number((s.get("metrics") or {}).get(desc["key"])) for s in _samples(cell))
                   if v is not None]
         out.append(Figure(desc["key"], str(desc.get("label") or desc["key"]), str(desc.get("unit") or ""),
                           bool(desc.get("higher_better", True)), values))
@@ -54,14 +55,14 @@ def figures(cell: dict[str, Any]) -> list[Figure]:
 
 def cpu_s(sample: dict[str, Any]) -> float | None:
     """The CPU seconds the sample's processes used (guestbench.instruments.usage), where recorded."""
-    return _number((sample.get("resources") or {}).get("cpu_s"))
+    return number((sample.get("resources") or {}).get("cpu_s"))
 
 
 def peak_mib(sample: dict[str, Any]) -> float | None:
     """The sample's peak memory: PSS, or RSS where no PSS could be read (guestbench.instruments.usage), where recorded."""
     used = sample.get("resources") or {}
-    pss = _number(used.get("peak_pss_mib"))
-    return pss if pss is not None else _number(used.get("peak_rss_mib"))
+    pss = number(used.get("peak_pss_mib"))
+    return pss if pss is not None else number(used.get("peak_rss_mib"))
 
 
 def is_density(cell: dict[str, Any]) -> bool:
@@ -71,7 +72,7 @@ def is_density(cell: dict[str, Any]) -> bool:
 
 def charged_mib(sample: dict[str, Any]) -> float | None:
     """The peak memory charged to the sample's control group (page cache included), where one was counted."""
-    return _number((sample.get("resources") or {}).get("peak_charged_mib"))
+    return number((sample.get("resources") or {}).get("peak_charged_mib"))
 
 
 def cpu_methods(cell: dict[str, Any]) -> tuple[str, ...]:

@@ -28,7 +28,7 @@ from guestbench.util.errors import UserError
 from guestbench.measurements import get as get_measurement
 from guestbench.output.document import Bullets, Document, Para, Section, Table
 from guestbench.util.reasons import short_reason
-from guestbench.report import sample_seconds
+from guestbench.analysis.cells import sample_seconds
 from guestbench.results import read_json
 from guestbench.run import plan as planner
 from guestbench.run import probe

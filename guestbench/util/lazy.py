@@ -21,7 +21,7 @@ def on_first_use(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     parent, _, child = name.rpartition(".")
-    if parent:  # `import guestbench.report` then `guestbench.report.X` works
+    if parent:  # `import guestbench.output.render` then `guestbench.output.render.terminal` works
         setattr(sys.modules[parent], child, module)
     loader.exec_module(module)
     return module

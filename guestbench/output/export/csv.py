@@ -4,11 +4,56 @@ from __future__ import annotations
 
 import sys
 from typing import TYPE_CHECKING
-
+import csv
+import io
+import math
+from collections.abc import Iterable
+from typing import Any
+from guestbench.util.errors import printable
+from guestbench.output.export import columns as csv_columns
+from guestbench.results import hosts as fleet_hosts
+from guestbench.analysis.cells import Row, rows
 from guestbench.util.errors import UserError
 
 if TYPE_CHECKING:
     from guestbench.output.formats import Printable
+
+
+CSV_HEADER = csv_columns.RESULTS
+
+
+def _csv_float(x: float | None) -> str:
+    return "" if x is None or math.isnan(x) else f"{x:.6f}"
+
+
+def csv_row(values: Iterable[Any]) -> list[Any]:
+    """A CSV line's fields with the text from results files (names, labels) free of control characters, which
+    a terminal printing the CSV would obey."""
+    return [printable(v) if isinstance(v, str) else v for v in values]
+
+
+def _csv_record(r: Row) -> list[str]:
+    s = r.summary
+    stats = [s.median, s.mean, s.stdev, s.ci_low, s.ci_high] if s else [None] * 5
+    return [r.backend, r.placement, r.label, str(r.n), str(r.failures),
+            *(_csv_float(x) for x in stats), _csv_float(r.mb_per_s), _csv_float(r.cpu_s), _csv_float(r.peak_mib)]
+
+
+def to_csv(doc: dict[str, Any]) -> str:
+    """Header `CSV_HEADER` plus one line per cell; empty fields where a figure does not exist. A fleet run's
+    lines end with the host's name, under an added last column `host`."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    if not fleet_hosts.is_fleet(doc):
+        writer.writerow(CSV_HEADER.split(","))
+        for r in rows(doc):
+            writer.writerow(csv_row(_csv_record(r)))
+        return buf.getvalue()
+    writer.writerow([*CSV_HEADER.split(","), "host"])
+    for name in fleet_hosts.names(doc):
+        for r in rows(fleet_hosts.view(doc, name)):
+            writer.writerow(csv_row([*_csv_record(r), name]))
+    return buf.getvalue()
 
 
 def emit(p: Printable) -> None:

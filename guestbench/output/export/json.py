@@ -5,9 +5,153 @@ from __future__ import annotations
 import json
 import sys
 from typing import TYPE_CHECKING
+import math
+from typing import Any
+from guestbench import density_report, metrics_report
+from guestbench.analysis import phases
+from guestbench.analysis import cost
+from guestbench.results import hosts as fleet_hosts
+from guestbench.analysis.stats import CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary
+from guestbench.output.tables.phases import phase_tables
+from guestbench.analysis.cells import (Row, mapping, level1_of, nested_info, number, has_nested, rows, scenario_name,
+                                       unusable_backends, warnings)
+from guestbench.output.tables.placements import PlacementRow, placement_tables
 
 if TYPE_CHECKING:
     from guestbench.output.formats import Printable
+
+
+def json_float(x: float | None) -> float | None:
+    """NaN and infinity are not JSON; None is (a figure overflows on a doctored file: 1e308 seconds)."""
+    return None if x is None or not math.isfinite(x) else x
+
+
+def _row_dict(r: Row) -> dict[str, Any]:
+    s = r.summary
+    figures = {
+        "median_s": s.median if s else None, "mean_s": s.mean if s else None,
+        "stdev_s": s.stdev if s else None, "ci_low_s": s.ci_low if s else None,
+        "ci_high_s": s.ci_high if s else None, "min_s": s.min if s else None,
+        "max_s": s.max if s else None, "cv": s.cv if s else None,
+    }
+    return {
+        "backend": r.backend, "placement": r.placement, "measurement": r.measurement, "label": r.label,
+        "n": r.n, "failures": r.failures,
+        **{k: json_float(v) for k, v in figures.items()},
+        "outliers": s.outliers if s else None,
+        "bytes": r.bytes, "mb_per_s": json_float(r.mb_per_s), "ratio": json_float(r.ratio),
+        "median_cpu_s": json_float(r.cpu_s), "median_peak_mib": json_float(r.peak_mib),
+        "cold_s": json_float(r.cold_s), "cache_mode": r.cache_mode, "timed": r.timed,
+        "status": r.status, "skip_reason": r.skip_reason, "first_failure": r.first_failure,
+        **({"precision": r.precision} if r.precision else {}),
+        **({"host_load": {"judged": r.judged, "busy": r.busy, "busiest_other_cores": r.busiest,
+                          **({"shared": r.shared} if r.shared else {})}} if r.judged or r.shared else {}),
+    }
+
+
+def _short_host(doc: dict[str, Any]) -> dict[str, Any]:
+    return _short_fingerprint(mapping(doc.get("host")))
+
+
+def _short_fingerprint(host: dict[str, Any]) -> dict[str, Any]:
+    """The fingerprint keys a reader of the summary needs, of the host or of the level-1 guest."""
+    short: dict[str, Any] = {k: host[k] for k in ("hostname", "cores", "memory_bytes", "os", "kernel", "arch") if k in host}
+    versions = mapping(host.get("versions"))
+    tools = {k: versions[k] for k in ("libguestfs", "qemu", "libvirt", "uml") if versions.get(k)}
+    return {"cpu_model": host.get("cpu_model"),
+            "virtualization": mapping(host.get("virtualization")).get("summary"), **short, "versions": tools}
+
+
+def _phase_dict(bp: phases.BackendPhases) -> dict[str, Any]:
+    return {"backend": bp.backend, "placement": bp.placement, "n": bp.n, "cache_mode": bp.cache_mode,
+            "median_total_s": bp.median_total, "sum_of_medians_s": bp.sum_of_medians,
+            "host_side_share": bp.host_side_share, "max_sum_error": bp.max_sum_error,
+            "phases": [{"name": name, "median_s": p.median, "min_s": p.low, "max_s": p.high, "share": p.share,
+                        "seen": p.seen} for name, p in bp.phases.items()]}
+
+
+def _cost_dict(doc: dict[str, Any]) -> dict[str, Any]:
+    """{"cost": prices and rows} where samples recorded what they used (guestbench.analysis.cost), else nothing."""
+    prices = cost.prices_of(doc)
+    cost_rows = cost.rows(doc, prices)
+    return {"cost": {"prices": prices.to_dict() if prices else None, "rows": cost.to_dicts(cost_rows)}} \
+        if cost_rows else {}
+
+
+def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
+    """Recomputed summaries for machines; valid strict JSON (no NaN). A fleet run: each host's summary under
+    `hosts` (the host × backend tables are guestbench.fleet_report's)."""
+    if fleet_hosts.is_fleet(doc):
+        return {"scenario": scenario_name(doc), "status": doc.get("status"), "results_file": doc.get("_path"),
+                "host": _short_host(doc),
+                "hosts": {n: _host_summary(fleet_hosts.view(doc, n)) for n in fleet_hosts.names(doc)}}
+    return {
+        "scenario": scenario_name(doc),
+        "status": doc.get("status"),
+        "results_file": doc.get("_path"),
+        **({"order": doc["order"]} if isinstance(doc.get("order"), dict) else {}),
+        "host": _short_host(doc),
+        "methods": {"ci": CI_METHOD, "outliers": OUTLIER_METHOD, "mb": "10^6 bytes"},
+        "rows": [_row_dict(r) for r in rows(doc)],
+        **{k: v for k, v in metrics_report.to_dicts(doc).items() if v},  # present for workload runs only
+        **_cost_dict(doc),
+        **({"density": density_report.to_dicts(doc)} if doc.get("density") else {}),
+        "phases": [{"label": pt.title, "backends": [_phase_dict(bp) for bp in pt.summaries]}
+                   for pt in phase_tables(doc)],
+        "unusable_backends": unusable_backends(doc),
+        "warnings": warnings(doc),
+        **_placements_json(doc),
+    }
+
+
+def _host_summary(view: dict[str, Any]) -> dict[str, Any]:
+    return {**to_summary_json(view), "fleet_host": view["fleet_host"]}
+
+
+def _side_dict(s: Summary) -> dict[str, Any]:
+    return {"median_s": s.median, "n": s.n, "min_s": s.min, "max_s": s.max}
+
+
+def _placement_dict(r: PlacementRow) -> dict[str, Any]:
+    side = _side_dict
+    return {"label": r.label, "backend": r.backend, "cache_mode": r.cache_mode, "host": side(r.host),
+            "nested": side(r.nested), "ratio": json_float(r.ratio), "ratio_ci_low": json_float(r.ci_low),
+            "ratio_ci_high": json_float(r.ci_high)}
+
+
+def _level1_dict(doc: dict[str, Any]) -> dict[str, Any] | None:
+    info = nested_info(doc)
+    if not info:
+        return None
+    level1 = level1_of(doc)
+
+    def text(key: str) -> str | None:
+        value = level1.get(key)
+        return None if value is None else str(value)
+
+    def amount(key: str) -> int | float | None:  # ints stay ints; NaN, strings and bools become null
+        value = level1.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else number(value)
+
+    return {"hypervisor": text("hypervisor"),
+            **{k: amount(k) for k in ("memory_mib", "vcpus", "timeout_scale", "seconds")},
+            "image": text("image"), "error": text("error"),
+            "status": None if info.get("status") is None else str(info.get("status")),
+            "host": _short_fingerprint(mapping(info.get("host")))}
+
+
+def _placements_json(doc: dict[str, Any]) -> dict[str, Any]:
+    """Summary-JSON keys of the host vs nested comparison; none for documents without a nested run."""
+    if not has_nested(doc):
+        return {}
+    tables = placement_tables(doc)
+    return {"placements": [_placement_dict(r) for t in tables for r in t.comparisons],
+            "placements_missing": [{"label": g.label, "backend": g.backend, "cache_mode": g.cache_mode,
+                                    "present": g.present, "missing": g.missing, "reason": g.reason,
+                                    "unusable": g.unusable, g.present: _side_dict(g.summary)}
+                                   for t in tables for g in t.gaps],
+            "placements_method": RATIO_CI_METHOD,
+            "level1": _level1_dict(doc)}
 
 
 def emit(p: Printable) -> None:

@@ -1,0 +1,212 @@
+"""The timing table of one measurement: a row per backend and placement, every figure next to what it timed,
+the backend and cache mode, n and its spread, so that no output can be quoted as a bare number; its caption.
+"""
+
+from __future__ import annotations
+import math
+from typing import Any
+from guestbench.instruments.load import BUSY_RULE
+from guestbench.analysis.stats import CI_METHOD, OUTLIER_METHOD
+from guestbench.analysis.cells import NONE, Row, mapping, level1_of, nested_info, number, host_line, no_data_text
+
+
+COLUMNS = ("backend", "placement", "cache", "n", "failures", "median s", "mean ± stdev s", "95% CI s",
+           "min–max s", "MB/s", "CPU s", "peak MiB", "× fastest")
+
+
+SAMPLES_NOTE = "n counts measured samples (warm-ups excluded)"
+
+
+NO_PAIRS = "No backend has samples at both placements."
+
+
+def fmt_seconds(x: float | None) -> str:
+    """Three significant figures (11.9, 0.412, 147), whole seconds from 1000 s up, "–" when missing."""
+    if x is None or math.isnan(x):
+        return NONE
+    if abs(x) >= 999.5:
+        return f"{x:.0f}"
+    text = f"{x:#.3g}"
+    if "e" in text:
+        return f"{x:.3g}"
+    return text.rstrip(".")
+
+
+def fmt_mb_per_s(x: float | None) -> str:
+    return NONE if x is None else f"{x:.1f}"
+
+
+def fmt_ratio(r: Row) -> str:
+    if r.ratio is None:
+        return NONE
+    if math.isclose(r.ratio, 1.0):
+        return "1.00 (fastest)"
+    return f"{r.ratio:.2f}×"
+
+
+def _figures(r: Row) -> list[str]:
+    """The numeric columns, median s through × fastest."""
+    s = r.summary
+    if s is None:
+        return [no_data_text(r)] + [NONE] * 7
+    return [
+        fmt_seconds(s.median),
+        f"{fmt_seconds(s.mean)} ± {fmt_seconds(s.stdev)}",
+        NONE if not s.has_ci else f"{fmt_seconds(s.ci_low)}–{fmt_seconds(s.ci_high)}",
+        f"{fmt_seconds(s.min)}–{fmt_seconds(s.max)}",
+        fmt_mb_per_s(r.mb_per_s),
+        NONE if r.cpu_s is None else f"{r.cpu_s:.3g}",
+        NONE if r.peak_mib is None else f"{r.peak_mib:.0f}",
+        fmt_ratio(r),
+    ]
+
+
+def table_cells(r: Row) -> list[str]:
+    return [r.backend, r.placement or NONE, r.cache_mode or NONE, str(r.n), str(r.failures), *_figures(r)]
+
+
+def _timed_text(group: list[Row]) -> str:
+    """What the clock covered; listed per backend when the backends of one table timed different things."""
+    distinct = list(dict.fromkeys(r.timed for r in group))
+    if len(distinct) == 1:
+        return f"Timed: {distinct[0] or 'not recorded'}."
+    return "Timed: " + "; ".join(f"{r.backend} ({r.placement or NONE}): {r.timed or 'not recorded'}"
+                                 for r in group) + "."
+
+
+def _precision_text(group: list[Row]) -> str:
+    """Where each cell's sampling towards its precision target got, and why it stopped."""
+    parts = []
+    for r in group:
+        p = r.precision
+        if not p:
+            continue
+        reached = number(p.get("reached"))
+        got = f"±{reached:.1%}" if reached is not None else "no CI"
+        why = {"target": "target reached", "cap": "stopped at the cap without the target",
+               "ended": "ended early"}.get(str(p.get("stopped")), "still sampling")
+        parts.append(f"{r.backend} ({r.placement or NONE}) {got} at n={r.n} ({why})")
+    if not parts:
+        return ""
+    target = number(group[0].precision.get("target")) if group[0].precision else None
+    goal = f"target ±{target:.1%}, " if target is not None else ""
+    return f" Precision ({goal}half-width of the 95% CI / median): {'; '.join(parts)}."
+
+
+def _resources_text(group: list[Row]) -> str:
+    """What the CPU s and peak MiB columns are (nothing when no sample recorded them)."""
+    if all(r.cpu_s is None and r.peak_mib is None for r in group):
+        return ""
+    methods = sorted({m for r in group for m in r.cpu_methods})
+    how = {"cgroup": "counted by the kernel in each worker's control group (plus /proc for the cell's processes "
+                     "outside it)", "proc": "read from /proc"}
+    counted = "; ".join(f"{how.get(m, m)}" for m in methods) or "read from /proc"
+    return (" CPU s: median user+system CPU seconds of the cell's processes during the timed step (hypervisor, "
+            f"helpers, libguestfs's library), {counted}; peak MiB: median of each step's peak PSS of those "
+            "processes without the worker (RSS where PSS is not readable), read from /proc (guestbench.instruments.usage).")
+
+
+def _load_text(group: list[Row]) -> str:
+    """Whether the host was busy while the table's samples were timed (nothing when no sample was judged), and
+    whether another guestbench run measured on it meanwhile."""
+    return _busy_text(group) + _shared_text(group)
+
+
+def _shared_text(group: list[Row]) -> str:
+    shared = [r for r in group if r.shared]
+    if not shared:
+        return ""
+    which = "; ".join(f"{r.backend} ({r.placement or NONE}) {r.shared} of {r.n}" for r in shared)
+    return (f" SHARED host: {sum(r.shared for r in shared)} samples were taken while another guestbench run was "
+            f"active on this host: {which}.")
+
+
+def _busy_text(group: list[Row]) -> str:
+    judged = sum(r.judged for r in group)
+    if not judged:
+        return ""
+    busy = [r for r in group if r.busy]
+    if not busy:
+        return f" Host quiet during all {judged} judged timed steps ({BUSY_RULE})."
+    which = "; ".join(f"{r.backend} ({r.placement or NONE}) {r.busy} of {r.judged}, other processes up to "
+                      f"{r.busiest:.2g} cores" for r in busy)
+    return f" Host BUSY during {sum(r.busy for r in busy)} of {judged} judged timed steps: {which} ({BUSY_RULE})."
+
+
+def _cold_text(group: list[Row]) -> str:
+    """The first launch of each backend, reported once and never sampled (appliance cache check included)."""
+    colds = [f"{r.backend} ({r.placement or NONE}) {fmt_seconds(r.cold_s)} s" for r in group if r.cold_s is not None]
+    return f" Cold first launch, not sampled: {'; '.join(colds)}." if colds else ""
+
+
+def _method_text() -> str:
+    return f"Seconds; {SAMPLES_NOTE}; {CI_METHOD}; outliers by {OUTLIER_METHOD}; MB = 10^6 bytes."
+
+
+def _order_text(doc: dict[str, Any]) -> str | None:
+    """How the run ordered its samples (absent in files written before orders existed)."""
+    order = mapping(doc.get("order"))
+    mode = order.get("mode")
+    if not isinstance(mode, str):
+        return None
+    parts = f", at most {order['block_cells']} cells at once" if isinstance(order.get("block_cells"), int) else ""
+    if mode == "random":
+        return f"order random (seed {order.get('seed')}{parts})"
+    if mode == "interleaved":
+        return f"order interleaved (cells of a measurement take turns{parts})"
+    return f"order {mode}"
+
+
+def run_line(doc: dict[str, Any]) -> str:
+    parts = [f"results {doc.get('status') or 'unknown'}",
+             f"started {doc.get('started_utc') or NONE}",
+             f"finished {doc.get('finished_utc') or 'not finished'}"]
+    if order := _order_text(doc):
+        parts.append(order)
+    if doc.get("_path"):
+        parts.append(f"file {doc['_path']}")
+    return " · ".join(parts)
+
+
+def vcpus_text(value: Any) -> str:
+    return f"{integer_text(value)} vCPU{'' if value == 1 else 's'}"
+
+
+def integer_text(value: Any) -> str:
+    x = number(value)
+    return NONE if x is None else f"{x:.0f}" if x.is_integer() else f"{x:g}"
+
+
+def _level1_text(doc: dict[str, Any]) -> str:
+    """Where the nested figures were taken, e.g. "level-1 on tcg, 2 vCPUs, 4096 MiB"."""
+    level1 = level1_of(doc)
+    return (f"level-1 on {level1.get('hypervisor') or 'an unrecorded hypervisor'}, "
+            f"{vcpus_text(level1.get('vcpus'))}, {integer_text(level1.get('memory_mib'))} MiB")
+
+
+def nested_line(doc: dict[str, Any]) -> str | None:
+    """The level-1 guest's own host line, None when the document has no nested run."""
+    info = nested_info(doc)
+    if not info:
+        return None
+    line = f"{host_line({'host': info.get('host')})} · {_level1_text(doc)}"
+    status = info.get("status")
+    return line if status in (None, "complete") else f"{line} (nested run {status})"
+
+
+def nested_host(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The level-1 guest's fingerprint ({} when not recorded), None when the document has no nested run."""
+    info = nested_info(doc)
+    return mapping(info.get("host")) if info else None
+
+
+def nested_error(doc: dict[str, Any]) -> str | None:
+    """Why the level-1 run failed, as a warning for the header, None when it did not."""
+    error = level1_of(doc).get("error")
+    return f"level-1 run failed: {error}" if error else None
+
+
+def caption(group: list[Row]) -> str:
+    """What the clock covered, the methods, and the cold launches of one measurement's table."""
+    return (f"{_timed_text(group)} {_method_text()}{_cold_text(group)}{_precision_text(group)}"
+            f"{_resources_text(group)}{_load_text(group)}")
