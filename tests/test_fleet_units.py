@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from guestbench import fleet_report
+from guestbench.output.tables import fleet as fleet_report
 from guestbench.analysis import compare
 from guestbench.util.errors import UserError
 from guestbench.results import load_results

@@ -38,7 +38,7 @@ class Row:
     status: str
     skip_reason: str | None
     first_failure: str | None
-    workload: bool = False  # a tool's figures: shown in guestbench.metrics_report's tables instead
+    workload: bool = False  # a tool's figures: shown in guestbench.output.tables.metrics's tables instead
     precision: dict[str, Any] | None = None  # sampled towards a precision target (results.Precision)
     judged: int = 0  # samples whose host load was judged (guestbench.instruments.load)
     busy: int = 0  # ... of which the host was busy

@@ -26,7 +26,7 @@ from matplotlib.figure import Figure  # noqa: E402  (after the backend is chosen
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from guestbench import density_report
+from guestbench.output.tables import density as density_report
 from guestbench.analysis import cells as cellrows
 from guestbench.output.tables import phases as phase_table
 from guestbench.output.tables import timing as timing_table

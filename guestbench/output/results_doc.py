@@ -12,7 +12,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from guestbench import __version__, density_report, fleet_report, metrics_report
+from guestbench import __version__
+from guestbench.output.tables import density as density_report
+from guestbench.output.tables import fleet as fleet_report
+from guestbench.output.tables import metrics as metrics_report
 from guestbench.analysis import cells as cellrows
 from guestbench.output.export import csv as csv_export
 from guestbench.output.export import json as json_export

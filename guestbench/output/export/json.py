@@ -7,7 +7,8 @@ import sys
 from typing import TYPE_CHECKING
 import math
 from typing import Any
-from guestbench import density_report, metrics_report
+from guestbench.output.tables import density as density_report
+from guestbench.output.tables import metrics as metrics_report
 from guestbench.analysis import phases
 from guestbench.analysis import cost
 from guestbench.results import hosts as fleet_hosts
@@ -80,7 +81,7 @@ def _cost_dict(doc: dict[str, Any]) -> dict[str, Any]:
 
 def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
     """Recomputed summaries for machines; valid strict JSON (no NaN). A fleet run: each host's summary under
-    `hosts` (the host × backend tables are guestbench.fleet_report's)."""
+    `hosts` (the host × backend tables are guestbench.output.tables.fleet's)."""
     if fleet_hosts.is_fleet(doc):
         return {"scenario": scenario_name(doc), "status": doc.get("status"), "results_file": doc.get("_path"),
                 "host": _short_host(doc),
