@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from guestbench.analysis import ab
-from guestbench.analysis import compare
+from guestbench.output.export.json import comparison_summary
 from guestbench.backends.base import HandleConfig
 from guestbench.util.errors import UserError
 from guestbench.scenario import ab as scenario_ab, parse_scenario
@@ -98,7 +98,7 @@ measurements:
     assert "Changes within ±3% (--noise) are no change" in flat and "p (perm.)" in flat
     [path] = (tmp_path / "r").glob("*-abtest-ab.json")
     doc = json.loads(path.read_text())
-    out = compare.to_summary_json([ab.comparison(doc, {"memsize": "512"}, {"memsize": "768"}, 3, str(path))], None)
+    out = comparison_summary([ab.comparison(doc, {"memsize": "512"}, {"memsize": "768"}, 3, str(path))], None)
     out = json.loads(json.dumps(out, allow_nan=False))
     rows = {r["figure"]: r for r in out["comparisons"][0]["rows"]}
     assert set(rows) == {"seconds", "CPU s", "peak MiB"}  # what the samples used is judged like their seconds

@@ -23,7 +23,8 @@ from guestbench import cli
 from guestbench.analysis import compare
 from guestbench.host import fingerprint as host
 from guestbench.analysis import stats
-from guestbench.analysis.compare import CI_METHOD, CSV_HEADER, TEST_METHOD
+from guestbench.analysis.compare import CI_METHOD, TEST_METHOD
+from guestbench.output.export.csv import COMPARISON_HEADER as CSV_HEADER
 from guestbench.util.errors import UserError
 from guestbench.output.render import terminal
 from guestbench.output.compare_doc import compare_document

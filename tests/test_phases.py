@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from guestbench.output.tables import phases as phase_table
-from guestbench.output.tables import timing as timing_table
 from guestbench.analysis import phases
 from guestbench.instruments import markers
 
 from conftest import guestbench, write_scenario
+from guestbench.util.units import fmt_seconds
 
 DATA = Path(__file__).parent / "data" / "phases"
 SOURCES = {"A": "appliance", "L": "libguestfs"}
@@ -178,6 +178,6 @@ def check_printed_phase_tables(doc: dict, out: str) -> None:
     for pt in phase_table.phase_tables(doc):
         for bp in pt.summaries:
             assert abs(bp.sum_of_medians - bp.median_total) <= 0.01 * bp.median_total
-            assert timing_table.fmt_seconds(bp.median_total) in out
+            assert fmt_seconds(bp.median_total) in out
             # the published claim: start-up is dominated by the appliance, not the hypervisor
             assert bp.host_side_share < 0.5

@@ -21,10 +21,10 @@ from guestbench.output import results_doc
 from guestbench.output.render import markdown
 from guestbench.output.render import terminal
 from guestbench.output.export.csv import CSV_HEADER, to_csv
-from guestbench.output.tables.timing import fmt_seconds
 from guestbench.analysis.cells import rows, warnings
 from guestbench.output.export.json import to_summary_json
 from guestbench.results import ResultsFile, load_results
+from guestbench.util.units import fmt_seconds
 
 MB500 = 500 * 10**6
 STARTUP_TIMED = "guestfs launch() until the appliance daemon answered"

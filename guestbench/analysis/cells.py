@@ -12,10 +12,10 @@ from typing import Any
 from guestbench.util import units
 from guestbench.results import figures as cell_figures
 from guestbench.results.figures import number
+from guestbench.util.units import NONE
 from guestbench.analysis.stats import Summary, spread_warnings, summarize
 
 
-NONE = "–"
 
 
 @dataclass

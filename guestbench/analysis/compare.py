@@ -8,42 +8,45 @@ user's ``--fail-above`` threshold alone, and the verdict says when the test had 
 """
 
 from __future__ import annotations
-
-import csv
-import io
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
 import numpy as np
-
 from guestbench.host import fingerprint as host
 from guestbench.util.errors import UserError
-from guestbench.output.export import columns as csv_columns
-from guestbench.analysis.cells import NONE, doc_cells, load_figures, sample_seconds
-from guestbench.output.export.csv import csv_row
-from guestbench.output.tables.timing import fmt_seconds  # as `show` reads them
+from guestbench.analysis.cells import doc_cells, load_figures, sample_seconds
 from guestbench.results import figures as cell_figures
 from guestbench.results.figures import SECONDS, figures
 from guestbench.results import hosts as fleet_hosts
-from guestbench.analysis.stats import PERMUTATION_METHOD, RATIO_CI_METHOD, permutation_p, ratio_ci
+from guestbench.analysis.stats import RATIO_CI_METHOD, permutation_p, ratio_ci
+from guestbench.util.units import NONE, fmt_seconds
+
 
 ALPHA = 0.05
+
+
 MIN_N_NOTE = 4
-"""Below this many samples on either side the verdict carries a note that the test is nearly powerless."""
+
 
 TEST_METHOD = ("two-sided Mann-Whitney U test (scipy.stats.mannwhitneyu; exact when there are no ties, "
                "else normal approximation with continuity correction)")
-CI_METHOD = RATIO_CI_METHOD
-CSV_HEADER = csv_columns.COMPARISON
 
-COLUMNS = ("backend", "placement", "measurement", "n base", "n other", "median base", "median other",
-           "ratio", "95% CI of ratio", "p (test)", "p (perm.)", "verdict")
+
+CI_METHOD = RATIO_CI_METHOD
+
+
 SLOWER, FASTER, NO_CHANGE = "slower", "faster", "no significant change"
+
+
 HIGHER, LOWER = "higher", "lower"  # the verdicts of a figure that is not seconds (MB/s, IOPS, ms)
+
+
 WITHIN_NOISE = "no change (within the noise threshold)"
+
+
 IMPROVEMENT, REGRESSION = "improvement", "regression"
+
 
 Key = tuple[str, str, str]
 
@@ -120,9 +123,6 @@ class Comparison:
     by: str = "mann-whitney"  # the verdict's test: "mann-whitney" (compare) or "permutation" (ab)
 
 
-# ---------------------------------------------------------------------------------------------- input
-
-
 def parse_fail_above(text: str, flag: str = "--fail-above") -> float:
     """`10%` and `10` both mean 10 percent: one reading only, so `0.1` is 0.1 percent, never 10."""
     raw = text.strip()
@@ -161,9 +161,6 @@ def cells_by_key(doc: dict[str, Any], source: str | None = None) -> dict[Key, di
                             source=source, key="cells")
         out[key] = cell
     return out
-
-
-# ---------------------------------------------------------------------------------------------- statistics
 
 
 def mann_whitney(base: Sequence[float], other: Sequence[float]) -> tuple[float, str, bool]:
@@ -353,13 +350,10 @@ def busy_cells(doc: dict[str, Any], side: str) -> list[str]:
 
 def regressions(comparisons: Iterable[Comparison], fail_above_pct: float | None) -> list[str]:
     """One line per regressed row, for the closing list and for the CI log."""
-    return [f"{r.cell}: median {r.ratio:.2f}× baseline ({_fmt_value(r, r.median_base)}"
-            f"{' s' if r.figure == 'seconds' else ''} → {_fmt_value(r, r.median_other)}"
+    return [f"{r.cell}: median {r.ratio:.2f}× baseline ({fmt_value(r, r.median_base)}"
+            f"{' s' if r.figure == 'seconds' else ''} → {fmt_value(r, r.median_other)}"
             f"{' s' if r.figure == 'seconds' else ''}) in {c.other_path}"
             for c in comparisons for r in c.rows if r.is_regression(fail_above_pct)]
-
-
-# ---------------------------------------------------------------------------------------------- formatting
 
 
 def fmt_threshold(fail_above_pct: float | None) -> str:
@@ -370,126 +364,6 @@ def fmt_threshold(fail_above_pct: float | None) -> str:
             "whatever p says")
 
 
-def _fmt_ratio(x: float) -> str:
-    return NONE if math.isnan(x) else f"{x:.2f}×"
-
-
-def _fmt_ci(r: ComparisonRow) -> str:
-    return NONE if math.isnan(r.ci_low) else f"{r.ci_low:.2f}–{r.ci_high:.2f}"
-
-
-def _fmt_p(r: ComparisonRow) -> str:
-    return NONE if math.isnan(r.p_value) else f"{r.p_value:.2g} ({r.test})"
-
-
-def _fmt_value(r: ComparisonRow, x: float) -> str:
+def fmt_value(r: ComparisonRow, x: float) -> str:
     """Seconds as every table prints them; another figure with its unit."""
     return fmt_seconds(x) if r.figure == "seconds" else f"{x:.4g} {r.unit}".strip()
-
-
-def table_cells(r: ComparisonRow) -> list[str]:
-    return [r.backend, r.placement or NONE, r.measurement, str(r.n_base), str(r.n_other),
-            _fmt_value(r, r.median_base), _fmt_value(r, r.median_other), _fmt_ratio(r.ratio), _fmt_ci(r),
-            _fmt_p(r), NONE if math.isnan(r.p_perm) else f"{r.p_perm:.2g}", r.verdict_text()]
-
-
-def method_text(c: Comparison, fail_above_pct: float | None) -> str:
-    noise = (f"Changes within ±{c.noise_pct:g}% (--noise) are no change whatever p says. " if c.noise_pct
-             else "No noise threshold (--noise): any significant change is reported. ")
-    return (f"Baseline {c.base_path}; other {c.other_path}. Ratio = median other / median baseline (> 1 is "
-            f"slower for seconds; workload figures say which way is better, e.g. MB/s and IOPS higher, latency "
-            f"lower). p (test): {TEST_METHOD}. p (perm.): {PERMUTATION_METHOD}. Verdict slower/faster "
-            f"(higher/lower) when {'p (perm.)' if c.by == 'permutation' else 'p (test)'} < {ALPHA:g}. "
-            f"{noise}95% CI of ratio: {CI_METHOD}. "
-            f"{fmt_threshold(fail_above_pct)}{_ungated_text(c, fail_above_pct)}. "
-            "n counts measured samples (warm-ups excluded).")
-
-
-def _ungated_text(c: Comparison, fail_above_pct: float | None) -> str:
-    ungated = sorted({r.figure for r in c.rows if not r.gated})
-    if fail_above_pct is None or not ungated:
-        return ""
-    return f"; {' and '.join(ungated)} are compared but not gated (--gate-resources gates them too)"
-
-
-def notes(c: Comparison) -> list[str]:
-    """Everything that is not a row but changes how to read the rows."""
-    out = [f"host differs from the baseline (--force): {d}" for d in c.host_differences]
-    out += [f"software changed since the baseline: {d}" for d in c.software_changes]
-    out += c.busy
-    out += [f"only in baseline: {x}" for x in c.only_in_base]
-    out += [f"only in other: {x}" for x in c.only_in_other]
-    out += [f"{r.cell}: the two cells differ, the ratio may compare different work: {'; '.join(r.differences)}"
-            for r in c.rows if r.differences]
-    return out
-
-
-# ---------------------------------------------------------------------------------------------- CSV
-
-
-def _csv_float(x: float, fmt: str = ".6f") -> str:
-    return "" if math.isnan(x) else format(x, fmt)
-
-
-def to_csv(comparisons: Sequence[Comparison], fail_above_pct: float | None) -> str:
-    """`CSV_HEADER` plus one line per row; `regression` is empty without a threshold. One OTHER file only,
-    since the fixed header has no column naming the file."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_HEADER.split(","))
-    for c in comparisons:
-        for r in c.rows:
-            regression = "" if fail_above_pct is None else str(r.is_regression(fail_above_pct)).lower()
-            writer.writerow(csv_row([r.backend, r.placement, r.measurement, r.n_base, r.n_other,
-                                     _csv_float(r.median_base), _csv_float(r.median_other), _csv_float(r.ratio),
-                                     _csv_float(r.ci_low), _csv_float(r.ci_high), _csv_float(r.p_value, ".6g"),
-                                     r.verdict_text(), regression]))
-    return buf.getvalue()
-
-
-# ---------------------------------------------------------------------------------------------- JSON
-
-
-def _json_float(x: float) -> float | None:
-    """NaN and infinity are not JSON; None is (a figure overflows on a doctored file: 1e308 seconds)."""
-    return None if not math.isfinite(x) else x
-
-
-def _row_dict(r: ComparisonRow, fail_above_pct: float | None) -> dict[str, Any]:
-    return {
-        "backend": r.backend, "placement": r.placement, "measurement": r.measurement,
-        "n_base": r.n_base, "n_other": r.n_other,
-        "median_base_s": _json_float(r.median_base), "median_other_s": _json_float(r.median_other),
-        "ratio": _json_float(r.ratio), "ratio_ci_low": _json_float(r.ci_low),
-        "ratio_ci_high": _json_float(r.ci_high), "p_value": _json_float(r.p_value), "test": r.test,
-        "p_permutation": _json_float(r.p_perm), "figure": r.figure, "unit": r.unit,
-        "higher_better": r.higher_better, "change": r.change,
-        "verdict": r.verdict, "note": r.note, "differences": list(r.differences),
-        "regression": None if fail_above_pct is None else r.is_regression(fail_above_pct),
-        "gated": r.gated,
-    }
-
-
-def to_summary_json(comparisons: Sequence[Comparison], fail_above_pct: float | None) -> dict[str, Any]:
-    """Everything the table shows, for machines; strict JSON (no NaN)."""
-    return {
-        "baseline": comparisons[0].base_path if comparisons else None,
-        "methods": {"test": TEST_METHOD, "permutation": PERMUTATION_METHOD, "ci": CI_METHOD, "alpha": ALPHA,
-                    "ratio": "median other / median baseline",
-                    "noise_percent": comparisons[0].noise_pct if comparisons else None},
-        "fail_above_percent": fail_above_pct,
-        "regression_rule": fmt_threshold(fail_above_pct),
-        "comparisons": [{
-            "other": c.other_path, "host_differences": c.host_differences,
-            "software_changes": c.software_changes,
-            "only_in_baseline": c.only_in_base, "only_in_other": c.only_in_other,
-            "rows": [_row_dict(r, fail_above_pct) for r in c.rows],
-        } for c in comparisons],
-        "regressions": regressions(comparisons, fail_above_pct),
-    }
-
-
-def no_regression_text(fail_above_pct: float | None) -> str:
-    if fail_above_pct is None:
-        return "None flagged: no --fail-above threshold given."
-    return f"None: no ratio above {1 + fail_above_pct / 100:.4g}."

@@ -35,7 +35,8 @@ from guestbench.backends import BACKENDS, Backend  # noqa: E402
 from guestbench.util.errors import printable  # noqa: E402
 from guestbench.output.document import Chart, slug  # noqa: E402
 from guestbench.analysis.cells import Row
-from guestbench.output.tables.timing import fmt_mb_per_s, fmt_seconds  # noqa: E402
+from guestbench.output.tables.timing import fmt_mb_per_s  # noqa: E402
+from guestbench.util.units import NONE, fmt_seconds
 
 OTHER_COLOUR = Backend.colour  # a backend a results file names that is not registered (any more)
 PLACEMENT_HATCHES = ("", "xx", "..", "\\\\")
@@ -55,7 +56,7 @@ def bar_names(group: list[Row]) -> list[str]:
     for placement in placements:  # a backend measured at two placements is not ambiguous: name both
         same = [r for r in group if r.placement == placement]
         for name, r in zip(cellrows.backend_names(same), same):
-            names[id(r)] = f"{name} · {placement or cellrows.NONE}"
+            names[id(r)] = f"{name} · {placement or NONE}"
     return [names[id(r)] for r in group]
 
 
@@ -85,10 +86,10 @@ def _titles(ax: Any, title: str, scenario: str) -> None:
 
 
 def _cache_text(group: list[Row]) -> str:
-    modes = list(dict.fromkeys(r.cache_mode or cellrows.NONE for r in group))
+    modes = list(dict.fromkeys(r.cache_mode or NONE for r in group))
     if len(modes) == 1:
         return f"Cache mode: {modes[0]}."
-    return "Cache mode: " + ", ".join(f"{r.backend} {r.cache_mode or cellrows.NONE}" for r in group) + "."
+    return "Cache mode: " + ", ".join(f"{r.backend} {r.cache_mode or NONE}" for r in group) + "."
 
 
 # ---------------------------------------------------------------------------------------------- measurements
@@ -142,7 +143,7 @@ def measurement_chart(scenario: str, label: str, pairs: list[tuple[dict[str, Any
     ax.spines[["top", "right"]].set_visible(False)
     if len(placements) > 1:
         ax.legend(handles=[Patch(facecolor="#bbbbbb", hatch=PLACEMENT_HATCHES[i % len(PLACEMENT_HATCHES)],
-                                 edgecolor="white", label=p or cellrows.NONE) for i, p in enumerate(placements)],
+                                 edgecolor="white", label=p or NONE) for i, p in enumerate(placements)],
                   title="placement", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     png, svg = _render(fig)
     encoding = f"{label}: bar = median of the n measured samples, {WHISKERS}, dots = each sample; MB/s from the median."

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from guestbench.analysis import compare
+from guestbench.output.export import csv as csv_export, json as json_export
+from guestbench.output.tables import comparison as comparison_table
 from guestbench.output.document import Bullets, Document, Heading, Para, Section, Table
 from guestbench.output.formats import Printable
 
@@ -13,8 +15,8 @@ from guestbench.output.formats import Printable
 def printable(comparisons: Sequence[compare.Comparison], fail_above_pct: float | None) -> Printable:
     """`compare`'s and `ab`'s verdicts in any format."""
     return Printable(document=lambda: compare_document(comparisons, fail_above_pct),
-                     summary=lambda: compare.to_summary_json(comparisons, fail_above_pct),
-                     csv=lambda: compare.to_csv(comparisons, fail_above_pct))
+                     summary=lambda: json_export.comparison_summary(comparisons, fail_above_pct),
+                     csv=lambda: csv_export.comparison_csv(comparisons, fail_above_pct))
 
 
 def compare_document(comparisons: Sequence[compare.Comparison], fail_above_pct: float | None) -> Document:
@@ -22,16 +24,16 @@ def compare_document(comparisons: Sequence[compare.Comparison], fail_above_pct: 
     found = compare.regressions(comparisons, fail_above_pct)
     tail = Section("", parts=[Bullets(found, title="Regressions", lead="REGRESSION", style="regression")] if found
                    else [Heading("Regressions"),
-                         Para(compare.no_regression_text(fail_above_pct), "good" if fail_above_pct is not None else "")])
+                         Para(comparison_table.no_regression_text(fail_above_pct), "good" if fail_above_pct is not None else "")])
     return Document("guestbench compare", sections=[*sections, tail])
 
 
 def _section(c: compare.Comparison, fail_above_pct: float | None) -> Section:
     title = f"{c.other_path} vs baseline {c.base_path}"
-    verdict = len(compare.COLUMNS) - 1
+    verdict = len(comparison_table.COLUMNS) - 1
     rows, styles = [], {}
     for i, r in enumerate(c.rows):
-        cells = compare.table_cells(r)
+        cells = comparison_table.table_cells(r)
         if r.is_regression(fail_above_pct):
             cells[verdict] = f"REGRESSION: {cells[verdict]}"
             styles.update({(i, j): "regression" for j in range(len(cells))})
@@ -40,6 +42,6 @@ def _section(c: compare.Comparison, fail_above_pct: float | None) -> Section:
         elif r.change == compare.IMPROVEMENT:
             styles[(i, verdict)] = "good"
         rows.append(cells)
-    table = Table("comparison", title, list(compare.COLUMNS), rows, caption=compare.method_text(c, fail_above_pct),
+    table = Table("comparison", title, list(comparison_table.COLUMNS), rows, caption=comparison_table.method_text(c, fail_above_pct),
                   label=title, numeric_from=3, styles=styles, empty="No cell has samples in both files.")
-    return Section("", parts=[table, Bullets(compare.notes(c), lead="note", style="warn")])
+    return Section("", parts=[table, Bullets(comparison_table.notes(c), lead="note", style="warn")])

@@ -27,6 +27,7 @@ from guestbench.util.reasons import short_reason
 from guestbench.output.document import Bullets, Document, Figure, Para, Part, Section, Table, slug
 from guestbench.output.formats import Printable
 from guestbench.results import hosts as fleet_hosts
+from guestbench.util.units import NONE
 
 INTRO = ("One section per results file. Absolute seconds compare only within one run (same machine, same "
          "time); across runs use guestbench compare, which tests the difference.")
@@ -197,7 +198,7 @@ def host_rows(value: Any, key: str = "") -> list[list[str]]:
 
 def _host_value(key: str, value: Any) -> str:
     if value is None or value == [] or value == {}:
-        return cellrows.NONE
+        return NONE
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, list):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
@@ -82,3 +83,18 @@ def format_duration(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.0f} s"
     return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+
+
+NONE = "–"  # how every output writes a figure that does not exist
+
+
+def fmt_seconds(x: float | None) -> str:
+    """Three significant figures (11.9, 0.412, 147), whole seconds from 1000 s up, "–" when missing."""
+    if x is None or math.isnan(x):
+        return NONE
+    if abs(x) >= 999.5:
+        return f"{x:.0f}"
+    text = f"{x:#.3g}"
+    if "e" in text:
+        return f"{x:.3g}"
+    return text.rstrip(".")

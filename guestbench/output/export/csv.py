@@ -13,6 +13,8 @@ from guestbench.util.errors import printable
 from guestbench.output.export import columns as csv_columns
 from guestbench.results import hosts as fleet_hosts
 from guestbench.analysis.cells import Row, rows
+from guestbench.analysis.compare import Comparison
+from collections.abc import Sequence
 from guestbench.util.errors import UserError
 
 if TYPE_CHECKING:
@@ -53,6 +55,30 @@ def to_csv(doc: dict[str, Any]) -> str:
     for name in fleet_hosts.names(doc):
         for r in rows(fleet_hosts.view(doc, name)):
             writer.writerow(csv_row([*_csv_record(r), name]))
+    return buf.getvalue()
+
+
+
+COMPARISON_HEADER = csv_columns.COMPARISON
+
+
+def _figure(x: float, fmt: str = ".6f") -> str:
+    return "" if math.isnan(x) else format(x, fmt)
+
+
+def comparison_csv(comparisons: Sequence[Comparison], fail_above_pct: float | None) -> str:
+    """`COMPARISON_HEADER` plus one line per row; `regression` is empty without a threshold. One OTHER file only,
+    since the fixed header has no column naming the file."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(COMPARISON_HEADER.split(","))
+    for c in comparisons:
+        for r in c.rows:
+            regression = "" if fail_above_pct is None else str(r.is_regression(fail_above_pct)).lower()
+            writer.writerow(csv_row([r.backend, r.placement, r.measurement, r.n_base, r.n_other,
+                                     _figure(r.median_base), _figure(r.median_other), _figure(r.ratio),
+                                     _figure(r.ci_low), _figure(r.ci_high), _figure(r.p_value, ".6g"),
+                                     r.verdict_text(), regression]))
     return buf.getvalue()
 
 

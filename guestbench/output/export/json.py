@@ -14,6 +14,9 @@ from guestbench.analysis import cost
 from guestbench.results import hosts as fleet_hosts
 from guestbench.analysis.stats import CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary
 from guestbench.output.tables.phases import phase_tables
+from guestbench.analysis.compare import ALPHA, Comparison, ComparisonRow, TEST_METHOD, fmt_threshold, regressions
+from guestbench.analysis.stats import PERMUTATION_METHOD
+from collections.abc import Sequence
 from guestbench.analysis.cells import (Row, mapping, level1_of, nested_info, number, has_nested, rows, scenario_name,
                                        unusable_backends, warnings)
 from guestbench.output.tables.placements import PlacementRow, placement_tables
@@ -153,6 +156,41 @@ def _placements_json(doc: dict[str, Any]) -> dict[str, Any]:
                                    for t in tables for g in t.gaps],
             "placements_method": RATIO_CI_METHOD,
             "level1": _level1_dict(doc)}
+
+
+
+def _comparison_row(r: ComparisonRow, fail_above_pct: float | None) -> dict[str, Any]:
+    return {
+        "backend": r.backend, "placement": r.placement, "measurement": r.measurement,
+        "n_base": r.n_base, "n_other": r.n_other,
+        "median_base_s": json_float(r.median_base), "median_other_s": json_float(r.median_other),
+        "ratio": json_float(r.ratio), "ratio_ci_low": json_float(r.ci_low),
+        "ratio_ci_high": json_float(r.ci_high), "p_value": json_float(r.p_value), "test": r.test,
+        "p_permutation": json_float(r.p_perm), "figure": r.figure, "unit": r.unit,
+        "higher_better": r.higher_better, "change": r.change,
+        "verdict": r.verdict, "note": r.note, "differences": list(r.differences),
+        "regression": None if fail_above_pct is None else r.is_regression(fail_above_pct),
+        "gated": r.gated,
+    }
+
+
+def comparison_summary(comparisons: Sequence[Comparison], fail_above_pct: float | None) -> dict[str, Any]:
+    """Everything the table shows, for machines; strict JSON (no NaN)."""
+    return {
+        "baseline": comparisons[0].base_path if comparisons else None,
+        "methods": {"test": TEST_METHOD, "permutation": PERMUTATION_METHOD, "ci": RATIO_CI_METHOD, "alpha": ALPHA,
+                    "ratio": "median other / median baseline",
+                    "noise_percent": comparisons[0].noise_pct if comparisons else None},
+        "fail_above_percent": fail_above_pct,
+        "regression_rule": fmt_threshold(fail_above_pct),
+        "comparisons": [{
+            "other": c.other_path, "host_differences": c.host_differences,
+            "software_changes": c.software_changes,
+            "only_in_baseline": c.only_in_base, "only_in_other": c.only_in_other,
+            "rows": [_comparison_row(r, fail_above_pct) for r in c.rows],
+        } for c in comparisons],
+        "regressions": regressions(comparisons, fail_above_pct),
+    }
 
 
 def emit(p: Printable) -> None:

@@ -17,6 +17,7 @@ from guestbench.analysis import cells as cellrows
 from guestbench.output.tables import timing as timing_table
 from guestbench.analysis import stats
 from guestbench.results import hosts as fleet_hosts
+from guestbench.util.units import NONE, fmt_seconds
 
 HEADER = ("host", "backend", "placement", "cache", "n", "failures", "median s", "95% CI s", "× fastest",
           "ratio 95% CI")
@@ -88,14 +89,14 @@ def cells(t: FleetTable, c: Combo) -> list[str]:
     s = r.summary
     if s is None:
         median = cellrows.no_data_text(r)
-        ci = ratio = ratio_ci = cellrows.NONE
+        ci = ratio = ratio_ci = NONE
     else:
-        median = timing_table.fmt_seconds(s.median)
-        ci = f"{timing_table.fmt_seconds(s.ci_low)}–{timing_table.fmt_seconds(s.ci_high)}" if s.has_ci else cellrows.NONE
-        ratio = f"{r.ratio:.2f}×" if r.ratio is not None else cellrows.NONE
+        median = fmt_seconds(s.median)
+        ci = f"{fmt_seconds(s.ci_low)}–{fmt_seconds(s.ci_high)}" if s.has_ci else NONE
+        ratio = f"{r.ratio:.2f}×" if r.ratio is not None else NONE
         ratio_ci = (f"{c.ratio_ci[0]:.2f}–{c.ratio_ci[1]:.2f}" if c.ratio_ci and not math.isnan(c.ratio_ci[0])
-                    else cellrows.NONE)
-    return [c.host, r.backend, r.placement or cellrows.NONE, r.cache_mode or cellrows.NONE, str(r.n), str(r.failures),
+                    else NONE)
+    return [c.host, r.backend, r.placement or NONE, r.cache_mode or NONE, str(r.n), str(r.failures),
             median, ci, ratio, ratio_ci]
 
 
@@ -103,7 +104,7 @@ def warnings(doc: dict[str, Any]) -> list[str]:
     """Hosts that differ in what makes figures move, and hosts that ended early."""
     out = []
     for what, values in fleet_hosts.differences(doc):
-        shown = ", ".join(f"{n}: {v if v is not None else cellrows.NONE}" for n, v in values.items())
+        shown = ", ".join(f"{n}: {v if v is not None else NONE}" for n, v in values.items())
         out.append(f"hosts differ in {what} ({shown}): a ratio across them measures the hosts as much as the "
                    "backends")
     for name in fleet_hosts.names(doc):

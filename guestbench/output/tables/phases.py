@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 from guestbench.analysis import phases
-from guestbench.output.tables.timing import fmt_seconds
-from guestbench.analysis.cells import NONE, doc_cells
+from guestbench.analysis.cells import doc_cells
+from guestbench.util.units import NONE, fmt_seconds
 
 
 @dataclass

@@ -6,9 +6,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 from guestbench.analysis.stats import RATIO_CI_METHOD, Summary, ratio_ci, summarize
-from guestbench.output.tables.timing import SAMPLES_NOTE, integer_text, vcpus_text, fmt_seconds
-from guestbench.analysis.cells import (NONE, level1_of, nested_info, number, row, unusable_reason, doc_cells,
-                                       no_data_text, sample_seconds)
+from guestbench.output.tables.timing import SAMPLES_NOTE, integer_text, vcpus_text
+from guestbench.analysis.cells import (level1_of, nested_info, number, row, unusable_reason, doc_cells, no_data_text,
+                                       sample_seconds)
+from guestbench.util.units import NONE, fmt_seconds
 
 
 PLACEMENT_HEADER = ["measurement", "backend", "cache", "host: median s (n, min–max)",

@@ -7,7 +7,8 @@ import math
 from typing import Any
 from guestbench.instruments.load import BUSY_RULE
 from guestbench.analysis.stats import CI_METHOD, OUTLIER_METHOD
-from guestbench.analysis.cells import NONE, Row, mapping, level1_of, nested_info, number, host_line, no_data_text
+from guestbench.analysis.cells import Row, mapping, level1_of, nested_info, number, host_line, no_data_text
+from guestbench.util.units import NONE, fmt_seconds
 
 
 COLUMNS = ("backend", "placement", "cache", "n", "failures", "median s", "mean ± stdev s", "95% CI s",
@@ -18,18 +19,6 @@ SAMPLES_NOTE = "n counts measured samples (warm-ups excluded)"
 
 
 NO_PAIRS = "No backend has samples at both placements."
-
-
-def fmt_seconds(x: float | None) -> str:
-    """Three significant figures (11.9, 0.412, 147), whole seconds from 1000 s up, "–" when missing."""
-    if x is None or math.isnan(x):
-        return NONE
-    if abs(x) >= 999.5:
-        return f"{x:.0f}"
-    text = f"{x:#.3g}"
-    if "e" in text:
-        return f"{x:.3g}"
-    return text.rstrip(".")
 
 
 def fmt_mb_per_s(x: float | None) -> str:

@@ -1,0 +1,68 @@
+"""The comparison table of one OTHER file against the baseline: a row per cell matched in both, its method and
+notes (`guestbench compare`, `guestbench ab`)."""
+
+from __future__ import annotations
+import math
+from guestbench.analysis.stats import PERMUTATION_METHOD
+from guestbench.util.units import NONE
+from guestbench.analysis.compare import (ALPHA, CI_METHOD, Comparison, ComparisonRow, TEST_METHOD, fmt_value,
+                                         fmt_threshold)
+
+
+COLUMNS = ("backend", "placement", "measurement", "n base", "n other", "median base", "median other",
+           "ratio", "95% CI of ratio", "p (test)", "p (perm.)", "verdict")
+
+
+def _fmt_ratio(x: float) -> str:
+    return NONE if math.isnan(x) else f"{x:.2f}×"
+
+
+def _fmt_ci(r: ComparisonRow) -> str:
+    return NONE if math.isnan(r.ci_low) else f"{r.ci_low:.2f}–{r.ci_high:.2f}"
+
+
+def _fmt_p(r: ComparisonRow) -> str:
+    return NONE if math.isnan(r.p_value) else f"{r.p_value:.2g} ({r.test})"
+
+
+def table_cells(r: ComparisonRow) -> list[str]:
+    return [r.backend, r.placement or NONE, r.measurement, str(r.n_base), str(r.n_other),
+            fmt_value(r, r.median_base), fmt_value(r, r.median_other), _fmt_ratio(r.ratio), _fmt_ci(r),
+            _fmt_p(r), NONE if math.isnan(r.p_perm) else f"{r.p_perm:.2g}", r.verdict_text()]
+
+
+def method_text(c: Comparison, fail_above_pct: float | None) -> str:
+    noise = (f"Changes within ±{c.noise_pct:g}% (--noise) are no change whatever p says. " if c.noise_pct
+             else "No noise threshold (--noise): any significant change is reported. ")
+    return (f"Baseline {c.base_path}; other {c.other_path}. Ratio = median other / median baseline (> 1 is "
+            f"slower for seconds; workload figures say which way is better, e.g. MB/s and IOPS higher, latency "
+            f"lower). p (test): {TEST_METHOD}. p (perm.): {PERMUTATION_METHOD}. Verdict slower/faster "
+            f"(higher/lower) when {'p (perm.)' if c.by == 'permutation' else 'p (test)'} < {ALPHA:g}. "
+            f"{noise}95% CI of ratio: {CI_METHOD}. "
+            f"{fmt_threshold(fail_above_pct)}{_ungated_text(c, fail_above_pct)}. "
+            "n counts measured samples (warm-ups excluded).")
+
+
+def _ungated_text(c: Comparison, fail_above_pct: float | None) -> str:
+    ungated = sorted({r.figure for r in c.rows if not r.gated})
+    if fail_above_pct is None or not ungated:
+        return ""
+    return f"; {' and '.join(ungated)} are compared but not gated (--gate-resources gates them too)"
+
+
+def notes(c: Comparison) -> list[str]:
+    """Everything that is not a row but changes how to read the rows."""
+    out = [f"host differs from the baseline (--force): {d}" for d in c.host_differences]
+    out += [f"software changed since the baseline: {d}" for d in c.software_changes]
+    out += c.busy
+    out += [f"only in baseline: {x}" for x in c.only_in_base]
+    out += [f"only in other: {x}" for x in c.only_in_other]
+    out += [f"{r.cell}: the two cells differ, the ratio may compare different work: {'; '.join(r.differences)}"
+            for r in c.rows if r.differences]
+    return out
+
+
+def no_regression_text(fail_above_pct: float | None) -> str:
+    if fail_above_pct is None:
+        return "None flagged: no --fail-above threshold given."
+    return f"None: no ratio above {1 + fail_above_pct / 100:.4g}."
