@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from guestbench.analysis import cost
+from guestbench.output.tables import cost as cost_table
 from guestbench.util.errors import UserError
 from guestbench.output import results_doc
 from guestbench.output.render import markdown
@@ -33,7 +34,7 @@ def test_without_prices_the_table_is_core_and_gib_seconds() -> None:
                                                                 ("tcg", "upload", "sample", 1)]
     assert (rows[0].core_s.median, rows[0].core_s.low, rows[0].core_s.high) == (5.0, 4.0, 6.0)
     assert rows[0].gib_s.median == pytest.approx(0.5 * 5.0)  # 512 MiB held for 5 s
-    assert rows[0].per_1000 is None and "No prices given" in cost.caption(rows, None)
+    assert rows[0].per_1000 is None and "No prices given" in cost_table.caption(rows, None)
 
 
 def test_unit_prices_give_cost_per_1000_launches_and_per_gb() -> None:

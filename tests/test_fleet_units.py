@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from guestbench.output.export import json as json_export
 from guestbench.output.tables import fleet as fleet_report
 from guestbench.analysis import compare
 from guestbench.util.errors import UserError
@@ -178,7 +179,7 @@ def test_show_names_the_fastest_combination_only_when_every_other_ratio_ci_is_ab
     assert t2.fastest is not None and t2.fastest.host == "alpha", t2.caption
     (slow,) = [c for c in t2.combos if c.host == "beta"]
     assert slow.row.ratio == pytest.approx(2.0) and slow.ratio_ci is not None and slow.ratio_ci[0] > 1
-    assert fleet_report.to_json(same)[0]["fastest"] == {"host": "alpha", "backend": "uml"}
+    assert json_export.fleet_tables(same)[0]["fastest"] == {"host": "alpha", "backend": "uml"}
 
 
 def test_hosts_that_differ_in_what_moves_figures_are_warned_about() -> None:

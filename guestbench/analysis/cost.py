@@ -15,7 +15,6 @@ start-up cell: launches); cost per GB is for cells that move bytes (uploads: 10^
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -137,53 +136,7 @@ def rows(doc: dict[str, Any], prices: Prices | None) -> list[CostRow]:
     return out
 
 
-def _fmt(x: float) -> str:
-    return f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
-
-
-def _spread(s: Spread | None) -> str:
-    if s is None:
-        return "–"
-    return _fmt(s.median) if math.isclose(s.low, s.high) else f"{_fmt(s.median)} ({_fmt(s.low)}–{_fmt(s.high)})"
-
-
-def header(prices: Prices | None) -> list[str]:
-    cur = prices.currency if prices else ""
-    money = [f"{cur} per 1,000", f"{cur} per GB"] if prices else []
-    return ["backend", "placement", "measurement", "n", "core-s per sample", "GiB-s per sample", "peak MiB",
-            *money]
-
-
-def cells(r: CostRow, prices: Prices | None) -> list[str]:
-    money = [_spread(r.per_1000), _spread(r.per_gb)] if prices else []
-    return [r.backend, r.placement, r.label, str(r.n), _spread(r.core_s), _spread(r.gib_s), _spread(r.peak_mib),
-            *money]
-
-
-def caption(rs: list[CostRow], prices: Prices | None) -> str:
-    busy = sum(r.busy for r in rs)
-    parts = ["Per timed step (a start-up cell's step is one launch): core-s = CPU seconds of the cell's processes "
-             "(hypervisor, helpers, libguestfs's library; guestbench.instruments.usage); GiB-s = peak memory (PSS) × wall "
-             "time; median (min–max) over n samples."]
-    if prices:
-        parts.append(f"Prices: {prices.describe()}. Per 1,000: 1,000 samples (launches for start-up); per GB: "
-                     "per 10^9 bytes the step moved.")
-    else:
-        parts.append("No prices given (scenario key cost:): core-s and GiB-s are what a price list multiplies.")
-    parts.append(f"{busy} of the samples were taken while the host was busy." if busy else
-                 "No sample was taken on a busy host.")
-    return " ".join(parts)
-
-
 def prices_of(doc: dict[str, Any]) -> Prices | None:
     """The prices the run's scenario gave, if any."""
     given = ((doc.get("scenario") or {}).get("cost")) if isinstance(doc.get("scenario"), dict) else None
     return Prices.from_dict(given) if isinstance(given, dict) and given else None
-
-
-def to_dicts(rs: list[CostRow]) -> list[dict[str, Any]]:
-    def sp(s: Spread | None) -> dict[str, float] | None:
-        return None if s is None else {"median": s.median, "min": s.low, "max": s.high}
-    return [{"backend": r.backend, "placement": r.placement, "measurement": r.label, "per": r.per, "n": r.n,
-             "core_s": sp(r.core_s), "gib_s": sp(r.gib_s), "peak_mib": sp(r.peak_mib), "wall_s": sp(r.wall_s),
-             "per_1000": sp(r.per_1000), "per_gb": sp(r.per_gb), "busy_samples": r.busy} for r in rs]

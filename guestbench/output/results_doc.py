@@ -23,6 +23,7 @@ from guestbench.output.tables import timing as timing_table
 from guestbench.output.tables import placements as placement_table
 from guestbench.output.tables import phases as phase_table
 from guestbench.analysis import cost
+from guestbench.output.tables import cost as cost_table
 from guestbench.util.reasons import short_reason
 from guestbench.output.document import Bullets, Document, Figure, Para, Part, Section, Table, slug
 from guestbench.output.formats import Printable
@@ -42,15 +43,8 @@ def show_document(doc: dict[str, Any], *, brief: bool = False) -> Document:
 def printable(doc: dict[str, Any]) -> Printable:
     """One results file in any format: `show`, and a scenario's final print."""
     return Printable(document=lambda: show_document(doc), brief=lambda: show_document(doc, brief=True),
-                     summary=lambda: summary(doc), csv=lambda: csv_export.to_csv(doc))
+                     summary=lambda: json_export.results_summary(doc), csv=lambda: csv_export.to_csv(doc))
 
-
-def summary(doc: dict[str, Any]) -> dict[str, Any]:
-    """The --json summary; a fleet run's has the hosts side by side too."""
-    out = json_export.to_summary_json(doc)
-    if "hosts" in out:
-        out["fleet"] = {"tables": fleet_report.to_json(doc), "warnings": fleet_report.warnings(doc)}
-    return out
 
 
 def report_document(inputs: list[tuple[str, dict[str, Any]]], *, charts: bool = True) -> Document:
@@ -175,8 +169,8 @@ def _cost_tables(doc: dict[str, Any]) -> list[Table]:
     cost_rows = cost.rows(doc, prices)
     if not cost_rows:
         return []
-    return [Table("cost", "what it costs", cost.header(prices), [cost.cells(r, prices) for r in cost_rows],
-                  caption=cost.caption(cost_rows, prices), label="what it costs", numeric_from=3)]
+    return [Table("cost", "what it costs", cost_table.header(prices), [cost_table.cells(r, prices) for r in cost_rows],
+                  caption=cost_table.caption(cost_rows, prices), label="what it costs", numeric_from=3)]
 
 
 def _fingerprints(doc: dict[str, Any]) -> list[Part]:

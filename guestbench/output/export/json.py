@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 import math
 from typing import Any
 from guestbench.output.tables import density as density_report
+from guestbench.output.tables import fleet as fleet_report
 from guestbench.output.tables import metrics as metrics_report
+import dataclasses
 from guestbench.analysis import phases
 from guestbench.analysis import cost
 from guestbench.results import hosts as fleet_hosts
@@ -78,7 +80,7 @@ def _cost_dict(doc: dict[str, Any]) -> dict[str, Any]:
     """{"cost": prices and rows} where samples recorded what they used (guestbench.analysis.cost), else nothing."""
     prices = cost.prices_of(doc)
     cost_rows = cost.rows(doc, prices)
-    return {"cost": {"prices": prices.to_dict() if prices else None, "rows": cost.to_dicts(cost_rows)}} \
+    return {"cost": {"prices": prices.to_dict() if prices else None, "rows": _cost_rows(cost_rows)}} \
         if cost_rows else {}
 
 
@@ -97,7 +99,7 @@ def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
         "host": _short_host(doc),
         "methods": {"ci": CI_METHOD, "outliers": OUTLIER_METHOD, "mb": "10^6 bytes"},
         "rows": [_row_dict(r) for r in rows(doc)],
-        **{k: v for k, v in metrics_report.to_dicts(doc).items() if v},  # present for workload runs only
+        **{k: v for k, v in _metrics(doc).items() if v},  # present for workload runs only
         **_cost_dict(doc),
         **({"density": density_report.to_dicts(doc)} if doc.get("density") else {}),
         "phases": [{"label": pt.title, "backends": [_phase_dict(bp) for bp in pt.summaries]}
@@ -191,6 +193,55 @@ def comparison_summary(comparisons: Sequence[Comparison], fail_above_pct: float 
         } for c in comparisons],
         "regressions": regressions(comparisons, fail_above_pct),
     }
+
+
+
+def _cost_rows(rs: list[cost.CostRow]) -> list[dict[str, Any]]:
+    def sp(s: cost.Spread | None) -> dict[str, float] | None:
+        return None if s is None else {"median": s.median, "min": s.low, "max": s.high}
+    return [{"backend": r.backend, "placement": r.placement, "measurement": r.label, "per": r.per, "n": r.n,
+             "core_s": sp(r.core_s), "gib_s": sp(r.gib_s), "peak_mib": sp(r.peak_mib), "wall_s": sp(r.wall_s),
+             "per_1000": sp(r.per_1000), "per_gb": sp(r.per_gb), "busy_samples": r.busy} for r in rs]
+
+
+
+def _metrics(doc: dict[str, Any]) -> dict[str, Any]:
+    """The workload tools' figures and the durability verdicts for `--json`: the same tables `show` prints,
+    each figure as its median and its sample range (min, max, n) per column."""
+    tables = []
+    for mt in metrics_report.metric_tables(doc):
+        columns = [{"header": c.header, "backend": c.cell.get("backend"), "label": c.cell.get("label"), "n": c.n,
+                    "status": c.status or None} for c in mt.columns]
+        rows = [{"key": r.key, "label": r.label, "unit": r.unit, "higher_better": r.higher_better,
+                 "values": r.values, "medians": r.medians,
+                 "ranges": [list(sp) if sp else None for sp in r.spans] if r.spans else None}
+                for r in mt.rows]
+        tables.append({"group": mt.group, "placement": mt.placement, "measurement": mt.measurement,
+                       "caption": mt.caption, "notes": mt.notes, "columns": columns, "rows": rows})
+    return {"metrics": tables, "durability": [dataclasses.asdict(r) for r in metrics_report.durability_rows(doc)]}
+
+
+def fleet_tables(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for t in fleet_report.tables(doc):
+        rows = []
+        for c in t.combos:
+            s = c.row.summary
+            rows.append({"host": c.host, "backend": c.row.backend, "placement": c.row.placement, "n": c.row.n,
+                         "failures": c.row.failures, "median_s": s.median if s else None,
+                         "ratio": c.row.ratio if s else None,
+                         "ratio_ci": list(c.ratio_ci) if c.ratio_ci and not math.isnan(c.ratio_ci[0]) else None})
+        out.append({"label": t.label, "rows": rows,
+                    "fastest": {"host": t.fastest.host, "backend": t.fastest.row.backend} if t.fastest else None})
+    return out
+
+
+def results_summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """The --json summary of a results file; a fleet run's has the hosts side by side too."""
+    out = to_summary_json(doc)
+    if "hosts" in out:
+        out["fleet"] = {"tables": fleet_tables(doc), "warnings": fleet_report.warnings(doc)}
+    return out
 
 
 def emit(p: Printable) -> None:

@@ -112,18 +112,3 @@ def warnings(doc: dict[str, Any]) -> list[str]:
         if info.get("error"):
             out.append(f"host {name} ({info.get('status') or 'not run'}): {info['error']}")
     return out
-
-
-def to_json(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for t in tables(doc):
-        rows = []
-        for c in t.combos:
-            s = c.row.summary
-            rows.append({"host": c.host, "backend": c.row.backend, "placement": c.row.placement, "n": c.row.n,
-                         "failures": c.row.failures, "median_s": s.median if s else None,
-                         "ratio": c.row.ratio if s else None,
-                         "ratio_ci": list(c.ratio_ci) if c.ratio_ci and not math.isnan(c.ratio_ci[0]) else None})
-        out.append({"label": t.label, "rows": rows,
-                    "fastest": {"host": t.fastest.host, "backend": t.fastest.row.backend} if t.fastest else None})
-    return out

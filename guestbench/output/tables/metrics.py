@@ -7,7 +7,6 @@ Every column says its backend and cache mode; every figure is a median with its 
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -257,19 +256,3 @@ def header_cells(t: MetricTable) -> list[str]:
 
 def row_cells(r: MetricRow) -> list[str]:
     return [f"{r.label} ({r.unit})", *r.values]
-
-
-def to_dicts(doc: dict[str, Any]) -> dict[str, Any]:
-    """The workload tools' figures and the durability verdicts for `--json`: the same tables `show` prints,
-    each figure as its median and its sample range (min, max, n) per column."""
-    tables = []
-    for mt in metric_tables(doc):
-        columns = [{"header": c.header, "backend": c.cell.get("backend"), "label": c.cell.get("label"), "n": c.n,
-                    "status": c.status or None} for c in mt.columns]
-        rows = [{"key": r.key, "label": r.label, "unit": r.unit, "higher_better": r.higher_better,
-                 "values": r.values, "medians": r.medians,
-                 "ranges": [list(sp) if sp else None for sp in r.spans] if r.spans else None}
-                for r in mt.rows]
-        tables.append({"group": mt.group, "placement": mt.placement, "measurement": mt.measurement,
-                       "caption": mt.caption, "notes": mt.notes, "columns": columns, "rows": rows})
-    return {"metrics": tables, "durability": [dataclasses.asdict(r) for r in durability_rows(doc)]}
