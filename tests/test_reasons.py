@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from guestbench.util import reasons
-from guestbench.cli.doctor import doctor_table
+from guestbench.output.tables.doctor import doctor_table
 from guestbench.output.render import terminal
 from guestbench.output.results_doc import show_document
 

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from guestbench.backends import BACKENDS, appliance
 from guestbench.cli.common import check_probe_timeout
 from guestbench.host import fingerprint as host
 from guestbench.run import probe
 from guestbench.util.lazy import on_first_use
-from guestbench.util.reasons import short_reason
-
-if TYPE_CHECKING:
-    from rich.table import Table
 
 rich_console = on_first_use("rich.console")
-rich_markup = on_first_use("rich.markup")
-rich_table = on_first_use("rich.table")
 
 
 # the appliances doctor reports: the UML backend's, and the workload ones of both flavours
@@ -44,70 +38,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"host": fp, "backends": verdicts, "nested": nested, "appliances": appliances}, indent=2))
     else:
-        _print_doctor(fp, verdicts, args.verbose)
-        _print_appliances(appliances)
-        rich_console.Console().print(
-            f"nested runs: {'possible' if nested['possible'] else 'not possible'} — {nested['reason']}; "
-            f"image: {nested.get('image_state') or 'n/a'}", highlight=False)
+        from guestbench.output.tables import doctor
+
+        doctor.show(fp, verdicts, appliances, nested, args.verbose)
     return 0 if any(v["usable"] for v in verdicts.values()) else 1
-
-
-def doctor_table(verdicts: dict[str, Any], verbose: bool) -> Table:
-    """The backends' verdicts; a reason is one short sentence unless `verbose` (the full text is in --json)."""
-    t = rich_table.Table(title="backends", show_lines=verbose)
-    t.add_column("backend", no_wrap=True)
-    t.add_column("usable")
-    t.add_column("why")
-    t.add_column("verdict from", no_wrap=not verbose)
-    for name, v in verdicts.items():
-        d = v.get("details") or {}
-        when = str(d.get("probed_utc") or "")
-        origin = (f"cached probe {when}" if verbose else f"cached {when[:16].replace('T', ' ')}") if d.get("cached") \
-            else "probe launch just now" if "probe_timeout_s" in d else "preconditions"
-        why = v["reason"] if verbose else short_reason(v["reason"])
-        t.add_row(name, "[green]yes[/]" if v["usable"] else "[red]no[/]", why, origin)
-    return t
-
-
-def _print_doctor(fp: dict[str, Any], verdicts: dict[str, Any], verbose: bool) -> None:
-    con = rich_console.Console()
-    con.print(doctor_table(verdicts, verbose))
-    if not verbose and any(short_reason(v["reason"]) != v["reason"] for v in verdicts.values()):
-        con.print("(reasons shortened: the full text with -v or --json)", highlight=False)
-    virt = fp.get("virtualization") or {}
-    vers = fp.get("versions") or {}
-    h = rich_table.Table(title="host", show_header=False)
-    h.add_column("key")
-    h.add_column("value")
-    h.add_row("cpu", f"{fp.get('cpu_model')} × {fp.get('cores')} cores")
-    h.add_row("memory", f"{(fp.get('memory_bytes') or 0) / 2**30:.1f} GiB")
-    h.add_row("os / kernel", f"{fp.get('os')} / {fp.get('kernel')}")
-    h.add_row("virtualization", str(virt.get("summary")))
-    for k in ("libguestfs", "qemu", "libvirt", "uml", "supermin", "python", "guestbench"):
-        h.add_row(k, str(vers.get(k)))
-    h.add_row("git commit", str((fp.get("guestbench") or {}).get("git_commit")))
-    con.print(h)
-
-
-def _print_appliances(appliances: dict[str, dict[str, Any]]) -> None:
-    """One line each, paths whole: guestbench's own appliances (built on first use, ~10 s each)."""
-    con = rich_console.Console()
-    con.print("guestbench's appliances (built on first use, ~10 s each):", highlight=False)
-    for name, st in appliances.items():
-        if st["error"]:
-            con.print(f"  {name}: [red]cannot be built[/]: {rich_markup.escape(st['error'])}", highlight=False)
-            continue
-        state = "not built yet"
-        if st["built"]:
-            state = f"built {st['built_utc']}"
-            if st["root_bytes_allocated"] is not None:
-                state += f", {st['root_bytes_allocated'] / 2**20:.0f} MiB on disk"
-        if st["prebuilt_from"]:
-            state += f", given by ${st['prebuilt_from']}"
-        line = f"  {name}: {state}, {rich_markup.escape(str(st['path']))}"
-        if st["variant"] == "workload":
-            line += f"; packages: {', '.join(st['included']) or 'none'}"
-            if st["missing"]:
-                line += (f"; [yellow]missing: {', '.join(st['missing'])}[/] (add them with {st['install_hint']}; "
-                         "the appliance is rebuilt with them on next use)")
-        con.print(line, highlight=False)

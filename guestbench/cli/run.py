@@ -90,12 +90,10 @@ def _run_fleet(args: argparse.Namespace, sc: Any, console: Console) -> Any:
 
 
 def _dry_run(sc: Any, args: argparse.Namespace) -> int:
+    from guestbench.output.tables import dryrun as dryrun_table
     from guestbench.run import dryrun
 
-    dr = dryrun.dry_run(sc, Path(args.results))
-    formats.emit(formats.Printable(document=lambda: dryrun.document(dr), summary=lambda: dryrun.to_dict(dr),
-                                   no_csv="is not available with --dry-run; allowed: --json, --markdown or the table"),
-                 args.format)
+    formats.emit(dryrun_table.printable(dryrun.dry_run(sc, Path(args.results))), args.format)
     return 0
 
 

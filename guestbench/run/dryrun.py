@@ -15,9 +15,6 @@ that code before it runs.
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import shlex
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,14 +23,11 @@ from typing import Any
 from guestbench.backends import BACKENDS
 from guestbench.util.errors import UserError
 from guestbench.measurements import get as get_measurement
-from guestbench.output.document import Bullets, Document, Para, Section, Table
-from guestbench.util.reasons import short_reason
 from guestbench.analysis.cells import sample_seconds
 from guestbench.results import read_json
 from guestbench.run import plan as planner
 from guestbench.run import probe
 from guestbench.scenario import Scenario
-from guestbench.util.units import format_duration
 
 
 @dataclass(frozen=True)
@@ -148,61 +142,3 @@ def dry_run(sc: Scenario, results_dir: Path) -> DryRun:
     for cell in cells:
         estimate(cell, earlier)
     return DryRun(sc, verdicts, cells, files)
-
-
-def to_dict(dr: DryRun) -> dict[str, Any]:
-    """The dry run for `--json`."""
-    return {"scenario": dr.scenario.name, "source": dr.scenario.source,
-            "backends": {n: dataclasses.asdict(v) for n, v in dr.verdicts.items()},
-            "cells": [dataclasses.asdict(c) for c in dr.cells], "estimated_s": dr.estimated_s, "probe_s": dr.probe_s,
-            "cells_without_estimate": len(dr.unknown), "history": dr.history}
-
-
-def document(dr: DryRun) -> Document:
-    """The dry run as a document: the backends' verdicts, the cells, the estimate and what it rests on."""
-    sc = dr.scenario
-    sampling = (f"{sc.repetitions} to {sc.rep_cap} repetitions (precision {sc.precision:.0%})" if sc.precision
-                else f"{sc.repetitions} repetitions") + f", {sc.warmup} warm-up(s)"
-    verdicts = Table("verdicts", "Backends (cached verdicts; nothing is probed by a dry run)",
-                     ["backend", "verdict", "reason"],
-                     [[n, v.state, short_reason(v.reason)] for n, v in dr.verdicts.items()])
-    rows = [[c.placement, c.backend, c.label, c.measurement, str(c.iterations),
-             format_duration(c.estimate_s) if c.estimate_s is not None else "?", c.basis] for c in dr.cells]
-    cells = Table("cells", f"Cells that would run ({len(dr.cells)})",
-                  ["placement", "backend", "label", "measurement", "launches", "estimate", "from"], rows,
-                  empty="no cell: no backend of the scenario is usable here")
-    runs = [[c.placement, c.backend, c.label, shlex.join(c.program.get("argv") or []) or "-",
-             " ".join(f"{k}={shlex.quote(v)}" for k, v in c.env.items()) or "-"]
-            for c in dr.cells if c.program or c.env]
-    who = "root" if os.geteuid() == 0 else "this user"
-    programs = Table("programs", f"What the cells run on this host, as {who} (a scenario file is code)",
-                     ["placement", "backend", "label", "command ({image}, {workdir}: the cell's)", "environment"], runs,
-                     notes=[f"{c.label}: guestfish script: {_one_line(c.program['script'])}"
-                            for c in _unique_scripts(dr.cells)], quiet_when_empty=True)
-    known = dr.estimated_s - dr.probe_s
-    lines = [f"estimated duration: {format_duration(known)} for the {len(dr.cells) - len(dr.unknown)} cells with an "
-             "earlier figure" + (f", plus backend probes of up to {format_duration(dr.probe_s)} (their time-outs)"
-                                 if dr.probe_s else "")]
-    if dr.unknown:
-        lines.append(f"{len(dr.unknown)} of {len(dr.cells)} cells have no earlier figure and are not in the estimate")
-    if "nested" in sc.placements:
-        lines.append("the nested placement adds the level-1 guest's build (first time) and boot, not in the estimate")
-    lines.append(f"estimated from {len(dr.history)} earlier results file(s)" if dr.history
-                 else "no earlier results file to estimate from: run it once, then a dry run can say")
-    intro = [Para(f"{sc.source}: valid. {sampling}; placements {', '.join(sc.placements)}. Nothing was launched.",
-                  "meta")]
-    return Document(f"guestbench scenario --dry-run: {sc.name}", intro,
-                    [Section("", "", [verdicts, cells, programs, Bullets(lines, title="Estimate")])])
-
-
-def _one_line(script: str) -> str:
-    return " ; ".join(ln.strip() for ln in script.splitlines() if ln.strip())
-
-
-def _unique_scripts(cells: list[PlannedCell]) -> list[PlannedCell]:
-    """One cell per scenario item with a guestfish script (its backends' cells run the same one)."""
-    seen: dict[str, PlannedCell] = {}
-    for c in cells:
-        if "script" in c.program:
-            seen.setdefault(c.label, c)
-    return list(seen.values())

@@ -25,6 +25,7 @@ from guestbench.output.tables.placements import PlacementRow, placement_tables
 
 if TYPE_CHECKING:
     from guestbench.output.formats import Printable
+    from guestbench.run.dryrun import DryRun
 
 
 def json_float(x: float | None) -> float | None:
@@ -242,6 +243,15 @@ def results_summary(doc: dict[str, Any]) -> dict[str, Any]:
     if "hosts" in out:
         out["fleet"] = {"tables": fleet_tables(doc), "warnings": fleet_report.warnings(doc)}
     return out
+
+
+
+def dryrun_summary(dr: DryRun) -> dict[str, Any]:
+    """The dry run for `--json`."""
+    return {"scenario": dr.scenario.name, "source": dr.scenario.source,
+            "backends": {n: dataclasses.asdict(v) for n, v in dr.verdicts.items()},
+            "cells": [dataclasses.asdict(c) for c in dr.cells], "estimated_s": dr.estimated_s, "probe_s": dr.probe_s,
+            "cells_without_estimate": len(dr.unknown), "history": dr.history}
 
 
 def emit(p: Printable) -> None:

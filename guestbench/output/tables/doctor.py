@@ -1,0 +1,82 @@
+"""What `guestbench doctor` prints on the terminal: the backends' verdicts, the host, guestbench's appliances and
+whether nested runs are possible (--json prints the facts themselves)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import markup as rich_markup
+from rich import table as rich_table
+from rich.console import Console
+from rich.table import Table
+
+from guestbench.util.reasons import short_reason
+
+
+def show(fp: dict[str, Any], verdicts: dict[str, Any], appliances: dict[str, dict[str, Any]], nested: dict[str, Any],
+         verbose: bool) -> None:
+    _print_doctor(fp, verdicts, verbose)
+    _print_appliances(appliances)
+    Console().print(f"nested runs: {'possible' if nested['possible'] else 'not possible'} — {nested['reason']}; "
+                    f"image: {nested.get('image_state') or 'n/a'}", highlight=False)
+
+
+def doctor_table(verdicts: dict[str, Any], verbose: bool) -> Table:
+    """The backends' verdicts; a reason is one short sentence unless `verbose` (the full text is in --json)."""
+    t = rich_table.Table(title="backends", show_lines=verbose)
+    t.add_column("backend", no_wrap=True)
+    t.add_column("usable")
+    t.add_column("why")
+    t.add_column("verdict from", no_wrap=not verbose)
+    for name, v in verdicts.items():
+        d = v.get("details") or {}
+        when = str(d.get("probed_utc") or "")
+        origin = (f"cached probe {when}" if verbose else f"cached {when[:16].replace('T', ' ')}") if d.get("cached") \
+            else "probe launch just now" if "probe_timeout_s" in d else "preconditions"
+        why = v["reason"] if verbose else short_reason(v["reason"])
+        t.add_row(name, "[green]yes[/]" if v["usable"] else "[red]no[/]", why, origin)
+    return t
+
+
+def _print_doctor(fp: dict[str, Any], verdicts: dict[str, Any], verbose: bool) -> None:
+    con = Console()
+    con.print(doctor_table(verdicts, verbose))
+    if not verbose and any(short_reason(v["reason"]) != v["reason"] for v in verdicts.values()):
+        con.print("(reasons shortened: the full text with -v or --json)", highlight=False)
+    virt = fp.get("virtualization") or {}
+    vers = fp.get("versions") or {}
+    h = rich_table.Table(title="host", show_header=False)
+    h.add_column("key")
+    h.add_column("value")
+    h.add_row("cpu", f"{fp.get('cpu_model')} × {fp.get('cores')} cores")
+    h.add_row("memory", f"{(fp.get('memory_bytes') or 0) / 2**30:.1f} GiB")
+    h.add_row("os / kernel", f"{fp.get('os')} / {fp.get('kernel')}")
+    h.add_row("virtualization", str(virt.get("summary")))
+    for k in ("libguestfs", "qemu", "libvirt", "uml", "supermin", "python", "guestbench"):
+        h.add_row(k, str(vers.get(k)))
+    h.add_row("git commit", str((fp.get("guestbench") or {}).get("git_commit")))
+    con.print(h)
+
+
+def _print_appliances(appliances: dict[str, dict[str, Any]]) -> None:
+    """One line each, paths whole: guestbench's own appliances (built on first use, ~10 s each)."""
+    con = Console()
+    con.print("guestbench's appliances (built on first use, ~10 s each):", highlight=False)
+    for name, st in appliances.items():
+        if st["error"]:
+            con.print(f"  {name}: [red]cannot be built[/]: {rich_markup.escape(st['error'])}", highlight=False)
+            continue
+        state = "not built yet"
+        if st["built"]:
+            state = f"built {st['built_utc']}"
+            if st["root_bytes_allocated"] is not None:
+                state += f", {st['root_bytes_allocated'] / 2**20:.0f} MiB on disk"
+        if st["prebuilt_from"]:
+            state += f", given by ${st['prebuilt_from']}"
+        line = f"  {name}: {state}, {rich_markup.escape(str(st['path']))}"
+        if st["variant"] == "workload":
+            line += f"; packages: {', '.join(st['included']) or 'none'}"
+            if st["missing"]:
+                line += (f"; [yellow]missing: {', '.join(st['missing'])}[/] (add them with {st['install_hint']}; "
+                         "the appliance is rebuilt with them on next use)")
+        con.print(line, highlight=False)
