@@ -16,10 +16,11 @@ Raw JSON values (params, host, scenario, ...) are shared with the source, not co
 
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import MISSING, Field, dataclass, field, fields
-from typing import Any, Callable, ClassVar, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from guestbench.results import fields as parse
+from guestbench.results.fields import SECONDS, ModelError, Parser, Record
 
 SCHEMA = "guestbench-results"
 SCHEMA_VERSION = 3
@@ -31,242 +32,6 @@ HOST_STATUSES = (*PLACEMENT_STATUSES, "lost")  # a fleet host whose worker went 
 ITERATION_KINDS = ("cold", "warmup", "rep")
 ORDERS = ("interleaved", "random", "sequential")
 PRECISION_STOPS = ("target", "cap", "ended")
-SECONDS = "a finite number of seconds >= 0"
-
-Parser = Callable[[Any, str], Any]
-R = TypeVar("R", bound="Record")
-
-
-class ModelError(ValueError):
-    """A value no run can have written; `key` is its path in the document, e.g. cells[3].samples[1].seconds."""
-
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}" if key else message)
-        self.key = key
-        self.message = message
-
-
-# ---------------------------------------------------------------------------------------------- value parsers
-
-
-def _show(value: Any) -> str:
-    """A value as the file spells it, shortened: the user finds it in the file by this."""
-    text = json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _at(prefix: str, name: str) -> str:
-    return f"{prefix}.{name}" if prefix else name
-
-
-def _refuse(value: Any, key: str, problem: str, allowed: str) -> ModelError:
-    return ModelError(key, f"{_show(value)} {problem}; allowed: {allowed}")
-
-
-def _text(value: Any, key: str) -> str:
-    if not isinstance(value, str):
-        raise _refuse(value, key, "is not a string", "text")
-    return value
-
-
-def _flag(value: Any, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise _refuse(value, key, "is not a boolean", "true or false")
-    return value
-
-
-def _count(value: Any, key: str) -> int:
-    """Repetition numbers, instances: counted from 1."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _refuse(value, key, "is not an integer", "an integer >= 1")
-    if value < 1:
-        raise _refuse(value, key, "is below 1", "an integer >= 1")
-    return value
-
-
-def _tally(value: Any, key: str) -> int:
-    """How many of something: an integer >= 0."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _refuse(value, key, "is not a count", "an integer >= 0")
-    return value
-
-
-def _amount(value: Any, key: str) -> int | float:
-    """A byte count: a number no smaller than zero."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise _refuse(value, key, "is not a number >= 0", "a number of bytes >= 0")
-    return value
-
-
-def _seconds(value: Any, key: str) -> int | float:
-    """A duration a clock measured: finite and never negative (kept as written, so 3 stays 3)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _refuse(value, key, "is not a number", SECONDS)
-    if not math.isfinite(value):
-        raise _refuse(value, key, "is not finite", SECONDS)
-    if value < 0:
-        raise _refuse(value, key, "is negative", SECONDS)
-    return value
-
-
-def _fraction(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-        raise _refuse(value, key, "is not a fraction", "a number between 0 and 1")
-    return value
-
-
-def _load(value: Any, key: str) -> dict[str, Any]:
-    """A sample's host load: other processes' cores and the steal share are numbers >= 0, busy a boolean, the other
-    guestbench runs active meanwhile a count."""
-    _mapping(value, key)
-    for name in ("other_cores", "steal", "load1"):
-        if name in value and value[name] is not None:
-            _amount(value[name], _at(key, name))
-    if value.get("busy") is not None:
-        _flag(value["busy"], _at(key, "busy"))
-    if value.get("other_runs") is not None:
-        _count(value["other_runs"], _at(key, "other_runs"))
-    return value  # type: ignore[no-any-return]
-
-
-def _resources(value: Any, key: str) -> dict[str, Any]:
-    """What a sample's processes used: CPU seconds, peak memory and the sampling interval are numbers >= 0 (the
-    peak PSS may be null: not readable), and CPU by program maps names to seconds."""
-    _mapping(value, key)
-    for name in ("cpu_s", "peak_rss_mib", "peak_pss_mib", "peak_charged_mib", "interval_s", "meter_cpu_s"):
-        if value.get(name) is not None:
-            _amount(value[name], _at(key, name))
-    if value.get("cpu_method") not in (None, "cgroup", "proc"):
-        raise _refuse(value["cpu_method"], _at(key, "cpu_method"), "is not a known method", '"cgroup" or "proc"')
-    by_program = value.get("cpu_by_program")
-    if by_program is not None:
-        _mapping(by_program, _at(key, "cpu_by_program"))
-        for name, seconds in by_program.items():
-            _amount(seconds, _at(_at(key, "cpu_by_program"), str(name)))
-    return value  # type: ignore[no-any-return]
-
-
-def _mapping(value: Any, key: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _refuse(value, key, "is not an object", "a JSON object")
-    return value
-
-
-def _array(value: Any, key: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise _refuse(value, key, "is not a list", "a JSON array")
-    return value
-
-
-def _texts(value: Any, key: str) -> list[str]:
-    return [_text(item, f"{key}[{i}]") for i, item in enumerate(_array(value, key))]
-
-
-def _objects(value: Any, key: str) -> list[dict[str, Any]]:
-    return [_mapping(item, f"{key}[{i}]") for i, item in enumerate(_array(value, key))]
-
-
-def _figures(value: Any, key: str) -> dict[str, Any]:
-    """A sample's metrics: key → number or string (a verdict, a unit-bearing figure)."""
-    for name, figure in _mapping(value, key).items():
-        if figure is not None and (isinstance(figure, bool) or not isinstance(figure, (int, float, str))):
-            raise _refuse(figure, _at(key, name), "is not a number or a string", "a number or a string")
-    return value  # type: ignore[no-any-return]
-
-
-def _one_of(allowed: tuple[str, ...], what: str) -> Parser:
-    def parse(value: Any, key: str) -> str:
-        if not isinstance(value, str) or value not in allowed:
-            raise _refuse(value, key, f"is not a {what}", ", ".join(allowed))
-        return value
-    return parse
-
-
-def _nullable(parse: Parser) -> Parser:
-    """Optional fields may be null, which means the same as absent."""
-    def nullable(value: Any, key: str) -> Any:
-        return None if value is None else parse(value, key)
-    return nullable
-
-
-def _list_of(cls: type[Record]) -> Parser:
-    def parse(value: Any, key: str) -> list[Any]:
-        return [cls.from_dict(item, f"{key}[{i}]") for i, item in enumerate(_array(value, key))]
-    return parse
-
-
-def _map_of(cls: type[Record]) -> Parser:
-    def parse(value: Any, key: str) -> dict[str, Any]:
-        return {name: cls.from_dict(item, _at(key, name)) for name, item in _mapping(value, key).items()}
-    return parse
-
-
-# ---------------------------------------------------------------------------------------------- records
-
-
-def _default(f: Field[Any]) -> Any:
-    if f.default is not MISSING:
-        return f.default
-    if f.default_factory is not MISSING:
-        return f.default_factory()
-    return None
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Record):
-        return value.to_dict()
-    if isinstance(value, list):
-        return [_plain(item) for item in value] if any(isinstance(i, Record) for i in value) else value
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()} if any(isinstance(v, Record) for v in value.values()) \
-            else value
-    return value
-
-
-@dataclass
-class Record:
-    """Shared from_dict/to_dict: FIELDS says how each known key is read, REQUIRED which must be there (and why)."""
-
-    FIELDS: ClassVar[dict[str, Parser]] = {}
-    REQUIRED: ClassVar[dict[str, str]] = {}  # key → what it must hold, for the "missing" message
-    WHAT: ClassVar[str] = "an object"
-
-    extra: dict[str, Any] = field(default_factory=dict, kw_only=True)  # unknown keys, written back as they were
-    source_keys: tuple[str, ...] = field(default=(), kw_only=True, repr=False, compare=False)
-
-    @classmethod
-    def parse_fields(cls, value: Any, key: str) -> dict[str, Any]:
-        """Keyword arguments for the constructor from one JSON object, or a ModelError naming the field."""
-        if not isinstance(value, dict):
-            raise _refuse(value, key, "is not an object", cls.WHAT)
-        for name, what in cls.REQUIRED.items():
-            if name not in value:
-                raise ModelError(_at(key, name), f"missing; required: {what}")
-        kwargs = {name: parse(value[name], _at(key, name)) for name, parse in cls.FIELDS.items() if name in value}
-        for f in fields(cls):  # required-looking positional fields that the source may lack (v1: failure kind)
-            if f.init and not f.kw_only and f.name not in kwargs and f.default is MISSING \
-                    and f.default_factory is MISSING:
-                kwargs[f.name] = None
-        kwargs["extra"] = {k: v for k, v in value.items() if k not in cls.FIELDS}
-        kwargs["source_keys"] = tuple(value)
-        return kwargs
-
-    @classmethod
-    def from_dict(cls: type[R], value: Any, key: str = "") -> R:
-        return cls(**cls.parse_fields(value, key))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON object: source keys in their order (known and unknown), then new non-default fields."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            if f.name not in self.FIELDS:
-                continue
-            value = getattr(self, f.name)
-            if f.name in self.REQUIRED or f.name in self.source_keys or value != _default(f):
-                out[f.name] = _plain(value)
-        out.update(self.extra)
-        rank = {k: i for i, k in enumerate(self.source_keys)}
-        return dict(sorted(out.items(), key=lambda item: rank.get(item[0], len(rank))))
 
 
 @dataclass
@@ -287,9 +52,12 @@ class Sample(Record):
     WHAT: ClassVar[str] = "a sample: an object with rep and seconds"
     REQUIRED: ClassVar[dict[str, str]] = {"rep": "the repetition's number, an integer >= 1", "seconds": SECONDS}
     FIELDS: ClassVar[dict[str, Parser]] = {
-        "rep": _count, "seconds": _seconds, "utc": _nullable(_text), "phases": _nullable(_objects),
-        "metrics": _nullable(_figures), "in_step": _nullable(_flag), "waited_s": _nullable(_seconds),
-        "seq": _nullable(_count), "load": _nullable(_load), "resources": _nullable(_resources),
+        "rep": parse.count, "seconds": parse.seconds, "utc": parse.nullable(parse.text),
+        "phases": parse.nullable(parse.objects),
+        "metrics": parse.nullable(parse.figures), "in_step": parse.nullable(parse.flag),
+        "waited_s": parse.nullable(parse.seconds),
+        "seq": parse.nullable(parse.count), "load": parse.nullable(parse.load),
+        "resources": parse.nullable(parse.resources),
     }
 
 
@@ -306,9 +74,9 @@ class Failure(Record):
     WHAT: ClassVar[str] = "a failure: an object with rep and reason"
     REQUIRED: ClassVar[dict[str, str]] = {"rep": "the iteration's number among its kind, an integer >= 1",
                                           "reason": "why the iteration failed, a string"}
-    FIELDS: ClassVar[dict[str, Parser]] = {"kind": _nullable(_one_of(ITERATION_KINDS, "kind of iteration")),
-                                           "rep": _count, "reason": _text, "utc": _nullable(_text),
-                                           "seq": _nullable(_count)}
+    FIELDS: ClassVar[dict[str, Parser]] = {"kind": parse.nullable(parse.one_of(ITERATION_KINDS, "kind of iteration")),
+                                           "rep": parse.count, "reason": parse.text, "utc": parse.nullable(parse.text),
+                                           "seq": parse.nullable(parse.count)}
 
 
 @dataclass
@@ -321,8 +89,8 @@ class BackendVerdict(Record):
 
     WHAT: ClassVar[str] = "a backend verdict: an object with usable"
     REQUIRED: ClassVar[dict[str, str]] = {"usable": "true or false"}
-    FIELDS: ClassVar[dict[str, Parser]] = {"usable": _flag, "reason": _nullable(_text),
-                                           "details": _nullable(_mapping)}
+    FIELDS: ClassVar[dict[str, Parser]] = {"usable": parse.flag, "reason": parse.nullable(parse.text),
+                                           "details": parse.nullable(parse.mapping)}
 
 
 @dataclass
@@ -340,8 +108,10 @@ class Precision(Record):
     WHAT: ClassVar[str] = "a precision record: an object with target"
     REQUIRED: ClassVar[dict[str, str]] = {"target": "the target relative half-width, a number between 0 and 1"}
     FIELDS: ClassVar[dict[str, Parser]] = {
-        "target": _fraction, "reached": _nullable(_amount), "n": _tally, "cap": _nullable(_count),
-        "method": _nullable(_text), "stopped": _nullable(_one_of(PRECISION_STOPS, "reason to stop")),
+        "target": parse.fraction, "reached": parse.nullable(parse.amount), "n": parse.tally,
+        "cap": parse.nullable(parse.count),
+        "method": parse.nullable(parse.text), "stopped": parse.nullable(parse.one_of(PRECISION_STOPS,
+        "reason to stop")),
     }
 
 
@@ -385,17 +155,23 @@ class Cell(Record):
     REQUIRED: ClassVar[dict[str, str]] = {"backend": "the backend's name, a string",
                                           "label": "the cell's label, a string"}
     FIELDS: ClassVar[dict[str, Parser]] = {
-        "backend": _text, "label": _text, "measurement": _nullable(_text), "placement": _nullable(_text),
-        "host": _nullable(_text), "group": _nullable(_text), "variant": _nullable(_mapping), "instance": _nullable(_count),
-        "concurrency": _nullable(_count), "params": _nullable(_mapping), "timed": _nullable(_text),
-        "cache_mode": _nullable(_text), "bytes": _nullable(_amount), "what": _nullable(_text),
-        "metrics": _nullable(_objects), "phases": _nullable(_flag), "phase_markers": _nullable(_text),
-        "disk": _nullable(_text), "disk_describe": _nullable(_text), "stack": _nullable(_mapping),
-        "samples": _list_of(Sample), "warmups": _list_of(Sample), "failures": _list_of(Failure),
-        "verification": _nullable(_mapping), "cold_s": _nullable(_seconds),
-        "status": _one_of(CELL_STATUSES, "cell status"), "skip_reason": _nullable(_text),
-        "env": _nullable(_mapping), "memsize": _nullable(_count),
-        "order": _nullable(_one_of(ORDERS, "order")), "precision": _nullable(Precision.from_dict),
+        "backend": parse.text, "label": parse.text, "measurement": parse.nullable(parse.text),
+        "placement": parse.nullable(parse.text),
+        "host": parse.nullable(parse.text), "group": parse.nullable(parse.text),
+        "variant": parse.nullable(parse.mapping), "instance": parse.nullable(parse.count),
+        "concurrency": parse.nullable(parse.count), "params": parse.nullable(parse.mapping),
+        "timed": parse.nullable(parse.text),
+        "cache_mode": parse.nullable(parse.text), "bytes": parse.nullable(parse.amount),
+        "what": parse.nullable(parse.text),
+        "metrics": parse.nullable(parse.objects), "phases": parse.nullable(parse.flag),
+        "phase_markers": parse.nullable(parse.text),
+        "disk": parse.nullable(parse.text), "disk_describe": parse.nullable(parse.text),
+        "stack": parse.nullable(parse.mapping),
+        "samples": parse.list_of(Sample), "warmups": parse.list_of(Sample), "failures": parse.list_of(Failure),
+        "verification": parse.nullable(parse.mapping), "cold_s": parse.nullable(parse.seconds),
+        "status": parse.one_of(CELL_STATUSES, "cell status"), "skip_reason": parse.nullable(parse.text),
+        "env": parse.nullable(parse.mapping), "memsize": parse.nullable(parse.count),
+        "order": parse.nullable(parse.one_of(ORDERS, "order")), "precision": parse.nullable(Precision.from_dict),
     }
 
 
@@ -412,9 +188,11 @@ class Placement(Record):
     level1: dict[str, Any] | None = None  # guestbench.nested Level1 + image, seconds, error
 
     FIELDS: ClassVar[dict[str, Parser]] = {
-        "host": _nullable(_mapping), "backends": _map_of(BackendVerdict),
-        "status": _nullable(_one_of(PLACEMENT_STATUSES, "placement status")), "started_utc": _nullable(_text),
-        "finished_utc": _nullable(_text), "guestbench": _nullable(_mapping), "level1": _nullable(_mapping),
+        "host": parse.nullable(parse.mapping), "backends": parse.map_of(BackendVerdict),
+        "status": parse.nullable(parse.one_of(PLACEMENT_STATUSES, "placement status")),
+        "started_utc": parse.nullable(parse.text),
+        "finished_utc": parse.nullable(parse.text), "guestbench": parse.nullable(parse.mapping),
+        "level1": parse.nullable(parse.mapping),
     }
 
 
@@ -436,28 +214,31 @@ class FleetHost(Record):
     error: str | None = None  # why it ended early
 
     FIELDS: ClassVar[dict[str, Parser]] = {
-        "address": _nullable(_text), "host": _nullable(_mapping), "backends": _map_of(BackendVerdict),
-        "resources": _nullable(_mapping), "placements": _map_of(Placement), "order": _nullable(_mapping),
-        "status": _nullable(_one_of(HOST_STATUSES, "host status")), "started_utc": _nullable(_text),
-        "finished_utc": _nullable(_text), "guestbench": _nullable(_mapping), "error": _nullable(_text),
+        "address": parse.nullable(parse.text), "host": parse.nullable(parse.mapping),
+        "backends": parse.map_of(BackendVerdict),
+        "resources": parse.nullable(parse.mapping), "placements": parse.map_of(Placement),
+        "order": parse.nullable(parse.mapping),
+        "status": parse.nullable(parse.one_of(HOST_STATUSES, "host status")), "started_utc": parse.nullable(parse.text),
+        "finished_utc": parse.nullable(parse.text), "guestbench": parse.nullable(parse.mapping),
+        "error": parse.nullable(parse.text),
     }
 
 
 def _order(value: Any, key: str) -> dict[str, Any]:
-    _mapping(value, key)
-    _one_of(ORDERS, "order")(value.get("mode"), _at(key, "mode"))
+    parse.mapping(value, key)
+    parse.one_of(ORDERS, "order")(value.get("mode"), parse.at(key, "mode"))
     if value.get("seed") is not None and (isinstance(value["seed"], bool) or not isinstance(value["seed"], int)
                                           or value["seed"] < 0):
-        raise _refuse(value["seed"], _at(key, "seed"), "is not a seed", "an integer >= 0")
+        raise parse.refuse(value["seed"], parse.at(key, "seed"), "is not a seed", "an integer >= 0")
     cells = value.get("block_cells")
     if cells is not None and (type(cells) is not int or cells < 1):
-        raise _refuse(cells, _at(key, "block_cells"), "is not a number of cells", "an integer >= 1")
+        raise parse.refuse(cells, parse.at(key, "block_cells"), "is not a number of cells", "an integer >= 1")
     return value  # type: ignore[no-any-return]
 
 
 def _version(value: Any, key: str) -> int:
     if type(value) is not int or value not in READABLE_VERSIONS:
-        raise _refuse(value, key, "is not supported", " or ".join(map(str, READABLE_VERSIONS)))
+        raise parse.refuse(value, key, "is not supported", " or ".join(map(str, READABLE_VERSIONS)))
     return value
 
 
@@ -484,12 +265,14 @@ class Run(Record):
     REQUIRED: ClassVar[dict[str, str]] = {"schema": repr(SCHEMA), "schema_version": "1, 2 or 3",
                                           "cells": "a list of cells"}
     FIELDS: ClassVar[dict[str, Parser]] = {
-        "schema": _one_of((SCHEMA,), "guestbench results file"), "schema_version": _version,
-        "guestbench": _nullable(_mapping), "status": _nullable(_one_of(RUN_STATUSES, "run status")),
-        "started_utc": _nullable(_text), "finished_utc": _nullable(_text), "command": _nullable(_texts),
-        "scenario": _nullable(_mapping), "host": _nullable(_mapping), "backends": _map_of(BackendVerdict),
-        "cells": _list_of(Cell), "placements": _map_of(Placement), "order": _nullable(_order),
-        "hosts": _map_of(FleetHost),
+        "schema": parse.one_of((SCHEMA,), "guestbench results file"), "schema_version": _version,
+        "guestbench": parse.nullable(parse.mapping), "status": parse.nullable(parse.one_of(RUN_STATUSES, "run status")),
+        "started_utc": parse.nullable(parse.text), "finished_utc": parse.nullable(parse.text),
+        "command": parse.nullable(parse.texts),
+        "scenario": parse.nullable(parse.mapping), "host": parse.nullable(parse.mapping),
+        "backends": parse.map_of(BackendVerdict),
+        "cells": parse.list_of(Cell), "placements": parse.map_of(Placement), "order": parse.nullable(_order),
+        "hosts": parse.map_of(FleetHost),
     }
 
     @classmethod
