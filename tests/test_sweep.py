@@ -25,7 +25,7 @@ import pytest
 
 from guestbench.host import rundirs
 from guestbench.host.paths import RUN_PREFIX, WORKER_PREFIX
-from guestbench.run.fleet.worker import sweep_dead_workers
+from guestbench.run.fleet.keeper import sweep_dead_workers
 from guestbench.storage import host_sys as hs
 from guestbench.storage.host import sweep_stale
 from conftest import ROOT, session_tmp_path, small_tmpfs

@@ -15,7 +15,7 @@ rich_console = on_first_use("rich.console")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from guestbench.run.fleet import worker
+    from guestbench.run.fleet import keeper
 
     from guestbench.run.fleet import address, tls
 
@@ -40,7 +40,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import socket
 
     name = args.name or socket.gethostname().split(".")[0]
-    return worker.serve(args.address, listen, [n for n, av in checked.items() if av.usable], name,
+    return keeper.serve(args.address, listen, [n for n, av in checked.items() if av.usable], name,
                         lambda line: err.print(line, highlight=False, markup=False))
 
 

@@ -1,4 +1,4 @@
-"""The Dask worker process of `guestbench worker` (its keeper is guestbench.run.fleet.worker):
+"""The Dask worker process of `guestbench worker` (its keeper is guestbench.run.fleet.keeper):
 python -m guestbench.run.fleet.daskworker ADDRESS NAME LISTEN_HOST RESOURCES_JSON LOCAL_DIR.
 
 It listens on LISTEN_HOST only (the interface that reaches the scheduler: guestbench.run.fleet.address), and
@@ -11,7 +11,7 @@ import asyncio
 import json
 import sys
 
-from guestbench.run.fleet.worker import DEATH_TIMEOUT_S
+from guestbench.run.fleet.keeper import DEATH_TIMEOUT_S
 
 
 async def _serve(address: str, name: str, host: str, offered: dict[str, float], local_dir: str) -> None:
