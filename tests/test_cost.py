@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from guestbench.analysis import cost
+from guestbench.scenario.prices import Prices
 from guestbench.output.tables import cost as cost_table
 from guestbench.util.errors import UserError
 from guestbench.output import results_doc
@@ -52,7 +53,7 @@ def test_unit_prices_give_cost_per_1000_launches_and_per_gb() -> None:
 
 
 def test_an_instance_is_paid_for_by_the_resource_that_runs_out_first() -> None:
-    p = cost.Prices(instance_hour=0.36, vcpus=2, memory_mib=2048, currency="EUR")
+    p = Prices(instance_hour=0.36, vcpus=2, memory_mib=2048, currency="EUR")
     assert p.per_sample(core_s=10.0, gib_s=1.0) == pytest.approx(0.36 / 3600 * 5.0)  # CPU binds: 10/2 > 1/2
     assert p.per_sample(core_s=1.0, gib_s=10.0) == pytest.approx(0.36 / 3600 * 5.0)  # memory binds: 10/2 > 1/2
     assert "2 vCPUs and 2 GiB" in p.describe()

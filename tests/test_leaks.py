@@ -1,4 +1,4 @@
-"""The leak watch's judgement (guestbench.host.leaks), from readings: fds and threads by their floor, RSS by its median,
+"""The leak watch's judgement (guestbench.run.leaks), from readings: fds and threads by their floor, RSS by its median,
 the worst series counts, too few readings judge nothing. Its live use is tests/test_soak.py and `make soak`."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from guestbench.host.leaks import Growth, ProcessReading, _growth, hypervisor_processes, read_process
+from guestbench.run.leaks import Growth, ProcessReading, _growth, hypervisor_processes, read_process
 
 
 def _series(fds: list[int], threads: int = 4, rss: int = 50_000) -> list[ProcessReading]:

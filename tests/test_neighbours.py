@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from guestbench.host import neighbours
-from guestbench.instruments import load as noise
 
 HOLD = """
 import sys, time
@@ -45,7 +44,7 @@ def test_another_run_is_seen_while_it_lives_and_its_entry_goes_when_it_is_killed
         try:
             seen = neighbours.active(exclude=me.id)
             assert [(e.pid, e.what) for e in seen] == [(other.pid, "held by a test")]
-            assert noise.other_runs() == 1, "the fingerprint counts it too"
+            assert neighbours.other_runs() == 1, "the fingerprint counts it too"
         finally:
             other.send_signal(signal.SIGKILL)  # no clean-up of its own: the kernel drops its lock
             other.wait(10)

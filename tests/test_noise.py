@@ -14,6 +14,7 @@ from guestbench.analysis import cells as cellrows
 from guestbench.output.tables import timing as timing_table
 from guestbench.instruments import load as noise
 from guestbench.instruments import usage
+from guestbench.host import tuning
 
 from conftest import run_scenario_text
 
@@ -46,7 +47,7 @@ def test_our_tree_counts_the_cpu_of_children_alive_and_reaped() -> None:
 
 
 def test_the_fingerprint_says_what_makes_figures_move() -> None:
-    s = noise.settings()
+    s = tuning.settings()
     assert isinstance(s.get("other_guestbench_runs"), int)
     if Path("/sys/kernel/mm/transparent_hugepage/enabled").exists():
         assert s["transparent_hugepages"] in ("always", "madvise", "never")

@@ -1,5 +1,5 @@
 """The suite's small soak: 6 UML launches and 5 verified uploads under the leak watch
-(guestbench.host.leaks). The guestbench process and its workers gain no fd or thread, and the host keeps no temp entry,
+(guestbench.run.leaks). The guestbench process and its workers gain no fd or thread, and the host keeps no temp entry,
 loop device, libvirt domain or hypervisor process. `make soak` is the long one (scenarios/soak.yaml)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from guestbench.backends.libvirt import guestfs_domains
-from guestbench.host.leaks import KEPT, HostReading, soak
+from guestbench.run.leaks import KEPT, HostReading, soak
 from guestbench.run.supervisor import socket_dirs_of
 
 from conftest import (descendants, hypervisor_processes, lasting, session_tmp_path, socket_dirs, strangers,

@@ -29,6 +29,7 @@ from guestbench.run.fleet.keeper import sweep_dead_workers
 from guestbench.storage import host_sys as hs
 from guestbench.storage.host import sweep_stale
 from conftest import ROOT, session_tmp_path, small_tmpfs
+from guestbench.host import procs
 
 TIMEOUT = 60
 NOBODY = pwd.getpwnam("nobody")
@@ -60,7 +61,7 @@ def victim(tmp_path: Path) -> Path:
 def dead_owner() -> dict[str, int]:
     """The pid and start time of a process that has ended (a real one: started, then killed)."""
     p = subprocess.Popen(["sleep", "60"])
-    start = hs.proc_start(p.pid)
+    start = procs.proc_start(p.pid)
     p.kill()
     p.wait()
     assert start is not None
@@ -121,7 +122,7 @@ def bystanders(tmp_path: Path) -> Iterator[dict[str, Any]]:
                                "--read-only", str(image)], start_new_session=True, stderr=subprocess.DEVNULL)
     try:
         with small_tmpfs("1M") as mnt:
-            wait_for("qemu-nbd to start", lambda: hs.proc_comm(server.pid) == "qemu-nbd", 30)
+            wait_for("qemu-nbd to start", lambda: procs.proc_comm(server.pid) == "qemu-nbd", 30)
             yield {"file": victim(tmp_path), "image": image, "loop": loop, "mount": mnt, "server": server}
     finally:
         os.killpg(server.pid, signal.SIGKILL)
@@ -157,7 +158,7 @@ def test_a_dead_runs_state_is_acted_on_only_for_what_that_run_could_have_made(
         {"type": "fuse", "mountpoint": str(b["mount"])},
         {"type": "vg", "vg": "important", "pv": b["loop"]},
         {"type": "vg", "vg": "guestbench-1-1", "pv": b["loop"]},
-        {"type": "server", "program": "qemu-nbd", "pid": server.pid, "start": hs.proc_start(server.pid)},
+        {"type": "server", "program": "qemu-nbd", "pid": server.pid, "start": procs.proc_start(server.pid)},
         {"type": "daemon", "path": str(b["file"])},
     ]
     (workdir / "host-storage.json").write_text(json.dumps({"owner": dead_owner(), "resources": resources}))
@@ -230,7 +231,7 @@ def _start(tmp_path: Path, name: str, argv: str, env: dict[str, str]) -> subproc
 
 def _waiting_on(release: Path) -> list[int]:
     """The processes (a run's command) that wait for `release` to appear."""
-    return [int(e) for e in os.listdir("/proc") if e.isdigit() and str(release) in hs.proc_cmdline(int(e))]
+    return [int(e) for e in os.listdir("/proc") if e.isdigit() and str(release) in procs.proc_cmdline(int(e))]
 
 
 def _descendants(pid: int) -> list[tuple[int, int | None]]:
@@ -246,7 +247,7 @@ def _descendants(pid: int) -> list[tuple[int, int | None]]:
     out, todo = [], [pid]
     while todo:
         for k in kids.get(todo.pop(), []):
-            out.append((k, hs.proc_start(k)))
+            out.append((k, procs.proc_start(k)))
             todo.append(k)
     return out
 
@@ -287,7 +288,7 @@ def test_a_sigkilled_runs_directory_is_swept_at_the_next_start_and_a_live_runs_i
         killed.kill()  # SIGKILL: nothing of guestbench's own clean-up runs
         killed.communicate(timeout=TIMEOUT)
         killed_release.touch()  # its orphaned worker's command ends, and the worker with it
-        wait_for("the killed run's worker to end", lambda: not any(hs.same_process(p, s) for p, s in orphans), 90)
+        wait_for("the killed run's worker to end", lambda: not any(procs.same_process(p, s) for p, s in orphans), 90)
         assert killed_dir.is_dir() and [d for d in killed_dir.iterdir() if d.is_dir()], "no cell work dir"
 
         quick = _start(tmp_path, "quick", "true", private_env)
@@ -308,7 +309,7 @@ def test_a_sigkilled_runs_directory_is_swept_at_the_next_start_and_a_live_runs_i
             if p is not None:
                 _stop(p)
         for pid, start in orphans:
-            if hs.same_process(pid, start):
+            if procs.same_process(pid, start):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -352,7 +353,7 @@ def test_a_sigkilled_workers_directory_is_swept_at_the_next_worker_start_and_ano
         assert orphans, "the worker's Dask worker is its child"
         first.kill()
         first.wait(timeout=TIMEOUT)
-        wait_for("the killed worker's Dask worker to end", lambda: not any(hs.same_process(p, s) for p, s in orphans),
+        wait_for("the killed worker's Dask worker to end", lambda: not any(procs.same_process(p, s) for p, s in orphans),
                  90)
         assert home.is_dir()
 
@@ -377,7 +378,7 @@ def test_a_sigkilled_workers_directory_is_swept_at_the_next_worker_start_and_ano
         scheduler.terminate()
         scheduler.wait(timeout=30)
         for pid, s in orphans:
-            if hs.same_process(pid, s):
+            if procs.same_process(pid, s):
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(theirs, ignore_errors=True)
 
@@ -420,7 +421,7 @@ def test_a_dead_runs_directory_is_kept_while_an_orphan_of_it_still_works_in_it(t
     (run_dir / rundirs.OWNER_FILE).write_text(json.dumps(dead_owner()))
     orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"{run_dir}/disk.img"])
     try:
-        wait_for("the orphan to start", lambda: f"{run_dir}/disk.img" in hs.proc_cmdline(orphan.pid), 30)
+        wait_for("the orphan to start", lambda: f"{run_dir}/disk.img" in procs.proc_cmdline(orphan.pid), 30)
         assert sweep_stale(root) == [f"kept {run_dir}: process {orphan.pid} still uses it"]
         assert run_dir.is_dir()
     finally:

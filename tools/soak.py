@@ -1,4 +1,4 @@
-"""make soak: run a soak scenario under the leak watch (guestbench.host.leaks) and print what it gained.
+"""make soak: run a soak scenario under the leak watch (guestbench.run.leaks) and print what it gained.
 
 usage: python tools/soak.py [SCENARIO] [guestbench scenario options...]   (default scenarios/soak.yaml)
 Exit status 0 when nothing leaked and nothing failed, 1 otherwise; the figures also go to results/soak-*.json.
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from guestbench.host import fingerprint as host
-from guestbench.host.leaks import WINDOW, soak
+from guestbench.run.leaks import WINDOW, soak
 
 WARMUP = 4  # samples of a cell before its baseline: caches filled, allocator settled
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import guestbench
-from guestbench.instruments import load as noise
+from guestbench.host import tuning
 
 COMMAND_TIMEOUT_S = 10.0
 """Upper bound for any external command; a hung tool must not hang the fingerprint."""
@@ -383,7 +383,7 @@ def fingerprint() -> dict[str, Any]:
         "virtualization": virtualization(),
         "versions": versions(),
         "guestbench": {"version": guestbench.__version__, "git_commit": git_commit()},
-        "noise": noise.settings(),  # what makes figures move: governor, boost, THP, SMT, mitigations, other runs
+        "noise": tuning.settings(),  # what makes figures move: governor, boost, THP, SMT, mitigations, other runs
     }
 
 

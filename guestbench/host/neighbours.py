@@ -179,3 +179,9 @@ class Neighbours(threading.Thread):
     def ever(self) -> list[str]:
         with self._lock:
             return sorted(self._seen)
+
+
+def other_runs() -> int:
+    """Other guestbench runs active on this machine now (the host-wide registry; not this process or its parent)."""
+    mine = {os.getpid(), os.getppid()}
+    return sum(1 for run in active() if run.pid not in mine)

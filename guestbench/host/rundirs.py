@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guestbench.host.owned import UnsafePath, check_dir, check_dir_shared
-from guestbench.storage import host_sys as hs
+from guestbench.host import procs
 
 OWNER_FILE = ".owner.json"
 
@@ -61,7 +61,7 @@ def safe_root(root: Path) -> Path:
 
 def _me() -> bytes:
     pid = os.getpid()
-    return json.dumps({"pid": pid, "start": hs.proc_start(pid)}).encode()
+    return json.dumps({"pid": pid, "start": procs.proc_start(pid)}).encode()
 
 
 def make(root: Path, prefix: str) -> Path:
@@ -93,7 +93,7 @@ def _open_record(d: Path, flags: int) -> int | None:
 def _owner_lives(fd: int) -> bool:
     try:
         data = json.loads(os.pread(fd, 4096, 0))
-        return hs.same_process(int(data["pid"]), int(data["start"]))
+        return procs.same_process(int(data["pid"]), int(data["start"]))
     except (OSError, ValueError, KeyError, TypeError):
         return False
 

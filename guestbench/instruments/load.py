@@ -20,11 +20,9 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from guestbench.host import cgroups
-from guestbench.host import neighbours
 from guestbench.instruments import usage
 
 BUSY_OTHER_CORES = 0.5
@@ -106,63 +104,3 @@ def judge(a: _Reading, b: _Reading, load1: float, cpus: int) -> dict[str, Any]:
     if wall >= MIN_JUDGED_S:
         record["busy"] = other > BUSY_OTHER_CORES or steal > BUSY_STEAL
     return record
-
-
-# ---------------------------------------------------------------------------------------------- the machine
-
-
-def _read(path: str) -> str | None:
-    try:
-        return Path(path).read_text().strip()
-    except OSError:
-        return None
-
-
-def _bracketed(text: str | None) -> str | None:
-    """sysfs lists choices with the active one in brackets: 'always [madvise] never' → 'madvise'."""
-    if text and "[" in text:
-        return text.split("[", 1)[1].split("]", 1)[0]
-    return text
-
-
-def _boost() -> bool | None:
-    boost = _read("/sys/devices/system/cpu/cpufreq/boost")
-    if boost is not None:
-        return boost == "1"
-    no_turbo = _read("/sys/devices/system/cpu/intel_pstate/no_turbo")
-    return None if no_turbo is None else no_turbo == "0"
-
-
-def _mitigations() -> dict[str, int] | None:
-    """How many of the kernel's CPU vulnerability entries are mitigated, vulnerable or not affected."""
-    d = Path("/sys/devices/system/cpu/vulnerabilities")
-    if not d.is_dir():
-        return None
-    counts = {"mitigated": 0, "vulnerable": 0, "not affected": 0}
-    for f in d.iterdir():
-        text = (_read(str(f)) or "").lower()
-        key = "not affected" if text.startswith("not affected") else \
-            "vulnerable" if text.startswith("vulnerable") else "mitigated"
-        counts[key] += 1
-    return counts
-
-
-def other_runs() -> int:
-    """Other guestbench runs active on this machine now (the host-wide registry; not this process or its parent)."""
-    mine = {os.getpid(), os.getppid()}
-    return sum(1 for run in neighbours.active() if run.pid not in mine)
-
-
-def settings() -> dict[str, Any]:
-    """What on this machine makes timings move (absent: the machine does not say)."""
-    governor = _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
-    smt = _read("/sys/devices/system/cpu/smt/active")
-    out: dict[str, Any] = {
-        "governor": governor,
-        "boost": _boost(),
-        "transparent_hugepages": _bracketed(_read("/sys/kernel/mm/transparent_hugepage/enabled")),
-        "smt": None if smt is None else smt == "1",
-        "mitigations": _mitigations(),
-        "other_guestbench_runs": other_runs(),
-    }
-    return {k: v for k, v in out.items() if v is not None}

@@ -10,7 +10,7 @@ import unicodedata
 from typing import Any
 
 from guestbench.scenario import limits
-from guestbench.analysis import cost
+from guestbench.scenario import prices as cost
 from guestbench.backends import BACKENDS
 from guestbench.util.errors import UserError, clip
 from guestbench.scenario.limits import INT64_MAX, MAX_COUNT, MAX_LABEL, MAX_MIB, MAX_TEXT

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from guestbench.analysis import cost
+from guestbench.scenario import prices as cost
 from guestbench.backends import BACKENDS
 from guestbench.scenario.limits import MAX_LABEL
 from guestbench.measurements import MEASUREMENTS

@@ -17,6 +17,7 @@ from typing import Any
 from guestbench.results import atomic_write_json
 from guestbench.storage import host_sys as hs
 from guestbench.storage.host_teardown import STATE_FILE, teardown
+from guestbench.host import procs
 
 READY_TIMEOUT_S = 30.0
 FULL_PREALLOC_BYTES_PER_S = 20 * 2**20  # a slow shared disk: the timeout for writing a whole image
@@ -60,7 +61,7 @@ class Resources:
 
     def save(self) -> None:
         atomic_write_json(self.state_path, {
-            "owner": {"pid": os.getpid(), "start": hs.proc_start(os.getpid())},
+            "owner": {"pid": os.getpid(), "start": procs.proc_start(os.getpid())},
             "workdir": str(self.workdir),
             "resources": self.items,
         })
@@ -112,7 +113,7 @@ class Builder:
                                     start_new_session=True, env=env)
         self.res.procs[proc.pid] = proc
         self._logs[proc.pid] = log_path
-        res = {"type": "server", "program": program, "pid": proc.pid, "start": hs.proc_start(proc.pid), "name": name}
+        res = {"type": "server", "program": program, "pid": proc.pid, "start": procs.proc_start(proc.pid), "name": name}
         self.res.record(res)
         self.drives[name][program] = res
         return proc

@@ -22,6 +22,7 @@ from guestbench.host import rundirs
 from guestbench.host.paths import RUN_PREFIX, temp_root
 from guestbench.storage import host_sys as hs
 from guestbench.storage.host_teardown import STATE_FILE, teardown, unmount
+from guestbench.host import procs
 
 _LOOP_RE = re.compile(r"/dev/loop[0-9]{1,6}")
 _VG_RE = re.compile(re.escape(hs.VG_PREFIX) + r"[0-9]{1,10}-[0-9]{1,10}")
@@ -51,7 +52,7 @@ def read_state(path: Path) -> dict[str, Any] | None:
 def owner_alive(state: dict[str, Any]) -> bool:
     owner = state.get("owner") or {}
     try:
-        return hs.same_process(int(owner["pid"]), owner.get("start"))
+        return procs.same_process(int(owner["pid"]), owner.get("start"))
     except (KeyError, TypeError, ValueError, AttributeError):
         return False
 
@@ -101,9 +102,9 @@ def refusal(res: dict[str, Any], workdir: Path) -> str | None:
         pid, start = res.get("pid"), res.get("start")
         if not isinstance(pid, int) or not isinstance(start, int) or isinstance(pid, bool) or pid <= 1:
             return f"server pid {_short(pid)} start {_short(start)} is not a process record"
-        if not hs.same_process(pid, start):
+        if not procs.same_process(pid, start):
             return None  # gone already: nothing will be done to it
-        if hs.proc_comm(pid) not in hs.SERVER_PROGRAMS or not hs.names(pid, workdir):
+        if procs.proc_comm(pid) not in hs.SERVER_PROGRAMS or not procs.names(pid, workdir):
             return f"process {pid} is not a server of the user's naming it"
         return None
     return f"unknown resource type {_short(kind)}"
@@ -132,7 +133,7 @@ def sweep_workdir(workdir: Path, state: dict[str, Any]) -> list[str]:
         if res["type"] == "server":
             teardown(res, None, log)
     for pid in hs.servers_under(workdir):
-        teardown({"type": "server", "program": hs.proc_comm(pid), "pid": pid, "start": hs.proc_start(pid)},
+        teardown({"type": "server", "program": procs.proc_comm(pid), "pid": pid, "start": procs.proc_start(pid)},
                  None, log)
     for res in reversed(resources):
         if res["type"] == "vg":
@@ -193,7 +194,7 @@ def _remove_run_dir(run_dir: Path) -> list[str]:
     prefix = str(run_dir) + "/"
     if any(m.startswith(prefix) for m in hs.mounts()):
         return log + [f"failed: kept {run_dir}: something is still mounted in it"]
-    if users := hs.users(run_dir):  # an orphan of that run (a hypervisor) still works in it
+    if users := procs.users(run_dir):  # an orphan of that run (a hypervisor) still works in it
         return log + [f"kept {run_dir}: process {users[0]} still uses it"]
     shutil.rmtree(run_dir, ignore_errors=True)
     return log + [f"removed {run_dir} (its run died)"]

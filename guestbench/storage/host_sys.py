@@ -10,10 +10,10 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from functools import lru_cache
 from pathlib import Path
 
+from guestbench.host.procs import names, proc_comm
 from guestbench.util.errors import Unavailable
 
 SERVER_PROGRAMS = ("qemu-nbd", "nbdkit", "nbdfuse")
@@ -110,93 +110,6 @@ def check(argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> str:
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed (exit {r.returncode}): {r.stderr.strip() or r.stdout.strip()}")
     return r.stdout
-
-
-# ------------------------------------------------------------------ processes
-
-def proc_start(pid: int) -> int | None:
-    """A process's start time in clock ticks since boot (tells a pid from a later reuse); None if gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return None if fields[0] == "Z" else int(fields[19])
-
-
-def proc_comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
-def proc_uid(pid: int) -> int | None:
-    """The uid a process runs as (real, effective, saved and filesystem uids alike; else -1); None if gone.
-    From /proc/PID/status, not the owner of /proc/PID, which is root for any process that makes itself
-    non-dumpable."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in status.splitlines():
-        if line.startswith("Uid:"):
-            uids = set(line.split()[1:])
-            return int(uids.pop()) if len(uids) == 1 else -1
-    return None
-
-
-def proc_cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def same_process(pid: int, start: int | None) -> bool:
-    now = proc_start(pid)
-    return now is not None and (start is None or now == start)
-
-
-def wait_gone(pid: int, start: int | None, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while same_process(pid, start):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def kill(pid: int, sig: int) -> None:
-    """Signal a process and, when it leads a process group (our servers lead their own session), its group."""
-    try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def killpg(pgid: int, sig: int) -> None:
-    """Signal a whole process group, if any process is left in it."""
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def names(pid: int, directory: Path) -> bool:
-    """Whether a process of the effective user's has something inside `directory` on its command line."""
-    return proc_uid(pid) == os.geteuid() and str(directory).rstrip("/") + "/" in proc_cmdline(pid)
-
-
-def users(directory: Path) -> list[int]:
-    """Pids of processes, whoever runs them, whose command line names something inside `directory` (a hypervisor
-    names its drives). Any user's: libvirt runs qemu as its own user, and a directory still in use is only ever
-    kept for it, never acted on."""
-    inside = str(directory).rstrip("/") + "/"
-    return [int(e) for e in os.listdir("/proc") if e.isdigit() and inside in proc_cmdline(int(e))]
 
 
 def servers_under(directory: Path) -> list[int]:

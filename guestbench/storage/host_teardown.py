@@ -9,13 +9,13 @@ or device is never touched.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from guestbench.storage import host_sys as hs
+from guestbench.host import procs
 
 STATE_FILE = "host-storage.json"
 STOP_TIMEOUT_S = 10.0
@@ -54,20 +54,20 @@ def stop_server(res: dict[str, Any], proc: subprocess.Popen[bytes] | None, log: 
                 except subprocess.TimeoutExpired:
                     pass
             if proc.poll() is None:
-                hs.killpg(pid, sig)
+                procs.killpg(pid, sig)
                 try:
                     proc.wait(timeout=STOP_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
-                    hs.killpg(pid, signal.SIGKILL)
+                    procs.killpg(pid, signal.SIGKILL)
                     proc.wait(timeout=STOP_TIMEOUT_S)
             log.append(f"stopped {program} pid {pid} (exit {proc.returncode})")
-        hs.killpg(pid, signal.SIGKILL)  # anything it left in its group
+        procs.killpg(pid, signal.SIGKILL)  # anything it left in its group
         return True
     # not our child (a sweep): act only if the pid is still the very process we started
-    if not hs.same_process(pid, start) or hs.proc_comm(pid) not in hs.SERVER_PROGRAMS:
+    if not procs.same_process(pid, start) or procs.proc_comm(pid) not in hs.SERVER_PROGRAMS:
         return True
-    hs.kill(pid, signal.SIGKILL)
-    if hs.wait_gone(pid, start, STOP_TIMEOUT_S):
+    procs.kill(pid, signal.SIGKILL)
+    if procs.wait_gone(pid, start, STOP_TIMEOUT_S):
         log.append(f"killed {program} pid {pid}")
         return True
     log.append(f"failed: {program} pid {pid} survived SIGKILL")

@@ -24,7 +24,8 @@ from guestbench.host import rundirs
 from guestbench.util.errors import UserError
 from guestbench.host.paths import RUN_PREFIX, WORKER_PREFIX, remove_tree, temp_root
 from guestbench.run.fleet import resources
-from guestbench.storage.host_sys import mounts, users
+from guestbench.storage.host_sys import mounts
+from guestbench.host.procs import users
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36

@@ -22,7 +22,7 @@ from guestbench.host import owned
 from guestbench.host import rundirs
 from guestbench.util.errors import UserError
 from guestbench.host.paths import remove_tree
-from guestbench.storage.host_sys import users
+from guestbench.host.procs import users
 from guestbench.run.fleet import ephemeral
 
 PREFIX = "fleet-local-"

@@ -25,7 +25,7 @@ POLL_S = 0.2
 WORKER_MODULE = b"guestbench.run.worker"  # python -m guestbench.run.worker (guestbench.run.supervisor)
 # caches a first run makes in the temp roots and keeps on purpose (UML's appliances, libguestfs's own)
 KEPT = ("guestbench-appliances", ".guestfs-")
-WINDOW = 6  # readings that make the baseline (after the warm-up) and the end figure (guestbench.host.leaks._growth)
+WINDOW = 6  # readings that make the baseline (after the warm-up) and the end figure (guestbench.run.leaks._growth)
 
 
 @dataclass
