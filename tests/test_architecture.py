@@ -67,3 +67,34 @@ def test_no_class_over_300_lines_and_no_function_over_90() -> None:
             if limit is not None and (n := (node.end_lineno or node.lineno) - node.lineno + 1) > limit:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {n} lines (limit {limit})")
     assert not found, found
+
+
+# The layers, lowest first: a package imports only packages of its own layer or below (and the package's face,
+# guestbench/__init__.py, for the version). docs/architecture.md draws them.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("util",),  # errors, units, reasons, bounded YAML: nothing of guestbench's
+    ("host",),  # host facts: fingerprint, /proc, cgroups, space, locks, neighbours, paths, owned files
+    ("results", "instruments"),  # the results file's model and io; what a worker measures per sample
+    ("backends", "workloads", "storage"),  # the domain: hypervisors, workload tools, disks
+    ("measurements",),
+    ("scenario",),
+    ("analysis",),  # figures of a results file: statistics, comparisons, cost, phases
+    ("nested",),
+    ("run",),  # plan, schedule, execute, record; fleet and nested placements
+    ("output",),  # tables, renderers, exporters, charts
+    ("cli", "pytest_plugin", "__main__"),  # entry points
+)
+
+
+def _layer(module: str) -> int | None:
+    top = module.split(".")[1] if "." in module else None
+    return next((i for i, names in enumerate(LAYERS) if top in names), None)
+
+
+def test_every_package_has_a_layer_and_imports_none_above_it() -> None:
+    files = {_module(p): p for p in ROOT.rglob("*.py")}
+    unplaced = sorted({m.split(".")[1] for m in files if "." in m and _layer(m) is None})
+    assert not unplaced, f"packages without a layer in LAYERS: {unplaced}"
+    upward = [f"{m} -> {n}" for m, p in files.items() if "." in m
+              for n in sorted(_imports(p, set(files))) if n != "guestbench" and _layer(n) > _layer(m)]
+    assert not upward, "imports of a higher layer: " + "; ".join(upward)
