@@ -57,16 +57,22 @@ def _mark(path: Path) -> None:
     tmp.rename(path)
 
 
+def look(turn: Turn, iteration: int) -> str | None:
+    """GO when the turn of `iteration` is granted, STOP when the cell was told to stop, else None (not yet)."""
+    d = Path(turn.dir)
+    if (d / f"go-{turn.slot}-{iteration}").exists():
+        return GO
+    if (d / f"stop-{turn.slot}").exists():
+        return STOP
+    return None
+
+
 def wait(turn: Turn, iteration: int) -> str | None:
     """Wait for the turn of `iteration`: GO, STOP, or None when wait_s passed or the runner is gone."""
-    d = Path(turn.dir)
-    go, halt = d / f"go-{turn.slot}-{iteration}", d / f"stop-{turn.slot}"
     t0 = time.monotonic()
     while True:
-        if go.exists():
-            return GO
-        if halt.exists():
-            return STOP
+        if (got := look(turn, iteration)) is not None:
+            return got
         if time.monotonic() - t0 > turn.wait_s or os.getppid() != turn.granter:  # reparented: the runner died
             return None
         time.sleep(POLL_S)

@@ -1,0 +1,147 @@
+"""The run's pipeline through the scripted executor (guestbench.run.scripted): the gate and deferred probes,
+blocks and their turns, precision stops, power-cut trials and a signal mid-block — the real runner, recorder,
+turnstile and results file, with a script in place of the workers, so nothing is launched (make check).
+
+Each path also has an end-to-end test with real appliances: the gate (test_runner, test_faults), turns and
+precision (test_order), power cuts (test_durability in test_workload_run's tcg cells), signals (test_signals).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from guestbench.results import load_results
+from guestbench.run.protocol import Request
+from guestbench.run.runner import RunOptions, run_scenario
+from guestbench.run.scripted import ScriptedExecutor, Step
+from guestbench.scenario import parse_scenario
+from guestbench.util.errors import Interrupted
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scripted probes' verdicts stay in this test's cache: a real run must never read them."""
+    monkeypatch.setenv("GUESTBENCH_CACHE", str(tmp_path / "cache"))
+
+
+def _run(tmp_path: Path, scenario: dict[str, Any], script: Any, **opts: Any) -> tuple[dict[str, Any], ScriptedExecutor]:
+    ex = ScriptedExecutor(script)
+    sc = parse_scenario({"name": "s", "backends": ["tcg"], "warmup": 0, **scenario}, "s.yaml")
+    rf = run_scenario(sc, RunOptions(results_dir=tmp_path / "results", reprobe=True, **opts),
+                      Console(stderr=True, quiet=True), executor=ex)
+    return load_results(str(rf.path)), ex
+
+
+def _probe_or(seconds: Any) -> Any:
+    """A script whose probes launch in 1 s, whose cold launches take 5 s and whose cells' n-th samples come from
+    `seconds(cache, n)`."""
+    counts: Counter[tuple[str, str]] = Counter()
+
+    def script(backend: str, req: Request, i: int) -> Step:
+        if "probe-" in req.workdir:
+            return Step(seconds=1.0)
+        if req.iterations[i] == "cold":  # a start-up's first launch: reported, never sampled
+            return Step(seconds=5.0)
+        cache = str(req.params.get("cache"))
+        counts[(backend, cache)] += 1
+        return seconds(cache, counts[(backend, cache)])
+    return script
+
+
+def test_cells_of_a_block_take_turns_and_each_stops_at_its_target_or_its_cap(tmp_path: Path) -> None:
+    steady = [2.0, 2.01, 1.99, 2.0, 2.0, 2.01]
+    noisy = [1.0, 3.0, 0.5, 4.0, 1.5, 3.5, 0.7, 2.9]
+    doc, ex = _run(tmp_path, {"repetitions": 3, "precision": "2%", "max_repetitions": 8,
+                              "measurements": [{"measurement": "startup", "matrix": {"cache": ["writeback", "unsafe"]}}]},
+                   _probe_or(lambda cache, n: Step(seconds=(steady if cache == "writeback" else noisy)[n - 1])))
+    assert doc["status"] == "complete"
+    cells = {c["params"]["cache"]: c for c in doc["cells"]}
+    assert [s["seconds"] for s in cells["writeback"]["samples"]] == steady[:3]
+    assert cells["writeback"]["precision"]["stopped"] == "target"
+    assert [s["seconds"] for s in cells["unsafe"]["samples"]] == noisy
+    assert cells["unsafe"]["precision"]["stopped"] == "cap"
+    seqs = sorted((s["seq"], c) for c, cell in cells.items() for s in cell["samples"])
+    assert [c for _, c in seqs[:6]] == ["writeback", "unsafe"] * 3, "round by round, in the block's order"
+    assert [c for _, c in seqs[6:]] == ["unsafe"] * 5, "the stopped cell leaves the rounds"
+    cold = [r for b, r in ex.requests if "probe-" not in r.workdir]
+    assert len(cold) == 2 and all(r.turn for r in cold), "one worker per cell, kept between turns"
+
+
+def test_a_failed_probe_leaves_the_backend_unusable_and_its_cells_unmeasured(tmp_path: Path) -> None:
+    def script(backend: str, req: Request, i: int) -> Step:
+        return Step(fail="could not create appliance: qemu exited (scripted)")
+    doc, ex = _run(tmp_path, {"repetitions": 2, "measurements": ["startup"]}, script)
+    assert doc["backends"]["tcg"]["usable"] is False
+    assert "qemu exited (scripted)" in doc["backends"]["tcg"]["reason"]
+    assert [c["status"] for c in doc["cells"]] in ([], ["unavailable"], ["skipped"])
+    assert len(ex.requests) == 1, "the probe only"
+
+
+def test_a_deferred_probe_decided_by_the_first_launch_skips_the_backends_other_cells(tmp_path: Path) -> None:
+    def script(backend: str, req: Request, i: int) -> Step:
+        return Step(hang="launch")
+    doc, _ = _run(tmp_path, {"repetitions": 2, "measurements": ["startup", {"measurement": "upload", "size": "1MiB"}]},
+                  script, defer_probe=True)
+    assert doc["backends"]["tcg"]["usable"] is False
+    statuses = [c["status"] for c in doc["cells"]]
+    assert statuses[0] == "skipped" and all(s == "skipped" for s in statuses)
+    assert "did not finish within" in doc["cells"][0]["failures"][0]["reason"]
+
+
+def test_a_worker_that_dies_mid_cell_is_replaced_and_the_iteration_fails(tmp_path: Path) -> None:
+    calls = Counter()
+
+    def script(backend: str, req: Request, i: int) -> Step:
+        if "probe-" in req.workdir:
+            return Step(seconds=1.0)
+        calls["n"] += 1
+        return Step(crash="segfault (scripted)") if calls["n"] == 2 else Step(seconds=0.5)
+    doc, ex = _run(tmp_path, {"repetitions": 3, "measurements": [{"measurement": "upload", "size": "1MiB"}]}, script)
+    cell = doc["cells"][0]
+    assert len(cell["samples"]) == 2 and len(cell["failures"]) == 1
+    assert "segfault (scripted)" in cell["failures"][0]["reason"]
+    assert len([r for _, r in ex.requests if "probe-" not in r.workdir]) == 2, "a new worker for the rest"
+
+
+def test_power_cut_trials_are_cut_on_the_workers_word_and_judged_from_the_image(tmp_path: Path) -> None:
+    def script(backend: str, req: Request, i: int) -> Step:
+        if "probe-" in req.workdir:
+            return Step(seconds=1.0)
+        return Step(seconds=0.2, metrics={"write_s": 0.1}, powercut=True)  # nothing written: the data is lost
+    doc, ex = _run(tmp_path, {"repetitions": 2, "measurements": [{"measurement": "durability", "cache": "unsafe"}]},
+                   script)
+    cell = doc["cells"][0]
+    assert cell["status"] == "done", cell
+    assert [s["metrics"]["verdict"] for s in cell["samples"]] == ["lost", "lost"]
+    assert len([r for _, r in ex.requests if "probe-" not in r.workdir]) == 2, "one worker per trial"
+
+
+def test_a_signal_mid_block_stops_every_cell_and_keeps_what_was_sampled(tmp_path: Path) -> None:
+    sent = threading.Event()
+
+    def interrupt() -> None:
+        if not sent.is_set():
+            sent.set()
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def seconds(cache: str, n: int) -> Step:
+        return Step(seconds=1.0, then=interrupt if (cache, n) == ("unsafe", 2) else None)
+    with pytest.raises(Interrupted):
+        _run(tmp_path, {"repetitions": 5, "measurements": [{"measurement": "startup",
+                                                            "matrix": {"cache": ["writeback", "unsafe"]}}]},
+             _probe_or(seconds))
+    doc = json.loads(next((tmp_path / "results").glob("*.json")).read_text())
+    assert doc["status"] == "interrupted"
+    kept = {c["params"]["cache"]: len(c["samples"]) for c in doc["cells"]}
+    assert kept["unsafe"] == 2 and kept["writeback"] in (2, 3), kept
+    assert all(c["status"] in ("interrupted", "done") for c in doc["cells"])
+    assert not list(Path(os.environ["GUESTBENCH_TMPDIR"]).glob("guestbench-run-*")), "the run directory is removed"
