@@ -18,6 +18,7 @@ from guestbench.analysis import compare
 from guestbench.util.errors import UserError
 from guestbench.results import load_results
 from guestbench.results.hosts import differences, names, view
+from guestbench.run import remote
 from guestbench.run.fleet import coordinator, resources
 from guestbench.scenario import parse_scenario
 
@@ -101,7 +102,7 @@ def test_a_lost_host_keeps_its_samples_and_its_unfinished_iterations_become_fail
     assert saved["hosts"]["beta"]["status"] == "lost" and "left the cluster mid-run" in saved["hosts"]["beta"]["error"]
     (beta,) = [c for c in saved["cells"] if c["host"] == "beta"]
     assert len(beta["samples"]) == 2 and beta["status"] == "interrupted"
-    assert coordinator._ended_iterations(beta) == run._planned(beta) == planned
+    assert remote.ended_iterations(beta) == remote.planned(run.sc, beta) == planned
     assert all(f["reason"].startswith("host beta lost") for f in beta["failures"])
     run.merge("beta", beta_doc)  # a late snapshot from a host written off changes nothing
     assert json.loads((tmp_path / "r.json").read_text()) == saved

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from guestbench.nested import job as nested_run
+from guestbench.run.nested import Merger
 from guestbench.results import ResultsFile
 from guestbench.scenario import Scenario, load_scenario, parse_scenario
 
@@ -108,7 +109,7 @@ def _guest_doc(samples: int, status: str = "running") -> dict[str, Any]:
 
 def test_merge_replaces_nested_cells_keeps_host_cells_and_saves(sc: Scenario, tmp_path: Path) -> None:
     rf = _doc(tmp_path)
-    merger = nested_run.Merger(rf, nested_run.plan(sc, False, None), "abc")
+    merger = Merger(rf, nested_run.plan(sc, False, None), "abc")
     assert json.loads(rf.path.read_text())["placements"]["nested"]["status"] == "starting"
     merger.take_bytes(json.dumps(_guest_doc(1)).encode())
     merger.take_bytes(json.dumps(_guest_doc(2)).encode())  # a newer snapshot replaces, never duplicates
@@ -129,7 +130,7 @@ def test_merge_replaces_nested_cells_keeps_host_cells_and_saves(sc: Scenario, tm
 
 def test_an_interrupted_level1_run_says_so(sc: Scenario, tmp_path: Path) -> None:
     rf = _doc(tmp_path)
-    merger = nested_run.Merger(rf, nested_run.plan(sc, False, None), "abc")
+    merger = Merger(rf, nested_run.plan(sc, False, None), "abc")
     merger.take(_guest_doc(1))
     merger.finish(30.0, "interrupted by a signal", interrupted=True)
     nested = json.loads(rf.path.read_text())["placements"]["nested"]

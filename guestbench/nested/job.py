@@ -25,7 +25,6 @@ from guestbench.backends import BACKENDS
 from guestbench.measurements import get as get_measurement
 from guestbench.nested import image as nested_image
 from guestbench.nested.image import GUEST_CACHE, GUEST_DATA
-from guestbench.results import ResultsFile
 from guestbench.scenario import Scenario
 from guestbench.util.units import format_duration
 
@@ -151,61 +150,6 @@ def guest_results(output: Path) -> dict[str, Any] | None:
     return None
 
 
-class Merger:
-    """Puts the guest's results into the host's results file, every time newer ones arrive; saves atomically."""
-
-    def __init__(self, results: ResultsFile, level1: Level1, image: str | None) -> None:
-        self.results = results
-        self.info: dict[str, Any] = {"host": None, "backends": {}, "status": "starting", "started_utc": None,
-                                     "finished_utc": None, "guestbench": None,
-                                     "level1": {**level1.to_dict(), "image": image, "seconds": None, "error": None}}
-        self.results.doc.setdefault("placements", {})[PLACEMENT] = self.info
-        self.results.save()
-
-    def take(self, guest_doc: dict[str, Any]) -> None:
-        cells = guest_doc.get("cells")
-        if not isinstance(cells, list):
-            return
-        kept = [c for c in self.results.doc["cells"] if c.get("placement") != PLACEMENT]
-        self.results.doc["cells"] = kept + [{**c, "placement": PLACEMENT} for c in cells if isinstance(c, dict)]
-        for k in ("host", "backends", "status", "started_utc", "finished_utc", "guestbench"):
-            if k in guest_doc:
-                self.info[k] = guest_doc[k]
-        self.results.save()
-
-    def take_bytes(self, content: bytes) -> None:
-        try:
-            doc = json.loads(content)
-        except ValueError:
-            return
-        if isinstance(doc, dict):
-            self.take(doc)
-
-    def finish(self, seconds: float | None, error: str | None, interrupted: bool = False) -> None:
-        self.info["level1"]["seconds"] = seconds
-        self.info["level1"]["error"] = error
-        if (error or interrupted) and self.info.get("status") in ("starting", "running"):
-            self.info["status"] = "interrupted" if interrupted else "failed"
-        self.results.save()
-
-    def progress(self, sc: Scenario) -> tuple[int, int | None]:
-        """(iterations done, planned) inside; planned is None until the guest has checked its backends."""
-        cells = [c for c in self.results.doc["cells"] if c.get("placement") == PLACEMENT]
-        if not cells:
-            return 0, None
-        done = total = 0
-        for c in cells:
-            m = get_measurement(str(c.get("measurement")))
-            planned = len(sc.iterations(m.times_launch))
-            total += planned
-            if c.get("status") == "skipped":
-                done += planned
-            else:
-                done += min(planned, len(c.get("samples") or []) + len(c.get("warmups") or [])
-                            + len(c.get("failures") or []) + int(m.times_launch and c.get("cold_s") is not None))
-        return done, total
-
-
 def exit_problem(doc: dict[str, Any]) -> str | None:
     """Why the nested placement produced nothing usable, if it did not."""
     info = (doc.get("placements") or {}).get(PLACEMENT)
@@ -215,4 +159,4 @@ def exit_problem(doc: dict[str, Any]) -> str | None:
     return str(error) if error else None
 
 
-__all__ = ["Level1", "Merger", "plan", "job_files", "inner_scenario", "guest_results", "exit_problem"]
+__all__ = ["Level1", "plan", "job_files", "inner_scenario", "guest_results", "exit_problem"]

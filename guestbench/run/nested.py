@@ -17,8 +17,10 @@ from guestbench.nested import job
 from guestbench.results import ResultsFile
 from guestbench.run.gate import Gate
 from guestbench.run.record import progress_display
+from guestbench.run.remote import Remote
 from guestbench.scenario import Scenario
 
+GUEST_FIELDS = ("host", "backends", "status", "started_utc", "finished_utc", "guestbench")  # into placements.nested
 KERNEL_LINE = re.compile(r"^\[\s*\d+\.\d+\]")  # the level-1 kernel's own messages: shown with --verbose only
 
 
@@ -40,10 +42,10 @@ class NestedPlacement:
             img = nested_image.build(lambda line: self.console.print(f"nested build: {line}", highlight=False))
             files = job.job_files(self.sc, level1)
         except nested_image.ImageError as e:
-            self._failed(job.Merger(self.results, level1, None), None,
+            self._failed(Merger(self.results, level1, None), None,
                          f"the level-1 guest image could not be built: {e}")
             return
-        merger = job.Merger(self.results, level1, img.path.name)
+        merger = Merger(self.results, level1, img.path.name)
         t0 = time.monotonic()
         try:
             result = self._boot(img, files, level1, merger)
@@ -69,7 +71,7 @@ class NestedPlacement:
             merger.finish(result.seconds, None)
 
     def _boot(self, img: nested_image.Image, files: dict[str, bytes | Path], level1: job.Level1,
-              merger: job.Merger) -> guest.JobResult:
+              merger: Merger) -> guest.JobResult:
         """The level-1 guest runs the job; its console and live results are shown as they come."""
         with progress_display(self.console) as progress:
             task = progress.add_task(f"{self.sc.name} · nested · booting the level-1 guest", total=None)
@@ -88,6 +90,26 @@ class NestedPlacement:
                                  vcpus=level1.vcpus, kvm=level1.kvm, timeout_s=level1.deadline_s,
                                  on_console=on_console, on_live=on_live, silence_s=job.SILENCE_S)
 
-    def _failed(self, merger: job.Merger, seconds: float | None, error: str) -> None:
+    def _failed(self, merger: Merger, seconds: float | None, error: str) -> None:
         merger.finish(seconds, error)
         self.console.print(f"[red]✗[/] nested: {error}", highlight=False)
+
+
+class Merger(Remote):
+    """The level-1 guest's run: its results join the host's results file as placement nested, every time newer
+    ones arrive, and its record says how the level-1 run ended."""
+
+    def __init__(self, results: ResultsFile, level1: job.Level1, image: str | None) -> None:
+        info: dict[str, Any] = {"host": None, "backends": {}, "status": "starting", "started_utc": None,
+                                "finished_utc": None, "guestbench": None,
+                                "level1": {**level1.to_dict(), "image": image, "seconds": None, "error": None}}
+        super().__init__(results, info, ("placement", job.PLACEMENT), GUEST_FIELDS)
+        results.doc.setdefault("placements", {})[job.PLACEMENT] = info
+        results.save()
+
+    def finish(self, seconds: float | None, error: str | None, interrupted: bool = False) -> None:
+        self.info["level1"]["seconds"] = seconds
+        self.info["level1"]["error"] = error
+        if (error or interrupted) and self.info.get("status") in ("starting", "running"):
+            self.info["status"] = "interrupted" if interrupted else "failed"
+        self.results.save()

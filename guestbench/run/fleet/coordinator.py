@@ -22,10 +22,11 @@ from rich.console import Console
 from guestbench.host import fingerprint as host_info
 from guestbench.backends import BACKENDS
 from guestbench.util.errors import Interrupted, UserError
-from guestbench.measurements import get as get_measurement
 from guestbench.results import Failure, ResultsFile, utc_now
 from guestbench.run.fleet import address as fleet_address
 from guestbench.run.fleet import resources, task, tls
+from guestbench.run import remote
+from guestbench.run.remote import Remote
 from guestbench.run.record import progress_display
 from guestbench.run.supervisor import TrapSignals
 from guestbench.scenario import Scenario
@@ -248,22 +249,11 @@ class FleetRun:
     def merge(self, name: str, doc: dict[str, Any], save: bool = True) -> None:
         """The host's newest results document replaces what it sent before (the file rewritten unless `save`
         is False: the caller saves once for several hosts)."""
-        rf = self._rf()
-        if name not in rf.doc.get("hosts", {}):
-            return
-        cells = doc.get("cells")
-        with rf.lock:
-            info = rf.doc["hosts"][name]
-            if info.get("status") == "lost":
-                return  # a late snapshot from a host already written off changes nothing
-            for k in HOST_FIELDS:
-                if k in doc:
-                    info[k] = doc[k]
-            if isinstance(cells, list):
-                kept = [c for c in rf.doc["cells"] if c.get("host") != name]
-                rf.doc["cells"] = kept + [{**c, "host": name} for c in cells if isinstance(c, dict)]
-            if save:
-                rf.save()
+        if name in self._rf().doc.get("hosts", {}):
+            self._remote(name).take(doc, save)
+
+    def _remote(self, name: str) -> Remote:
+        return Remote(self._rf(), self._host(name), ("host", name), HOST_FIELDS)
 
     def _ended(self, name: str, fut: Any) -> None:
         """A host's task returned (or raised): take its final document, say how it ended."""
@@ -305,7 +295,7 @@ class FleetRun:
             for cell in rf.doc["cells"]:
                 if cell.get("host") != p.name or cell.get("status") in ENDED:
                     continue
-                left = self._planned(cell) - _ended_iterations(cell)
+                left = remote.planned(self.sc, cell) - remote.ended_iterations(cell)
                 reps = len(cell.get("samples") or []) + sum(1 for f in cell.get("failures") or []
                                                              if f.get("kind") in (None, "rep"))
                 for k in range(left):
@@ -344,19 +334,8 @@ class FleetRun:
     def _host(self, name: str) -> dict[str, Any]:
         return self._rf().doc["hosts"][name]  # type: ignore[no-any-return]
 
-    def _planned(self, cell: dict[str, Any]) -> int:
-        return len(self.sc.iterations(get_measurement(str(cell.get("measurement"))).times_launch))
-
     def _progress(self, name: str) -> tuple[int, int | None]:
-        cells = [c for c in self._rf().doc["cells"] if c.get("host") == name]
-        if not cells:
-            return 0, None
-        done = total = 0
-        for c in cells:
-            planned = self._planned(c)
-            total += planned
-            done += planned if c.get("status") in ("skipped", "unavailable") else min(planned, _ended_iterations(c))
-        return done, total
+        return self._remote(name).progress(self.sc)
 
 
 def _snapshot(msg: Any) -> dict[str, Any]:
@@ -364,12 +343,6 @@ def _snapshot(msg: Any) -> dict[str, Any]:
     if not isinstance(msg, dict):
         return {"host": None, "doc": None}
     return {"host": str(msg.get("host")), "doc": task.unpack(msg.get("doc"))}
-
-
-def _ended_iterations(cell: dict[str, Any]) -> int:
-    m = get_measurement(str(cell.get("measurement")))
-    return (len(cell.get("samples") or []) + len(cell.get("warmups") or []) + len(cell.get("failures") or [])
-            + int(m.times_launch and cell.get("cold_s") is not None))
 
 
 def run_fleet(sc: Scenario, opts: FleetOptions, results_dir: Any, console: Console) -> ResultsFile:
