@@ -383,3 +383,25 @@ def test_the_format_document_names_every_field() -> None:
         for name in cls.FIELDS:
             assert f"`{name}`" in text, (cls.__name__, name)
     assert "schema-v3.json" in text and "## History" in text
+
+
+def test_every_key_the_shipped_and_fresh_runs_wrote_is_in_the_model() -> None:
+    """The model and the schema cover what guestbench writes (density, ab, density levels included): no key of a
+    results file made by guestbench is left to `extra`."""
+    import glob
+
+    root = Path(__file__).resolve().parent.parent
+    seen = 0
+    for name in sorted(glob.glob(str(root / "tests/data/**/*.json"), recursive=True)) + \
+            sorted(glob.glob(str(root / "results/*.json"))):
+        if "hand-edited" in name or "truncated" in name:  # the hostile files: refused elsewhere
+            continue
+        doc = json.loads(Path(name).read_text())
+        if not isinstance(doc, dict) or "cells" not in doc:
+            continue
+        run = Run.from_dict(doc)
+        left = {"run": run.extra, **{f"cell {i}": c.extra for i, c in enumerate(run.cells) if c.extra},
+                **{f"density {i}": d.extra for i, d in enumerate(run.density) if d.extra}}
+        assert not any(left.values()), f"{name}: keys the model does not know: {left}"
+        seen += 1
+    assert seen >= 10

@@ -87,6 +87,13 @@ def seconds(value: Any, key: str) -> int | float:
     return value
 
 
+def figure(value: Any, key: str) -> int | float:
+    """A measured figure that cannot be negative (MiB, launches per minute, a percentage): a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise refuse(value, key, "is not a number >= 0", "a finite number >= 0")
+    return value
+
+
 def fraction(value: Any, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
         raise refuse(value, key, "is not a fraction", "a number between 0 and 1")

@@ -150,6 +150,7 @@ class Cell(Record):
     memsize: int | None = None  # the item's appliance memory (MiB), over the scenario's
     order: str | None = None  # "interleaved" | "random": it took turns with its item's other cells; "sequential"
     precision: Precision | None = None  # sampling towards a precision target: where it got and why it stopped
+    density_level: int | None = None  # a density item's appliance: the level (N at once) it belongs to
 
     WHAT: ClassVar[str] = "a cell: an object with backend and label"
     REQUIRED: ClassVar[dict[str, str]] = {"backend": "the backend's name, a string",
@@ -172,6 +173,7 @@ class Cell(Record):
         "status": parse.one_of(CELL_STATUSES, "cell status"), "skip_reason": parse.nullable(parse.text),
         "env": parse.nullable(parse.mapping), "memsize": parse.nullable(parse.count),
         "order": parse.nullable(parse.one_of(ORDERS, "order")), "precision": parse.nullable(Precision.from_dict),
+        "density_level": parse.nullable(parse.count),
     }
 
 
@@ -224,6 +226,99 @@ class FleetHost(Record):
     }
 
 
+@dataclass
+class Spread(Record):
+    """A density level's figure over its appliances' samples."""
+
+    median: float | None = None
+    min: float | None = None
+    max: float | None = None
+    n: int | None = None
+
+    WHAT: ClassVar[str] = "a figure's spread: an object with median, min, max and n"
+    FIELDS: ClassVar[dict[str, Parser]] = {
+        "median": parse.nullable(parse.figure), "min": parse.nullable(parse.figure),
+        "max": parse.nullable(parse.figure), "n": parse.nullable(parse.tally),
+    }
+
+
+@dataclass
+class DensityLevel(Record):
+    """N appliances at once: how many launches (or jobs) they made and what each cost."""
+
+    appliances: int
+    launches: int | None = None  # job startup: the launches, their rate and their seconds
+    launches_per_min: float | None = None
+    startup_s: Spread | None = None
+    jobs: int | None = None  # any other job (upload ...): the jobs, their rate and their seconds
+    jobs_per_min: float | None = None
+    job_s: Spread | None = None
+    failures: int | None = None
+    wall_s: float | None = None
+    cpu_s_per_launch: Spread | None = None
+    peak_mib_per_appliance: Spread | None = None
+    peak_charged_mib_per_appliance: Spread | None = None
+    host_used_before_mib: float | None = None
+    host_used_peak_mib: float | None = None
+    busy_samples: int | None = None
+
+    WHAT: ClassVar[str] = "a density level: an object with appliances"
+    REQUIRED: ClassVar[dict[str, str]] = {"appliances": "the level's appliances at once, an integer >= 1"}
+    FIELDS: ClassVar[dict[str, Parser]] = {
+        "appliances": parse.count, **{k: parse.nullable(parse.tally) for k in ("launches", "jobs", "failures",
+                                                                              "busy_samples")},
+        **{k: parse.nullable(parse.figure) for k in ("launches_per_min", "jobs_per_min", "host_used_before_mib",
+                                                     "host_used_peak_mib")},
+        "wall_s": parse.nullable(parse.seconds),
+        **{k: parse.nullable(Spread.from_dict) for k in ("startup_s", "job_s", "cpu_s_per_launch",
+                                                         "peak_mib_per_appliance", "peak_charged_mib_per_appliance")},
+    }
+
+
+@dataclass
+class Density(Record):
+    """A density item on one backend: its levels, the rule that stopped it, and how many appliances fit."""
+
+    backend: str
+    label: str
+    placement: str | None = None
+    max_appliances: int | None = None
+    slowdown_pct: float | None = None
+    memory_budget_pct: float | None = None
+    job: str | None = None  # what each appliance did: startup, upload ...
+    timed: str | None = None
+    levels: list[DensityLevel] = field(default_factory=list)
+    stopped: str | None = None  # failures, slowdown, cap, memory
+    why: str | None = None
+    fits: int | None = None
+    verdict: str | None = None
+
+    WHAT: ClassVar[str] = "a density record: an object with backend and label"
+    REQUIRED: ClassVar[dict[str, str]] = {"backend": "the backend's name, a string",
+                                          "label": "the density item's label, a string"}
+    FIELDS: ClassVar[dict[str, Parser]] = {
+        "backend": parse.text, "label": parse.text, "placement": parse.nullable(parse.text),
+        "max_appliances": parse.nullable(parse.count), "slowdown_pct": parse.nullable(parse.figure),
+        "memory_budget_pct": parse.nullable(parse.figure), "job": parse.nullable(parse.text),
+        "timed": parse.nullable(parse.text), "levels": parse.list_of(DensityLevel),
+        "stopped": parse.nullable(parse.text), "why": parse.nullable(parse.text), "fits": parse.nullable(parse.tally),
+        "verdict": parse.nullable(parse.text),
+    }
+
+
+@dataclass
+class AbSides(Record):
+    """`guestbench ab`'s two configurations (KEY=VALUE each) and its noise threshold."""
+
+    a: dict[str, Any] = field(default_factory=dict)
+    b: dict[str, Any] = field(default_factory=dict)
+    noise_percent: float | None = None
+
+    WHAT: ClassVar[str] = "guestbench ab's sides: an object with a, b and noise_percent"
+    FIELDS: ClassVar[dict[str, Parser]] = {"a": parse.mapping, "b": parse.mapping,
+                                           "noise_percent": parse.nullable(parse.figure)}
+
+
 def _order(value: Any, key: str) -> dict[str, Any]:
     parse.mapping(value, key)
     parse.one_of(ORDERS, "order")(value.get("mode"), parse.at(key, "mode"))
@@ -260,6 +355,8 @@ class Run(Record):
     placements: dict[str, Placement] = field(default_factory=dict)
     order: dict[str, Any] | None = None  # {"mode": interleaved | random | sequential, "seed": for random}
     hosts: dict[str, FleetHost] = field(default_factory=dict)  # a fleet run: its hosts by name
+    density: list[Density] = field(default_factory=list)  # density items: their levels, as they end
+    ab: AbSides | None = None  # a run of guestbench ab: its two sides
 
     WHAT: ClassVar[str] = "a guestbench results document"
     REQUIRED: ClassVar[dict[str, str]] = {"schema": repr(SCHEMA), "schema_version": "1, 2 or 3",
@@ -272,7 +369,7 @@ class Run(Record):
         "scenario": parse.nullable(parse.mapping), "host": parse.nullable(parse.mapping),
         "backends": parse.map_of(BackendVerdict),
         "cells": parse.list_of(Cell), "placements": parse.map_of(Placement), "order": parse.nullable(_order),
-        "hosts": parse.map_of(FleetHost),
+        "hosts": parse.map_of(FleetHost), "density": parse.list_of(Density), "ab": parse.nullable(AbSides.from_dict),
     }
 
     @classmethod
@@ -287,4 +384,5 @@ class Run(Record):
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "READABLE_VERSIONS", "CELL_STATUSES", "RUN_STATUSES", "PLACEMENT_STATUSES",
            "ITERATION_KINDS", "ORDERS", "PRECISION_STOPS", "ModelError", "Record", "Run", "Cell", "Sample", "Failure",
-           "BackendVerdict", "Placement", "Precision", "FleetHost", "HOST_STATUSES"]
+           "BackendVerdict", "Placement", "Precision", "FleetHost", "HOST_STATUSES", "Density", "DensityLevel",
+           "Spread", "AbSides"]
