@@ -72,11 +72,11 @@ def test_a_snapshot_crosses_as_compressed_json_and_anything_else_is_ignored() ->
     doc = load_results(REAL)
     packed = task.pack(doc)
     assert isinstance(packed, bytes) and len(packed) < len(json.dumps(doc)) / 2  # the scheduler keeps events
-    got = coordinator._snapshot({"host": "alpha", "doc": packed})
+    got = coordinator.snapshot({"host": "alpha", "doc": packed})
     assert got == {"host": "alpha", "doc": doc} and isinstance(got["doc"]["cells"], list)
     for bad in ({"host": "alpha", "doc": b"not zlib"}, {"host": "alpha"}, "text",
                 {"host": "a", "doc": zlib.compress(b"[1]")}, {"host": "a", "doc": json.dumps(doc)}):
-        assert coordinator._snapshot(bad)["doc"] is None
+        assert coordinator.snapshot(bad)["doc"] is None
 
 
 def test_a_lost_host_keeps_its_samples_and_its_unfinished_iterations_become_failures(tmp_path: Path) -> None:
@@ -96,7 +96,7 @@ def test_a_lost_host_keeps_its_samples_and_its_unfinished_iterations_become_fail
     cell["samples"] = cell["samples"][:2]
     cell["status"] = "running"
     run.merge("beta", {**beta_doc, "status": "running"})
-    run._lost(coordinator.HostPlan("beta", "tcp://10.0.0.2:4000", {}, ["tcg"]),
+    run.write_off(coordinator.HostPlan("beta", "tcp://10.0.0.2:4000", {}, ["tcg"]),
               "its worker (tcp://10.0.0.2:4000) left the cluster mid-run")
     saved = json.loads((tmp_path / "r.json").read_text())
     assert saved["hosts"]["beta"]["status"] == "lost" and "left the cluster mid-run" in saved["hosts"]["beta"]["error"]
@@ -151,7 +151,7 @@ def test_a_scheduler_that_stops_answering_costs_its_hosts_after_a_deadline_not_a
     run.results.doc["hosts"] = {n: {"address": h["address"], "status": "starting"} for n, h in doc["hosts"].items()}
     client = _SilentScheduler()
     plans = [coordinator.HostPlan(n, h["address"], {}, h["backends"]) for n, h in doc["hosts"].items()]
-    run._run(client, plans)  # returns: both hosts written off
+    run.supervise(client, plans)  # returns: both hosts written off
     saved = json.loads((tmp_path / "r.json").read_text())
     for name in ("alpha", "beta"):
         host = saved["hosts"][name]

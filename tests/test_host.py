@@ -137,7 +137,7 @@ def test_fingerprint_key_stable_and_sensitive(fp: dict) -> None:
 
 
 def test_run_degrades_instead_of_raising() -> None:
-    assert host._run(["/nonexistent/guestbench-no-such-tool"]) is None
+    assert host.command_output(["/nonexistent/guestbench-no-such-tool"]) is None
     start = time.monotonic()
-    assert host._run(["sleep", "30"], timeout=0.3) is None
+    assert host.command_output(["sleep", "30"], timeout=0.3) is None
     assert time.monotonic() - start < 5

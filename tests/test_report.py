@@ -393,7 +393,7 @@ def test_backend_with_host_samples_only_says_what_is_missing_and_why(tmp_path: P
          "reason": gap.reason, "unusable": True,
          "host": {"median_s": gap.summary.median, "n": 3, "min_s": gap.summary.min, "max_s": gap.summary.max}}]
     # its row in the table: the host's figures, the nested side says in brief why it has none
-    assert table.rows[-1][:5] == ["upload", "tcg", "writeback", placement_table._side_text(gap.summary),
+    assert table.rows[-1][:5] == ["upload", "tcg", "writeback", placement_table.side_text(gap.summary),
                                   "not usable here (see below)"]
 
 

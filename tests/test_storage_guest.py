@@ -204,7 +204,7 @@ def check_structure(g: Any, stack: Stack, real: dict[str, str]) -> None:
 def exercise(g: Any, layout: str, fs: str, size_mib: int | None = None) -> tuple[Stack, float]:
     """Build, write, check, fresh, write again, fresh, tear down: returns the stack and the set-up time."""
     devices = g.list_devices()
-    real = guest._real_names(g, devices)
+    real = guest.real_names(g, devices)
     t0 = time.monotonic()
     stack = guest.setup(g, layout, devices, fs, size_mib=size_mib)
     took = time.monotonic() - t0
@@ -261,7 +261,7 @@ def test_ext4_snapshot_ages_on_uml(uml: Any) -> None:
     """lvm-snapshot (its structure as the kernel sees it) keeps its filesystem: what a sample leaves is removed,
     the COW space only grows."""
     g = uml
-    real = guest._real_names(g, g.list_devices())
+    real = guest.real_names(g, g.list_devices())
     stack = guest.setup(g, "lvm-snapshot", g.list_devices(), "ext4", size_mib=48)
     try:
         assert guest.ORIGIN_DATA in stack.keep
@@ -309,7 +309,7 @@ def test_failed_setup_undoes_what_it_made_on_uml(uml: Any) -> None:
     """raid1-mixed with its fast leg busy (mounted): the slow leg is made, mdadm fails, the slow leg goes."""
     g = uml
     first = g.list_devices()[0]
-    sda = guest._real_names(g, [first])[first]
+    sda = guest.real_names(g, [first])[first]
     g.mkfs("ext2", first)
     sh(g, f"mkdir -p /run/busy && mount {sda} /run/busy")
     try:
@@ -338,7 +338,7 @@ def test_sized_layouts_on_uml(uml: Any) -> None:
 def test_layouts_on_uml(uml: Any) -> None:
     """The same stacks under User-Mode Linux, whose disks are /dev/ubdX (the daemon says /dev/sdX)."""
     g = uml
-    assert guest._real_names(g, ["/dev/sda"]) == {"/dev/sda": "/dev/ubda"}
+    assert guest.real_names(g, ["/dev/sda"]) == {"/dev/sda": "/dev/ubda"}
     for layout in UML_LAYOUTS:  # 16 MiB where the layout carves space: loop3's images are written in full
         t0 = time.monotonic()
         stack, took = exercise(g, layout, "ext2", size_mib=16)

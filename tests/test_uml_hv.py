@@ -110,8 +110,8 @@ def test_concurrent_uml_guests_are_pinned_to_different_cpus(monkeypatch: pytest.
     chosen = []
     for instance in ("1", "2", str(len(cpus) + 1)):
         monkeypatch.setenv(INSTANCE_ENV, instance)
-        chosen.append(hv._uml_cpu())
+        chosen.append(hv.uml_cpu())
     assert chosen[0] == cpus[-1] and chosen[1] == cpus[-2]  # guest 2 on another CPU than guest 1
     assert chosen[2] == cpus[-1]  # more guests than CPUs: round robin
     monkeypatch.delenv(INSTANCE_ENV)
-    assert hv._uml_cpu() == cpus[-1]  # a lone appliance, as before
+    assert hv.uml_cpu() == cpus[-1]  # a lone appliance, as before

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from guestbench.host import procs
 from guestbench.host import cgroups
 from guestbench.instruments import usage
 
@@ -40,7 +41,7 @@ def test_the_meter_finds_the_cpu_of_children_grandchildren_and_of_a_reparented_p
     meter.start()
     subprocess.run([sys.executable, str(BURN), "0.5", "128"], check=True)
     _daemon(marker, 0.6)
-    daemons = [p for p in _pids() if marker.encode() in usage._cmdline(p)]  # found once: this test's own CPU counts
+    daemons = [p for p in _pids() if marker in procs.proc_cmdline(p)]  # found once: this test's own CPU counts
     deadline = time.monotonic() + 60  # wait until the daemon is gone (an event, not a fixed sleep)
     while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in daemons):
         time.sleep(0.05)
@@ -106,7 +107,7 @@ def test_umls_vhost_user_server_is_in_umls_figure(tmp_path: Path) -> None:
     def watch() -> None:  # the server thread's own CPU ticks, as the kernel counts them
         while not stop.wait(0.05):
             for pid in _pids():
-                if b"guestbench.backends.uml.hv" not in usage._cmdline(pid):
+                if "guestbench.backends.uml.hv" not in procs.proc_cmdline(pid):
                     continue
                 try:
                     for tid in os.listdir(f"/proc/{pid}/task"):

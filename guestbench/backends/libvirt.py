@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar, cast
 
+from guestbench.host import procs
 from guestbench.host import fingerprint as host
 from guestbench.backends.base import Availability, Backend, HandleConfig, common_preconditions
 from guestbench.backends.direct import explain_kvm_failure, kvm_probe_attempts, kvm_probe_timeout
@@ -218,18 +219,12 @@ def kill_orphaned_qemus(workdir: Path) -> list[str]:
     libvirtd that went away, and no libvirt call can destroy it then. Another run's never name this work dir."""
     mark = str(workdir).rstrip("/") + "/"
     killed = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and Path(argv[0].decode(errors="replace")).name.startswith("qemu-system") \
-                and any(mark.encode() in a for a in argv):
+    for pid in procs.pids():
+        argv = procs.argv(pid)
+        if argv and Path(argv[0]).name.startswith("qemu-system") and any(mark in a for a in argv):
             try:
-                os.kill(int(entry.name), 9)
-                killed.append(f"qemu pid {entry.name}")
+                os.kill(pid, 9)
+                killed.append(f"qemu pid {pid}")
             except ProcessLookupError:
                 pass
     return killed

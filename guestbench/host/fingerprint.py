@@ -48,8 +48,8 @@ _VERSION_RE = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
 
 # --- small helpers ---------------------------------------------------------------------------
 
-def _run(argv: list[str], timeout: float = COMMAND_TIMEOUT_S,
-         cwd: str | os.PathLike[str] | None = None) -> tuple[int, str] | None:
+def command_output(argv: list[str], timeout: float = COMMAND_TIMEOUT_S,
+                   cwd: str | os.PathLike[str] | None = None) -> tuple[int, str] | None:
     """Run a command, returning (exit status, stdout), or None if it cannot run or times out.
 
     It runs in its own session so a timeout kills helpers it spawned too (UML forks).
@@ -145,7 +145,7 @@ def kvm_device() -> dict[str, Any]:
 
 def _detect_virt(option: str) -> str | None:
     """`systemd-detect-virt <option>`: its answer, "none", or None when it cannot tell."""
-    result = _run(["systemd-detect-virt", option])
+    result = command_output(["systemd-detect-virt", option])
     if result is None:
         return None
     status, out = result
@@ -263,7 +263,7 @@ def _qemu() -> tuple[str | None, str | None]:
     path = shutil.which("qemu-system-x86_64")
     if path is None:
         return None, None
-    result = _run([path, "--version"])
+    result = command_output([path, "--version"])
     if result is None or result[0] != 0:
         return None, path
     first = result[1].splitlines()[0] if result[1] else ""
@@ -273,7 +273,7 @@ def _qemu() -> tuple[str | None, str | None]:
 
 def _tool_version(argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> str | None:
     """The version number a tool prints for `--version`, or None."""
-    result = _run(argv, timeout=timeout)
+    result = command_output(argv, timeout=timeout)
     if result is None or result[0] != 0:
         return None
     return _first_version(result[1])
@@ -312,13 +312,13 @@ def _versions() -> dict[str, str | None]:
 def git_commit() -> str | None:
     """The guestbench checkout's commit, "+dirty" if it has local changes; None if not a checkout."""
     tree = Path(guestbench.__file__).resolve().parent.parent
-    head = _run(["git", "rev-parse", "HEAD"], cwd=tree)
+    head = command_output(["git", "rev-parse", "HEAD"], cwd=tree)
     if head is None or head[0] != 0:
         return None
     commit = head[1].strip()
     if not re.fullmatch(r"[0-9a-f]{40}", commit):
         return None
-    status = _run(["git", "status", "--porcelain"], cwd=tree)
+    status = command_output(["git", "status", "--porcelain"], cwd=tree)
     if status is not None and status[0] == 0 and status[1].strip():
         commit += "+dirty"
     return commit

@@ -5,17 +5,50 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Stat:
+    """What /proc/PID/stat says of a process that guestbench reads."""
+
+    state: str  # R, S, D, Z ...
+    ppid: int
+    ticks: int  # user + system CPU of the process and of the children it reaped (clock ticks)
+    start: int  # start time in clock ticks since boot: tells a pid from a later reuse
+    rss_pages: int
+
+
+def stat(pid: int) -> Stat | None:
+    """The process's /proc/PID/stat, None when it is gone (or the file is not whole)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        rest = text.rsplit(")", 1)[1].split()  # the command name may hold spaces and parentheses
+        # rest[k] is field k+3 of proc(5): state 3, ppid 4, utime stime cutime cstime 14-17, starttime 22, rss 24
+        return Stat(rest[0], int(rest[1]), sum(int(v) for v in rest[11:15]), int(rest[19]), int(rest[21]))
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def pids() -> list[int]:
+    """Every process now."""
+    return [int(e) for e in os.listdir("/proc") if e.isdigit()]
+
+
+def argv(pid: int) -> list[str]:
+    """The process's command line, word by word ([] when it is gone, or a kernel thread)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
 
 
 def proc_start(pid: int) -> int | None:
     """A process's start time in clock ticks since boot (tells a pid from a later reuse); None if gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return None if fields[0] == "Z" else int(fields[19])
+    st = stat(pid)
+    return None if st is None or st.state == "Z" else st.start
 
 
 def proc_comm(pid: int) -> str:
@@ -90,4 +123,4 @@ def users(directory: Path) -> list[int]:
     names its drives). Any user's: libvirt runs qemu as its own user, and a directory still in use is only ever
     kept for it, never acted on."""
     inside = str(directory).rstrip("/") + "/"
-    return [int(e) for e in os.listdir("/proc") if e.isdigit() and inside in proc_cmdline(int(e))]
+    return [pid for pid in pids() if inside in proc_cmdline(pid)]

@@ -83,6 +83,13 @@ class LoadMeter:
         except OSError:  # no /proc: nothing to say about the host
             self._start = None
 
+    def ours_s(self) -> float | None:
+        """CPU seconds the cell's own processes used since start() (what the busy check subtracts from the
+        machine's), None before start()."""
+        if self._start is None:
+            return None
+        return (self._ours() - self._start.ours_ticks) * TICK_S
+
     def stop(self) -> dict[str, Any] | None:
         """{"other_cores", "steal", "load1", "busy"} over the step, or None when it could not be read."""
         if self._start is None:

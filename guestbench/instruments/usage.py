@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guestbench.host import procs
 from guestbench.host import cgroups
 
 INTERVAL_S = 0.2
@@ -52,25 +53,13 @@ class Proc:
 
 
 def _stat(pid: int) -> Proc | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    rest = text.rsplit(")", 1)[1].split()  # the command name may hold spaces and parentheses
-    # rest[k] is field k+3 of proc(5): ppid 4, utime stime cutime cstime 14-17, rss 24
-    return Proc(int(rest[1]), sum(int(v) for v in rest[11:15]), int(rest[21]))
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
+    st = procs.stat(pid)
+    return None if st is None else Proc(st.ppid, st.ticks, st.rss_pages)
 
 
 def program(pid: int) -> str:
     """A process's program as a reader knows it: `python -m MODULE` → MODULE, else the executable's name."""
-    argv = [a.decode(errors="replace") for a in _cmdline(pid).split(b"\0") if a]
+    argv = procs.argv(pid)
     if not argv:
         return "?"
     name = os.path.basename(argv[0])
@@ -82,10 +71,10 @@ def program(pid: int) -> str:
 def processes(root: int, marker: str | None = None) -> dict[int, Proc]:
     """The cell's processes now: `root` and its descendants, and every process whose command line names `marker`
     with its descendants."""
-    procs: dict[int, Proc] = {}
+    seen: dict[int, Proc] = {}
     children: dict[int, list[int]] = {}
     roots = {root}
-    wanted = marker.encode() if marker else None
+    wanted = marker or None
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -93,17 +82,17 @@ def processes(root: int, marker: str | None = None) -> dict[int, Proc]:
         st = _stat(pid)
         if st is None:
             continue
-        procs[pid] = st
+        seen[pid] = st
         children.setdefault(st.ppid, []).append(pid)
-        if wanted is not None and wanted in _cmdline(pid):
+        if wanted is not None and wanted in procs.proc_cmdline(pid):
             roots.add(pid)
     out: dict[int, Proc] = {}
     todo = list(roots)
     while todo:
         pid = todo.pop()
-        if pid in out or pid not in procs:
+        if pid in out or pid not in seen:
             continue
-        out[pid] = procs[pid]
+        out[pid] = seen[pid]
         todo.extend(children.get(pid, []))
     return out
 

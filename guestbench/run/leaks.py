@@ -18,11 +18,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from guestbench.host import procs
 from guestbench.host.paths import temp_root
 
 HYPERVISORS = ("qemu-system", "linux")  # qemu's and UML's program names (UML is /usr/bin/linux)
 POLL_S = 0.2
-WORKER_MODULE = b"guestbench.run.worker"  # python -m guestbench.run.worker (guestbench.run.supervisor)
+WORKER_MODULE = "guestbench.run.worker"  # python -m guestbench.run.worker (guestbench.run.supervisor)
 # caches a first run makes in the temp roots and keeps on purpose (UML's appliances, libguestfs's own)
 KEPT = ("guestbench-appliances", ".guestfs-")
 WINDOW = 6  # readings that make the baseline (after the warm-up) and the end figure (guestbench.run.leaks._growth)
@@ -54,11 +55,7 @@ def workers_of(pid: int) -> list[int]:
         except OSError:
             continue
         for c in children:
-            try:
-                argv = Path(f"/proc/{c}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if WORKER_MODULE in argv:
+            if WORKER_MODULE in procs.argv(int(c)):
                 found.append(int(c))
     return found
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable
 
+from guestbench.host import procs
 from guestbench.host import cgroups
 from guestbench.backends.base import LIBGUESTFS_OVERRIDES, Backend
 from guestbench.util.errors import Interrupted
@@ -34,17 +35,9 @@ TRAPPED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def _children_map() -> dict[int, list[int]]:
     kids: dict[int, list[int]] = collections.defaultdict(list)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # the command name may contain spaces and parentheses: fields start after the last ')'
-        fields = stat[stat.rfind(")") + 2:].split()
-        kids[int(fields[1])].append(int(entry))
+    for pid in procs.pids():
+        if (st := procs.stat(pid)) is not None:
+            kids[st.ppid].append(pid)
     return kids
 
 
@@ -181,12 +174,9 @@ def _signal_all(pids: list[int], sig: int) -> None:
 
 
 def _state(pid: int) -> str | None:
-    """The process's state letter (/proc/PID/stat's third field), None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
+    """The process's state letter, None when it is gone."""
+    st = procs.stat(pid)
+    return None if st is None else st.state
 
 
 def alive(pid: int) -> bool:

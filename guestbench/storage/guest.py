@@ -87,7 +87,7 @@ def setup(g: Any, layout: str, devices: list[str], filesystem: str, *, size_mib:
 
     if (why := filesystem_available(g, filesystem)) is not None:
         raise FilesystemUnavailable(why)
-    real = _real_names(g, disks)
+    real = real_names(g, disks)
     _clean_slate(g, list(real.values()))
     stack = Stack(layout, filesystem, "", "", [], 0, mount_options)
     try:
@@ -179,7 +179,7 @@ def _check_size(layout: Layout, fs: str, size_mib: int, disk_mib: int) -> None:
                      f"use disks of at least {disk_need} MiB (these are {disk_mib} MiB) or ask for more size")
 
 
-def _real_names(g: Any, devices: list[str]) -> dict[str, str]:
+def real_names(g: Any, devices: list[str]) -> dict[str, str]:
     """The kernel's names for the daemon's /dev/sdX (under UML /dev/ubdX), for commands run through sh."""
     return {dev: kernel_name(g, dev) for dev in devices}
 

@@ -185,7 +185,7 @@ def uml_command(launch: Launch, tmp: Path, channel: str, channel_fd: int | None,
     return argv + kept
 
 
-def _uml_cpu() -> int | None:
+def uml_cpu() -> int | None:
     """The host CPU UML is pinned to (none when this process may use only one): the last one for the first
     of concurrent appliances, the one before for the second, and so on, so that guests sharing a disk
     do not also share a CPU."""
@@ -257,7 +257,7 @@ def run(args: list[str]) -> int:
             vhost_socket = str(tmp / "vhost.sock")
             server = VhostConsole(vhost_socket, PORT_NAME, peer)  # listening now; served once UML is started
         argv = uml_command(launch, tmp, channel, peer.fileno(), vhost_socket)
-        if (cpu := _uml_cpu()) is not None and shutil.which("taskset"):
+        if (cpu := uml_cpu()) is not None and shutil.which("taskset"):
             # UML is uniprocessor and hands every guest system call over with ptrace: kept on one host
             # CPU it runs about 3x faster here than when those hand-offs cross CPUs
             argv = ["taskset", "-c", str(cpu), *argv]

@@ -47,7 +47,7 @@ class PlacementGap:
     def cells(self) -> list[str]:
         """Its row in the host vs nested table: the present side's figures, the missing side says why in brief."""
         absent = "not usable here (see below)" if self.unusable else "no samples (see below)"
-        sides = {self.present: _side_text(self.summary), self.missing: absent}
+        sides = {self.present: side_text(self.summary), self.missing: absent}
         return [self.label, self.backend, self.cache_mode or NONE, sides["host"], sides["nested"], NONE, NONE]
 
     @property
@@ -119,7 +119,7 @@ def placement_tables(doc: dict[str, Any]) -> list[PlacementTable]:
                            _placement_caption(doc, comparisons, timed), comparisons, gaps)]
 
 
-def _side_text(s: Summary) -> str:
+def side_text(s: Summary) -> str:
     return f"{fmt_seconds(s.median)} (n={s.n}, {fmt_seconds(s.min)}–{fmt_seconds(s.max)})"
 
 
@@ -129,7 +129,7 @@ def fmt_placement_ratio(x: float) -> str:
 
 def _placement_cells(r: PlacementRow) -> list[str]:
     ci = NONE if math.isnan(r.ci_low) or math.isnan(r.ci_high) else f"{r.ci_low:.2f}–{r.ci_high:.2f}"
-    return [r.label, r.backend, r.cache_mode or NONE, _side_text(r.host), _side_text(r.nested),
+    return [r.label, r.backend, r.cache_mode or NONE, side_text(r.host), side_text(r.nested),
             fmt_placement_ratio(r.ratio), ci]
 
 

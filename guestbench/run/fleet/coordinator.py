@@ -156,10 +156,10 @@ class FleetRun:
             for name, why in idle.items():
                 self.console.print(f"[yellow]–[/] host {name}: not run: {why}", highlight=False)
             cancel = Event(task.cancel_event_name(self.run_id), client=client)
-            client.subscribe_topic(task.topic(self.run_id), lambda event: self.inbox.put(_snapshot(event[1])))
+            client.subscribe_topic(task.topic(self.run_id), lambda event: self.inbox.put(snapshot(event[1])))
             with TrapSignals():
                 try:
-                    self._run(client, plans)
+                    self.supervise(client, plans)
                     rf.finish("complete")
                 except Interrupted:
                     self._cancel(cancel)
@@ -178,7 +178,7 @@ class FleetRun:
             client.close()
 
     # ------------------------------------------------------------------ the run
-    def _run(self, client: Any, plans: list[HostPlan]) -> None:
+    def supervise(self, client: Any, plans: list[HostPlan]) -> None:
         self.futures = {p.name: self._submit(client, p) for p in plans}
         pending = dict(self.futures)
         with progress_display(self.console, open_ended=True) as progress:
@@ -206,7 +206,7 @@ class FleetRun:
                     for p in plans:
                         if p.name in pending and p.address not in alive:
                             pending.pop(p.name).cancel()
-                            self._lost(p, why.format(p.address))
+                            self.write_off(p, why.format(p.address))
             self._drain(progress, bars, timeout=0)
 
     def _submit(self, client: Any, p: HostPlan) -> Any:
@@ -284,7 +284,7 @@ class FleetRun:
             rf.save()
         self.console.print(f"[red]✗[/] host {name}: {error}", highlight=False)
 
-    def _lost(self, p: HostPlan, cause: str) -> None:
+    def write_off(self, p: HostPlan, cause: str) -> None:
         """The host's worker left mid-run (or the scheduler stopped answering): its unfinished iterations are
         failures with the reason."""
         rf = self._rf()
@@ -338,7 +338,7 @@ class FleetRun:
         return self._remote(name).progress(self.sc)
 
 
-def _snapshot(msg: Any) -> dict[str, Any]:
+def snapshot(msg: Any) -> dict[str, Any]:
     """A host's event as {"host", "doc"}; a message that is not one has no doc (and is ignored)."""
     if not isinstance(msg, dict):
         return {"host": None, "doc": None}
