@@ -53,7 +53,7 @@ check: setup
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not launch" $(PYTEST_ARGS)
 
 # The leak soak (scenarios/soak.yaml, 74 min here): 200 start-ups alternating UML and TCG and 200 verified
-# uploads under guestbench.host.leaks, which prints what guestbench's processes and the host gained (fds, threads, RSS,
+# uploads under guestbench.run.leaks, which prints what guestbench's processes and the host gained (fds, threads, RSS,
 # temp entries, loop devices, libvirt domains, hypervisor processes): exit status 1 on any leak or failure.
 soak: setup
 	$(BIN)/python tools/soak.py scenarios/soak.yaml

@@ -44,9 +44,9 @@ class Row:
     busy: int = 0  # ... of which the host was busy
     busiest: float | None = None  # the most cores other processes used during one of its samples
     shared: int = 0  # samples taken while another guestbench run was active on this host (guestbench.host.neighbours)
-    cpu_s: float | None = None  # median CPU seconds of the cell's processes per timed step (guestbench.instruments.usage)
+    cpu_s: float | None = None  # median CPU s of the cell's processes per timed step (guestbench.instruments.usage)
     peak_mib: float | None = None  # median of each step's peak PSS (RSS where no PSS was readable)
-    cpu_methods: tuple[str, ...] = ()  # how the samples' CPU was counted: "cgroup", "proc" (guestbench.instruments.usage)
+    cpu_methods: tuple[str, ...] = ()  # how the samples' CPU was counted: "cgroup", "proc" (instruments/usage.py)
     density: bool = False  # an appliance of a density level: its figures are in the density tables
 
 

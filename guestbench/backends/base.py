@@ -87,7 +87,7 @@ class Backend:
     name: str = ""
     summary: str = ""
     phase_markers: str = "qemu"  # which boot markers its console prints (guestbench.instruments.markers.MARKERS)
-    appliance_flavour: str = "qemu"  # which of guestbench's appliances it boots (guestbench.backends.appliance.FLAVOURS)
+    appliance_flavour: str = "qemu"  # which of guestbench's appliances it boots (backends/appliance.py FLAVOURS)
     # its bars in charts (guestbench.output.charts); the default is for names no longer registered (old results)
     colour: str = "#937860"
     # the limit for its probe launch: a working backend launches in seconds with KVM, in under a minute with TCG

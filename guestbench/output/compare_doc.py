@@ -24,7 +24,8 @@ def compare_document(comparisons: Sequence[compare.Comparison], fail_above_pct: 
     found = compare.regressions(comparisons, fail_above_pct)
     tail = Section("", parts=[Bullets(found, title="Regressions", lead="REGRESSION", style="regression")] if found
                    else [Heading("Regressions"),
-                         Para(comparison_table.no_regression_text(fail_above_pct), "good" if fail_above_pct is not None else "")])
+                         Para(comparison_table.no_regression_text(fail_above_pct),
+                              "good" if fail_above_pct is not None else "")])
     return Document("guestbench compare", sections=[*sections, tail])
 
 
@@ -42,6 +43,6 @@ def _section(c: compare.Comparison, fail_above_pct: float | None) -> Section:
         elif r.change == compare.IMPROVEMENT:
             styles[(i, verdict)] = "good"
         rows.append(cells)
-    table = Table("comparison", title, list(comparison_table.COLUMNS), rows, caption=comparison_table.method_text(c, fail_above_pct),
-                  label=title, numeric_from=3, styles=styles, empty="No cell has samples in both files.")
+    table = Table("comparison", title, list(comparison_table.COLUMNS), rows,
+                  caption=comparison_table.method_text(c, fail_above_pct), label=title, numeric_from=3, styles=styles, empty="No cell has samples in both files.")
     return Section("", parts=[table, Bullets(comparison_table.notes(c), lead="note", style="warn")])

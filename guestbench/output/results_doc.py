@@ -69,8 +69,8 @@ def fleet_sections(doc: dict[str, Any], *, title: str = "", anchor: str = "", br
     names = fleet_hosts.names(doc)
     hosts = doc.get("hosts") or {}
     state = ", ".join(f"{n} ({(hosts[n] or {}).get('status') or 'not run'})" for n in names)
-    parts: list[Part] = [Para(timing_table.run_line(doc), "meta"), Para(f"Fleet: {len(names)} host(s): {state}", "meta"),
-                         Para(f"Run from: {cellrows.host_line(doc)}", "meta")]
+    parts: list[Part] = [Para(timing_table.run_line(doc), "meta"),
+                         Para(f"Fleet: {len(names)} host(s): {state}", "meta"), Para(f"Run from: {cellrows.host_line(doc)}", "meta")]
     for t in fleet_report.tables(doc):
         styles = {(i, fleet_report.HEADER.index("× fastest")): "best"
                   for i, c in enumerate(t.combos) if t.fastest is not None and c is t.fastest}

@@ -34,8 +34,8 @@ def cells(r: CostRow, prices: Prices | None) -> list[str]:
 def caption(rs: list[CostRow], prices: Prices | None) -> str:
     busy = sum(r.busy for r in rs)
     parts = ["Per timed step (a start-up cell's step is one launch): core-s = CPU seconds of the cell's processes "
-             "(hypervisor, helpers, libguestfs's library; guestbench.instruments.usage); GiB-s = peak memory (PSS) × wall "
-             "time; median (min–max) over n samples."]
+             "(hypervisor, helpers, libguestfs's library; guestbench.instruments.usage); GiB-s = peak memory (PSS) "
+             "× wall time; median (min–max) over n samples."]
     if prices:
         parts.append(f"Prices: {prices.describe()}. Per 1,000: 1,000 samples (launches for start-up); per GB: "
                      "per 10^9 bytes the step moved.")

@@ -79,8 +79,8 @@ def _table(label: str, combos: list[Combo]) -> FleetTable:
                  if c.ratio_ci is None or math.isnan(c.ratio_ci[0]) or c.ratio_ci[0] <= 1]
         why = (f"No combination is clearly fastest: the ratio CI of {', '.join(close)} reaches 1 (or has too few "
                "samples for one), so the lowest median is not a ranking.")
-    caption = (f"{label} on {hosts} host(s). {timing_table.caption([c.row for c in combos])} × fastest: median over the "
-               f"lowest median; ratio 95% CI: percentile bootstrap of the ratio of medians. {why}")
+    caption = (f"{label} on {hosts} host(s). {timing_table.caption([c.row for c in combos])} × fastest: median over "
+               f"the lowest median; ratio 95% CI: percentile bootstrap of the ratio of medians. {why}")
     return FleetTable(label, combos, best if clear else None, caption)
 
 

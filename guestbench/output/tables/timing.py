@@ -92,7 +92,8 @@ def _resources_text(group: list[Row]) -> str:
     counted = "; ".join(f"{how.get(m, m)}" for m in methods) or "read from /proc"
     return (" CPU s: median user+system CPU seconds of the cell's processes during the timed step (hypervisor, "
             f"helpers, libguestfs's library), {counted}; peak MiB: median of each step's peak PSS of those "
-            "processes without the worker (RSS where PSS is not readable), read from /proc (guestbench.instruments.usage).")
+            "processes without the worker (RSS where PSS is not readable), read from /proc "
+            "(guestbench.instruments.usage).")
 
 
 def _load_text(group: list[Row]) -> str:
