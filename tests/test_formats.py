@@ -15,7 +15,7 @@ from guestbench.output import formats
 
 ROOT = Path(__file__).resolve().parent.parent
 FRESH = "tests/data/golden/20261127T055027Z-fresh.json"
-OTHER = "results/20261126T083350Z-startup.json"
+OTHER = "tests/data/golden/20261126T083350Z-startup.json"
 
 
 @pytest.fixture

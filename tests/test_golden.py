@@ -1,8 +1,8 @@
 """Every output a user reads, byte for byte, against golden files (issue 33: the outputs move to one home and read
 the typed model; what they print must not change).
 
-The goldens were written from the code before the move, on the shipped results files (results/, tests/data/) and
-on a fresh run's (tests/data/golden/*-fresh*.json, *-ab-*.json: made on this kind of machine, 2026-11-27). Each
+The goldens were written from the code before the move, on the shipped results files (tests/data/) and on a
+fresh run's (tests/data/golden/*-fresh*.json, *-ab-*.json: made on this kind of machine, 2026-11-27). Each
 case runs the command in this process and compares its stdout, its stderr and its exit status; `report` compares
 index.html and report.md whole and every chart by its SHA-256. `doctor` reads this machine, so its case gives it
 the facts recorded in tests/data/golden/doctor-facts.json instead of probing; `scenario` and `ab` are given a
@@ -35,7 +35,7 @@ FORMATS = {"table": [], "json": ["--json"], "markdown": ["--markdown"], "csv": [
 
 
 def _results_files() -> list[str]:
-    found = sorted(str(p.relative_to(ROOT)) for d in ("results", "tests/data/results", "tests/data/density",
+    found = sorted(str(p.relative_to(ROOT)) for d in ("tests/data/results", "tests/data/density",
                                                       "tests/data/workloads", "tests/data/golden")
                    for p in (ROOT / d).glob("*.json") if p.name != "doctor-facts.json")
     return found
@@ -64,7 +64,7 @@ def cases() -> list[Case]:
              ("tests/data/golden/20261126T105540Z-sig.json", "tests/data/golden/20261126T105858Z-dsig.json"),
              ("tests/data/golden/20261126T110130Z-fleet.json", "tests/data/golden/20261126T110230Z-fleet.json"),
              ("tests/data/density/20261124T104911Z-density.json", "tests/data/density/20261124T105408Z-density-upload.json"),
-             ("results/20261126T083350Z-startup.json", FRESH)]
+             ("tests/data/golden/20261126T083350Z-startup.json", FRESH)]
     for base, other in pairs:
         for fmt, flags in FORMATS.items():
             out.append(Case(f"compare-{_stem(base)}-{_stem(other)}-{fmt}", ["compare", base, other, *flags]))
