@@ -117,7 +117,7 @@ def main() -> int:
 
         def on_event(event: Any) -> None:
             t0 = time.perf_counter()
-            msg = coordinator._snapshot(event[1])
+            msg = coordinator.snapshot(event[1])
             run.merge(str(msg["host"]), msg["doc"])
             now = time.perf_counter()
             merge_s.append(now - t0)

@@ -23,12 +23,16 @@ class Stat:
 def stat(pid: int) -> Stat | None:
     """The process's /proc/PID/stat, None when it is gone (or the file is not whole)."""
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-        rest = text.rsplit(")", 1)[1].split()  # the command name may hold spaces and parentheses
-        # rest[k] is field k+3 of proc(5): state 3, ppid 4, utime stime cutime cstime 14-17, starttime 22, rss 24
-        return Stat(rest[0], int(rest[1]), sum(int(v) for v in rest[11:15]), int(rest[19]), int(rest[21]))
-    except (OSError, IndexError, ValueError):
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
         return None
+    # the command name may hold spaces, parentheses and bytes of no encoding (cut at 15): fields after the last ")"
+    # rest[k] is field k+3 of proc(5): state 3, ppid 4, utime stime cutime cstime 14-17, starttime 22, rss 24
+    rest = raw.rsplit(b")", 1)[-1].split()
+    if len(rest) < 22:  # not a whole stat line
+        return None
+    return Stat(rest[0].decode("ascii", "replace"), int(rest[1]), sum(int(v) for v in rest[11:15]), int(rest[19]),
+                int(rest[21]))
 
 
 def pids() -> list[int]:

@@ -1,5 +1,5 @@
-"""What else moves a figure: the machine's settings that make timings drift (in the fingerprint), and what the
-rest of the machine was doing during each sample (kept with the sample).
+"""What the rest of the machine was doing during each sample (kept with the sample), so a figure taken on a busy
+host is flagged; the machine's settings that make timings drift are guestbench.host.tuning's (in the fingerprint).
 
 Per sample, `LoadMeter` reads /proc/stat (the whole machine's CPU time, and steal time where a VM reports it)
 and the CPU time of the measuring worker's own process tree (its hypervisor and everything it started,

@@ -250,7 +250,8 @@ def dryrun_summary(dr: DryRun) -> dict[str, Any]:
     """The dry run for `--json`."""
     return {"scenario": dr.scenario.name, "source": dr.scenario.source,
             "backends": {n: dataclasses.asdict(v) for n, v in dr.verdicts.items()},
-            "cells": [dataclasses.asdict(c) for c in dr.cells], "estimated_s": dr.estimated_s, "probe_s": dr.probe_s,
+            "cells": [{**dataclasses.asdict(c), "estimate_s": json_float(c.estimate_s)} for c in dr.cells],
+            "estimated_s": json_float(dr.estimated_s), "probe_s": json_float(dr.probe_s),
             "cells_without_estimate": len(dr.unknown), "history": dr.history}
 
 

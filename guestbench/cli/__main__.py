@@ -1,0 +1,5 @@
+"""`python -m guestbench.cli`, as `guestbench`."""
+
+from guestbench.cli import main
+
+raise SystemExit(main())
