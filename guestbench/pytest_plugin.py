@@ -192,7 +192,7 @@ class BackendUnderTest:
         launch, sample_timeout for any other step (defaults as in scenario files).
         """
         from guestbench import __version__
-        from guestbench.run.inprocess import Cell
+        from guestbench.run.inprocess import InProcessCell
         from guestbench.scenario import DEFAULT_SAMPLE_TIMEOUT_S, DEFAULT_TIMEOUT_S
 
         m, values = _measurement_params(measurement, params, memsize)
@@ -210,8 +210,8 @@ class BackendUnderTest:
             "timeout_s": timeout, "sample_timeout_s": sample_timeout, "backend_reason": self.availability.reason,
             "guestbench_version": __version__, "verification": None, "cold_s": None,
         })
-        with Cell(self.name, m.name, values, self._session.run_dir(), memsize=memsize, smp=smp, timeout=timeout,
-                  sample_timeout=sample_timeout) as cell, contextlib.ExitStack() as stack:
+        with InProcessCell(self.name, m.name, values, self._session.run_dir(), memsize=memsize, smp=smp,
+                           timeout=timeout, sample_timeout=sample_timeout) as cell, contextlib.ExitStack() as stack:
             metered = _Metered(cell)
             stack.callback(metered.close)  # a failed round never reaches its teardown: stop the meter all the same
             if m.times_launch:
@@ -262,7 +262,7 @@ class BackendUnderTest:
 
 
 class _Metered:
-    """What each round's timed call used (guestbench.instruments.usage): the meter starts as the round's setup ends and stops
+    """What each round's timed call used (instruments/usage.py): the meter starts as the round's setup ends and stops
     as its teardown begins, so pytest-benchmark's timer wraps the call alone. The cell's processes here are this
     pytest process (libguestfs's library runs in it), its children and those naming the cell's work dir, read
     from /proc: this process is not moved into a control group."""

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from guestbench.run.leaks import Growth, ProcessReading, _growth, hypervisor_processes, read_process
+from guestbench.run.leaks import Growth, ProcessReading, growth, hypervisor_processes, read_process
 
 
 def _series(fds: list[int], threads: int = 4, rss: int = 50_000) -> list[ProcessReading]:
@@ -18,27 +18,27 @@ def _series(fds: list[int], threads: int = 4, rss: int = 50_000) -> list[Process
 def test_a_reading_that_caught_the_next_launch_is_no_leak_but_a_raised_floor_is() -> None:
     # one reading per sample; a few catch the next launch's sockets (+3) - the floor stays, so no growth
     busy = _series([10, 13, 10, 10, 13, 10, 10, 13])
-    assert _growth([busy], warmup=1, window=3)["fds"] == 0
+    assert growth([busy], warmup=1, window=3)["fds"] == 0
     # one fd kept per sample: the floor climbs
     leaking = _series([10, 11, 12, 13, 14, 15, 16, 17])
-    assert _growth([leaking], warmup=1, window=3)["fds"] == 4
+    assert growth([leaking], warmup=1, window=3)["fds"] == 4
     # the worst series is the figure; threads and RSS alongside
-    g = _growth([busy, leaking], warmup=1, window=3)
+    g = growth([busy, leaking], warmup=1, window=3)
     assert g == {"fds": 4, "threads": 0, "rss_kib": 0}
     assert Growth(runner=g).problems() == ["guestbench gained 4 fds"]
 
 
 def test_rss_by_its_median_with_slack() -> None:
     rss = [ProcessReading(10, 4, kib) for kib in (50_000, 50_000, 51_000, 50_500, 90_000, 70_500, 70_600, 70_700)]
-    g = _growth([rss], warmup=1, window=3)
+    g = growth([rss], warmup=1, window=3)
     assert g["rss_kib"] == 70_600 - 50_500
     assert Growth(worker=g).problems() == ["its worker gained 19.6 MiB RSS"]
     assert Growth(worker={"rss_kib": 8 * 1024}).problems() == []  # under the 16 MiB slack: allocator noise
 
 
 def test_too_few_readings_judge_nothing() -> None:
-    assert _growth([_series([10, 20, 30, 40, 50, 60])], warmup=1, window=3) == {}
-    assert _growth([_series(list(range(14)))], warmup=2) == {"fds": 6, "threads": 0, "rss_kib": 0}  # WINDOW 6
+    assert growth([_series([10, 20, 30, 40, 50, 60])], warmup=1, window=3) == {}
+    assert growth([_series(list(range(14)))], warmup=2) == {"fds": 6, "threads": 0, "rss_kib": 0}  # WINDOW 6
 
 
 def test_readings_of_a_live_process_and_a_hypervisor_found_by_name(tmp_path: Path) -> None:

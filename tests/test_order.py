@@ -274,7 +274,7 @@ def test_ab_sides_of_a_workload_variant_take_turns_in_one_block() -> None:
 
 def test_a_workloads_precision_is_its_least_precise_figure() -> None:
     from guestbench.results.figures import figures
-    from guestbench.run.block import _worst
+    from guestbench.run.block import worst_precision
 
     cell = {"metrics": [{"key": "bw", "label": "bandwidth", "unit": "MB/s", "higher_better": True},
                         {"key": "lat", "label": "latency", "unit": "ms", "higher_better": False}],
@@ -282,8 +282,8 @@ def test_a_workloads_precision_is_its_least_precise_figure() -> None:
                         for i, (bw, lat) in enumerate([(100, 1.0), (101, 2.0), (99, 3.0)])]}
     precisions = [stats.relative_precision(f.values) for f in figures(cell)]
     assert [f.key for f in figures(cell)] == ["bw", "lat"]  # the fixed wall time is no figure
-    assert _worst(precisions) == max(precisions) > 0.5  # the latency is far from precise; seconds would be 0
-    assert _worst([0.01, None]) is None  # a figure without a CI yet holds the cell
+    assert worst_precision(precisions) == max(precisions) > 0.5  # the latency is far from precise; seconds would be 0
+    assert worst_precision([0.01, None]) is None  # a figure without a CI yet holds the cell
 
 
 def test_a_large_item_takes_turns_in_parts_that_keep_a_variants_backends_together() -> None:

@@ -20,8 +20,8 @@ from typing import Iterator
 import pytest
 
 from guestbench.host.paths import RUN_PREFIX
-from guestbench.storage.host import (HOST_KINDS, Drive, HostStorage, Unavailable, _device_mapper_problem,
-                                     availability, parse_size, sweep_stale)
+from guestbench.storage.host import HOST_KINDS, Drive, HostStorage, Unavailable, availability, parse_size, sweep_stale
+from guestbench.storage.host_sys import device_mapper_problem
 from conftest import ROOT, processes_mentioning, session_tmp_path
 
 MIB = 2**20
@@ -114,7 +114,7 @@ def test_availability_names_every_kind_and_why_lvm_cannot_work_here() -> None:
         reason = availability(kind)
         assert reason is None if shutil.which(program) else program in (reason or "")
     lvm = availability("lvm")
-    dm = _device_mapper_problem()
+    dm = device_mapper_problem()
     if dm is None:
         assert lvm is None
     else:  # this machine: no device-mapper in the host kernel
@@ -273,7 +273,7 @@ def test_nbdkit_delay_filter_makes_a_slow_disk(workdir: Path) -> None:
 
 def test_lvm_reports_the_missing_device_mapper_or_works(workdir: Path) -> None:
     with HostStorage(workdir) as hs:
-        problem = _device_mapper_problem()
+        problem = device_mapper_problem()
         if problem is not None:
             with pytest.raises(Unavailable) as e:
                 hs.add("lvm", "v", 16 * MIB)

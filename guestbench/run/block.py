@@ -87,7 +87,7 @@ class Block:
             return None
         with self.ctx.recorder.lock:
             figs = figures(cell)
-        reached = _worst([stats.relative_precision(f.values) for f in figs])
+        reached = worst_precision([stats.relative_precision(f.values) for f in figs])
         record: dict[str, Any] = {"target": self.target, "reached": reached, "n": len(cell["samples"]),
                                   "cap": self.ctx.sc.rep_cap, "method": stats.PRECISION_METHOD}
         if ended_slot is not None:
@@ -115,7 +115,7 @@ class Block:
         self.ctx.recorder.doing(cell, what)
 
 
-def _worst(precisions: list[float | None]) -> float | None:
+def worst_precision(precisions: list[float | None]) -> float | None:
     """A cell's precision is its least precise figure's (a workload has several; None until each has a CI)."""
     if not precisions or any(p is None for p in precisions):
         return None

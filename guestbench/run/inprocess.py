@@ -6,7 +6,7 @@ for the supervisor: when a step overruns, it kills what the cell started (the hy
 recovery process, children of this process; or the libvirt domain), and the blocked libguestfs call then
 returns with an error, reported as a `StepFailed` naming the step and the limit.
 
-Handles are built by the worker's `Appliance` and the steps are the measurements' worker-side methods, split
+Handles are built by the worker's `Handle` and the steps are the measurements' worker-side methods, split
 as in the worker: the handle and images, the launch (unless it is what is timed), `after_launch` and
 `prepare` are untimed; `timed_op`, or for start-up the launch itself, is timed.
 """
@@ -28,7 +28,7 @@ from guestbench.measurements.payload import payload
 from guestbench.scenario import DEFAULT_SAMPLE_TIMEOUT_S, DEFAULT_TIMEOUT_S
 from guestbench.run.protocol import Request
 from guestbench.run.supervisor import LIBGUESTFS_OVERRIDES, alive, descendants, kill_processes
-from guestbench.run.worker import SHUTDOWN_TIMEOUT_S, Appliance, failure_reason
+from guestbench.run.worker import SHUTDOWN_TIMEOUT_S, Handle, failure_reason
 
 _SEQ = itertools.count(1)
 T = TypeVar("T")
@@ -115,7 +115,7 @@ class _Environment:
         self.saved = None
 
 
-class Cell:
+class InProcessCell:
     """One backend × measurement × parameters, run step by step in this process. Use as a context manager:
     leaving it closes every handle, kills anything left, removes the cell's files and restores the environment."""
 
@@ -134,16 +134,16 @@ class Cell:
             path, digest = payload(params["size"])
         self.ctx = CellContext(params=params, workdir=self.workdir, payload=path, payload_sha256=digest,
                                memsize_mib=memsize)
-        # the request a worker would get; Appliance reads the handle's configuration from it
+        # the request a worker would get; Handle reads the handle's configuration from it
         self.request = Request(measurement=measurement, params=params, iterations=[], backend=self.config.to_dict(),
                                workdir=str(self.workdir), timeout=timeout, sample_timeout=sample_timeout,
                                appliance={"memsize": memsize, "smp": smp}, verbose=verbose)
         self.env = _Environment({**self.config.env, WORKDIR_ENV: str(self.workdir)})
-        self.open: list[Appliance] = []
+        self.open: list[Handle] = []
         self.verification: dict[str, Any] | None = None
         self.watchdog: Watchdog | None = None
 
-    def __enter__(self) -> "Cell":
+    def __enter__(self) -> "InProcessCell":
         self.env.apply()
         self.watchdog = Watchdog(self.backend, self.workdir)
         return self
@@ -152,8 +152,8 @@ class Cell:
         self.close()
 
     # ---- steps; each under its deadline, each failure a StepFailed with the reason
-    def _step(self, what: str, limit: float, app: Appliance | None, fn: Callable[[], T]) -> T:
-        assert self.watchdog is not None, "use Cell as a context manager"
+    def _step(self, what: str, limit: float, app: Handle | None, fn: Callable[[], T]) -> T:
+        assert self.watchdog is not None, "use InProcessCell as a context manager"
         try:
             with self.watchdog.deadline(limit):
                 return fn()
@@ -166,31 +166,31 @@ class Cell:
             raise StepFailed(f"{self.backend.name}: {what} failed: "
                              f"{self.backend.explain(failure_reason(e, app), False)}") from e
 
-    def new_handle(self) -> Appliance:
+    def new_handle(self) -> Handle:
         """A configured handle with the measurement's drives (host side: images are created here)."""
-        def make() -> Appliance:
-            app = Appliance(self.request, self.measurement, self.ctx)
+        def make() -> Handle:
+            app = Handle(self.request, self.measurement, self.ctx)
             self.open.append(app)
             return app
         return self._step("handle and disk images", self.sample_timeout, None, make)
 
-    def launch(self, app: Appliance) -> None:
+    def launch(self, app: Handle) -> None:
         """launch() and one daemon round trip: what start-up times."""
         def go() -> None:
             app.g.launch()
             app.g.ping_daemon()
         self._step("launch", self.timeout, app, go)
 
-    def after_launch(self, app: Appliance) -> None:
+    def after_launch(self, app: Handle) -> None:
         self._step("set-up after launch", self.sample_timeout, app, lambda: self.measurement.after_launch(app.g, self.ctx))
 
-    def prepare(self, app: Appliance) -> None:
+    def prepare(self, app: Handle) -> None:
         self._step("prepare", self.sample_timeout, app, lambda: self.measurement.prepare(app.g, self.ctx))
 
-    def timed_op(self, app: Appliance) -> None:
+    def timed_op(self, app: Handle) -> None:
         self._step(self.measurement.name, self.sample_timeout, app, lambda: self.measurement.timed_op(app.g, self.ctx))
 
-    def verify(self, app: Appliance) -> dict[str, Any] | None:
+    def verify(self, app: Handle) -> dict[str, Any] | None:
         """The measurement's check that the data arrived; a mismatch is a StepFailed."""
         record = self._step("verification", self.sample_timeout, app, lambda: self.measurement.verify(app.g, self.ctx))
         if record is not None:
@@ -199,13 +199,13 @@ class Cell:
                 raise StepFailed(f"{self.backend.name}: {problem}")
         return record
 
-    def shutdown(self, app: Appliance) -> None:
+    def shutdown(self, app: Handle) -> None:
         try:
             self._step("shutdown", SHUTDOWN_TIMEOUT_S, app, app.g.shutdown)
         finally:
             self._close(app)
 
-    def _close(self, app: Appliance) -> None:
+    def _close(self, app: Handle) -> None:
         if app in self.open:
             self.open.remove(app)
             try:

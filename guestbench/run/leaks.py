@@ -26,7 +26,7 @@ POLL_S = 0.2
 WORKER_MODULE = "guestbench.run.worker"  # python -m guestbench.run.worker (guestbench.run.supervisor)
 # caches a first run makes in the temp roots and keeps on purpose (UML's appliances, libguestfs's own)
 KEPT = ("guestbench-appliances", ".guestfs-")
-WINDOW = 6  # readings that make the baseline (after the warm-up) and the end figure (guestbench.run.leaks._growth)
+WINDOW = 6  # readings that make the baseline (after the warm-up) and the end figure (guestbench.run.leaks.growth)
 
 
 @dataclass
@@ -131,7 +131,7 @@ class Growth:
         return out
 
 
-def _growth(series: list[list[ProcessReading]], warmup: int, window: int = WINDOW) -> dict[str, float]:
+def growth(series: list[list[ProcessReading]], warmup: int, window: int = WINDOW) -> dict[str, float]:
     """The worst end-minus-baseline over `series` (each a run of readings at the same moment of the same loop: one
     cell's samples, one worker's): `window` readings after the warm-up against the last `window`."""
     worst: dict[str, float] = {}
@@ -207,6 +207,6 @@ def soak(scenario: Path, results: Path, *args: str, warmup: int = 4, window: int
         after = read()
     return Growth(launches=_launches(cells), samples=sum(len(c["samples"]) for c in cells),
                   failures=sum(len(c["failures"]) for c in cells),
-                  runner=_growth(list(runner.values()), warmup, window),
-                  worker=_growth(list(workers.values()), warmup, window), host=before.growth(after),
+                  runner=growth(list(runner.values()), warmup, window),
+                  worker=growth(list(workers.values()), warmup, window), host=before.growth(after),
                   exit_status=proc.returncode, seconds=round(time.monotonic() - t0, 1))

@@ -55,7 +55,7 @@ class Channel:
             data = data[n:]
 
 
-class Appliance:
+class Handle:
     """One libguestfs handle, configured for the backend, with its console captured."""
 
     def __init__(self, req: Request, measurement: Measurement, ctx: CellContext) -> None:
@@ -132,7 +132,7 @@ class Appliance:
             pass
 
 
-def failure_reason(exc: BaseException, appliance: Appliance | None) -> str:
+def failure_reason(exc: BaseException, appliance: Handle | None) -> str:
     """One readable reason: libguestfs's error without its generic advice, plus what the hypervisor said."""
     msg = " ".join(str(exc).split())
     advice = msg.find(" This usually means")
@@ -163,8 +163,8 @@ class WorkerTask:
                                backend=dict(req.backend))
         self.verify_every = req.params.get("verify") == "every"  # a soak checks every sample's data, not the first
         self.verify_pending = req.verify or self.verify_every
-        self.app: Appliance | None = None
-        self.launching: Appliance | None = None  # the handle being launched, so a failed launch's console is kept
+        self.app: Handle | None = None
+        self.launching: Handle | None = None  # the handle being launched, so a failed launch's console is kept
         self.first_launch = True
         self.set_up = False  # after_launch has run for the current appliance (or, without one, for the cell)
         self.step = lockstep.Step.from_dict(req.step) if req.step else None
@@ -269,7 +269,7 @@ class WorkerTask:
             while True:
                 time.sleep(60)
 
-    def check_guest_io(self, a: Appliance) -> None:
+    def check_guest_io(self, a: Handle) -> None:
         """Fail the sample when the appliance's kernel logged a disk I/O error during it (not timed: one dmesg)."""
         lines = [ln for ln in str(a.g.dmesg()).splitlines() if GUEST_IO_ERROR.search(ln)]
         new, a.io_errors_seen = lines[a.io_errors_seen:], len(lines)
@@ -311,11 +311,11 @@ class WorkerTask:
         self.deadline("sample", self.req.sample_timeout)
         return {"in_step": waited is not None, "waited_s": waited}
 
-    def launch(self, timed: int | None = None) -> tuple[Appliance, float, list[dict[str, Any]] | None]:
+    def launch(self, timed: int | None = None) -> tuple[Handle, float, list[dict[str, Any]] | None]:
         """A fresh appliance; `timed`: the launch is iteration `timed`'s sample, so concurrent guests start it
         together (self.in_step) and the meters cover exactly the launch."""
         self.deadline("prepare", self.req.sample_timeout)  # handle and disk images (host side)
-        a = self.launching = Appliance(self.req, self.m, self.ctx)
+        a = self.launching = Handle(self.req, self.m, self.ctx)
         if timed is not None:
             self.in_step = self.rendezvous(timed)
             self.start_meters()
@@ -330,7 +330,7 @@ class WorkerTask:
         self.launching = None
         return a, elapsed, a.cut_phases(t0, elapsed)
 
-    def shutdown(self, a: Appliance) -> None:
+    def shutdown(self, a: Handle) -> None:
         self.deadline("shutdown", SHUTDOWN_TIMEOUT_S)
         try:
             self.m.before_shutdown(a.g, self.ctx)

@@ -23,7 +23,6 @@ from guestbench.storage.drive import Drive
 from guestbench.storage.host_build import Builder, Resources
 from guestbench.storage.host_kinds import FORMATS, KINDS, Image, nbdkit
 from guestbench.storage.host_sys import fs_type, fuse_problem, nbdkit_has, which
-from guestbench.storage.host_sys import device_mapper_problem as _device_mapper_problem
 from guestbench.storage.host_sweep import owner_alive, read_state, sweep_stale, sweep_workdir
 from guestbench.storage.host_teardown import STATE_FILE, stop_server, unmount
 from guestbench.util.units import parse_size as _parse_size
@@ -36,7 +35,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 # what the rest of guestbench and the tests import from here
 __all__ = ["FORMATS", "HOST_KINDS", "KINDS", "NBD_KINDS", "PREALLOCATIONS", "STATE_FILE", "Drive", "HostStorage",
-           "Unavailable", "_device_mapper_problem", "availability", "format_problem", "parse_size", "sweep_stale",
+           "Unavailable", "availability", "format_problem", "parse_size", "sweep_stale",
            "volatile_availability"]
 
 
