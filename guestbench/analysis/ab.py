@@ -1,13 +1,6 @@
-"""`guestbench ab`'s verdict: B against A from the one run that measured both, interleaved.
-
-Every item of the scenario becomes two cells per backend, `<label>.A` and `<label>.B`, variants of one item, so
-they take turns sample by sample (guestbench.run.schedule) and see the same stretch of the machine's time; with
-placement nested the level-1 guest gets the items with their `ab` key and interleaves them the same way. A
-side is a list of KEY=VALUE: a measurement parameter (cache=unsafe, size=64MiB), `memsize` (the appliance's
-MiB), or an environment variable in capitals (LIBGUESTFS_HV=/opt/qemu/bin/qemu-system-x86_64, LIBGUESTFS_PATH=
-another appliance), which the cells' workers and the libguestfs programs they run get. The verdict per
-backend and figure: the ratio B/A with its bootstrap CI, a permutation test, a noise threshold, and which way
-is better (guestbench.analysis.compare).
+"""`guestbench ab`'s verdict: B against A from the one run that measured both (its scenario is
+guestbench.scenario.ab's). Per backend and figure: the ratio B/A with its bootstrap CI, a permutation test, a
+noise threshold, and which way is better (guestbench.analysis.compare).
 """
 
 from __future__ import annotations
