@@ -49,23 +49,23 @@ class ScriptedExecutor:
     def __init__(self, script: Script, requests: list[tuple[str, Request]] | None = None) -> None:
         self.script = script
         self.requests = requests if requests is not None else []
-        self._aborted = threading.Event()
-        self._killed = threading.Event()
+        self.aborted = threading.Event()  # a signal: no worker starts, a waiting one ends
+        self.killed = threading.Event()  # the running worker was killed (a power cut)
 
     def spawn(self) -> ScriptedExecutor:
         return ScriptedExecutor(self.script, self.requests)
 
     def abort(self) -> None:
-        self._aborted.set()
-        self._killed.set()
+        self.aborted.set()
+        self.killed.set()
 
     def kill(self) -> None:
-        self._killed.set()
+        self.killed.set()
 
     def run_worker(self, request: Request, backend: Backend, on_message: Callable[[Message], None]) -> WorkerExit:
-        if self._aborted.is_set():
+        if self.aborted.is_set():
             return WorkerExit("crash", reason="not started: the run was stopped")
-        self._killed.clear()
+        self.killed.clear()
         self.requests.append((backend.name, request))
         worker = _Worker(self, request, backend, on_message)
         return worker.run()
@@ -96,7 +96,7 @@ class _Worker:
                     if step.then is not None:
                         step.then()
                     continue
-                if self.ex._aborted.is_set():
+                if self.ex.aborted.is_set():
                     return WorkerExit("crash", reason="killed: the run was stopped", index=i)
             break
         self.say(Msg.DONE)
@@ -110,7 +110,7 @@ class _Worker:
         self.say(Msg.WAITING, i=i)
         index = list((self.req.turn or {}).get("indexes") or [])[i]
         until = time.monotonic() + self.turn.wait_s
-        while not self.ex._aborted.is_set():
+        while not self.ex.aborted.is_set():
             if (got := turns.look(self.turn, index)) is not None:
                 return got
             if time.monotonic() > until:
@@ -136,6 +136,6 @@ class _Worker:
         self.say(Msg.SAMPLE, i=i, s=step.seconds, **({"metrics": step.metrics} if step.metrics else {}))
         if step.powercut:
             self.say(Msg.POWERCUT, i=i)  # the runner cuts the power and kills this worker
-            self.ex._killed.wait(60)
+            self.ex.killed.wait(60)
             return WorkerExit("crash", reason="killed: the power was cut", index=i)
         return None
