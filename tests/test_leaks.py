@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from guestbench.run.leaks import Growth, ProcessReading, growth, hypervisor_processes, read_process
+from guestbench.run.leaks import Growth, ProcessReading, growth, hypervisor_processes, judged, read_process
 
 
 def _series(fds: list[int], threads: int = 4, rss: int = 50_000) -> list[ProcessReading]:
@@ -34,6 +34,22 @@ def test_rss_by_its_median_with_slack() -> None:
     assert g["rss_kib"] == 70_600 - 50_500
     assert Growth(worker=g).problems() == ["its worker gained 19.6 MiB RSS"]
     assert Growth(worker={"rss_kib": 8 * 1024}).problems() == []  # under the 16 MiB slack: allocator noise
+
+
+def test_a_reading_at_a_cells_last_sample_is_not_judged() -> None:
+    # seen in CI: at the start-up cell's last sample the runner had gone on to make the upload cell's payload
+    # (+35 MiB for a moment); the same readings without it judge no growth. Readings keyed by (cell, its samples).
+    cells = [{"samples": [{}] * 6}, {"samples": [{}] * 6}]
+    runner = {0: [((0, n), ProcessReading(10, 4, 50_000)) for n in range(1, 6)] +
+              [((0, 6), ProcessReading(10, 4, 85_000))]}
+    series = judged(runner, cells)
+    assert [len(s) for s in series] == [5]
+    assert growth(series, warmup=1, window=2) == {"fds": 0, "threads": 0, "rss_kib": 0}
+    # a worker is read at every sample of any cell: a reading at cell 0's last sample (the next cell's worker
+    # starting) is not judged, its readings at cell 1's samples are
+    worker = {7: [((0, 6), ProcessReading(3, 1, 12_000))] + [((1, n), ProcessReading(9, 3, 42_000))
+                                                             for n in range(1, 6)]}
+    assert judged(worker, cells) == [[ProcessReading(9, 3, 42_000)] * 5]
 
 
 def test_too_few_readings_judge_nothing() -> None:

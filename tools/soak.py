@@ -32,8 +32,8 @@ def main(argv: list[str]) -> int:
           f"{g.seconds / 60:.0f} min")
     for who, growth in (("guestbench process", g.runner), ("worst worker", g.worker)):
         shown = ", ".join(f"{k} {v:+g}" for k, v in growth.items()) or "too few samples to judge"
-        print(f"growth of the {who} (worst cell: its last {WINDOW} samples against samples {WARMUP + 1}-"
-              f"{WARMUP + WINDOW}; fds and threads their least, RSS its median): {shown}")
+        print(f"growth of the {who} (worst cell: its last {WINDOW} samples before its final one against samples "
+              f"{WARMUP + 1}-{WARMUP + WINDOW}; fds and threads their least, RSS its median): {shown}")
     for k, v in g.host.items():
         print(f"left on the host, {k.replace('_', ' ')}: {len(v)}{': ' + ', '.join(v) if v else ''}")
     for p in g.problems():

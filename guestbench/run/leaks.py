@@ -148,6 +148,18 @@ def growth(series: list[list[ProcessReading]], warmup: int, window: int = WINDOW
     return worst
 
 
+Moment = tuple[int, int]  # a reading's moment: cell i had just written its n-th sample
+
+
+def judged(readings: dict[Any, list[tuple[Moment, ProcessReading]]], cells: list[dict[str, Any]]) -> list[
+        list[ProcessReading]]:
+    """The readings taken while the cell whose sample prompted them had samples to come: at its last one the runner
+    has gone on to the next cell's set-up (seen: the next payload made, 14 MiB RSS for a moment, read as growth when
+    the soak read late) and the next cell's worker is starting."""
+    return [[r for (i, n), r in series if i < len(cells) and n < len(cells[i]["samples"])]
+            for series in readings.values()]
+
+
 def _cells(results: Path) -> list[dict[str, Any]] | None:
     """The run's cells so far (None: no results file yet, or caught mid-write)."""
     files = list(results.glob("*.json")) if results.exists() else []
@@ -166,7 +178,8 @@ def _launches(cells: list[dict[str, Any]]) -> int:
 def soak(scenario: Path, results: Path, *args: str, warmup: int = 4, window: int = WINDOW,
          timeout_s: float = 6 * 3600, env: dict[str, str] | None = None,
          read: Callable[[], HostReading] = read_host) -> Growth:
-    """Run the scenario and read the runner and its worker at every sample written; the host before and after.
+    """Run the scenario and read the runner and its worker at every sample written (a reading at a cell's last sample
+    is not judged: see judged); the host before and after.
     A cell or worker is judged when it has warmup + 2 * window readings (the suite's short soak: a smaller window).
     `read` reads the host: all of it (`make soak`, on a machine of its own), or what a caller knows is its own."""
     before = read()
@@ -176,8 +189,8 @@ def soak(scenario: Path, results: Path, *args: str, warmup: int = 4, window: int
     proc = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(scenario), "--results", str(results),
                              *args], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, **(env or {})})
-    runner: dict[int, list[ProcessReading]] = {}  # by cell
-    workers: dict[int, list[ProcessReading]] = {}  # by worker pid
+    runner: dict[int, list[tuple[Moment, ProcessReading]]] = {}  # by cell
+    workers: dict[int, list[tuple[Moment, ProcessReading]]] = {}  # by worker pid
     seen: dict[int, int] = {}
     try:
         while proc.poll() is None:
@@ -188,11 +201,11 @@ def soak(scenario: Path, results: Path, *args: str, warmup: int = 4, window: int
             for i in grew:  # a sample of cell i was written: the same moment of the same loop each time
                 seen[i] = len(now[i]["samples"])
                 if (r := read_process(proc.pid)) is not None:
-                    runner.setdefault(i, []).append(r)
+                    runner.setdefault(i, []).append(((i, seen[i]), r))
             if grew:
                 for w in workers_of(proc.pid):
                     if (r := read_process(w)) is not None:
-                        workers.setdefault(w, []).append(r)
+                        workers.setdefault(w, []).append(((grew[-1], seen[grew[-1]]), r))
             time.sleep(POLL_S)
     finally:
         if proc.poll() is None:
@@ -207,6 +220,6 @@ def soak(scenario: Path, results: Path, *args: str, warmup: int = 4, window: int
         after = read()
     return Growth(launches=_launches(cells), samples=sum(len(c["samples"]) for c in cells),
                   failures=sum(len(c["failures"]) for c in cells),
-                  runner=growth(list(runner.values()), warmup, window),
-                  worker=growth(list(workers.values()), warmup, window), host=before.growth(after),
+                  runner=growth(judged(runner, cells), warmup, window),
+                  worker=growth(judged(workers, cells), warmup, window), host=before.growth(after),
                   exit_status=proc.returncode, seconds=round(time.monotonic() - t0, 1))
