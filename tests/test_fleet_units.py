@@ -14,6 +14,7 @@ from rich.console import Console
 
 from guestbench.output.export import json as json_export
 from guestbench.output.tables import fleet as fleet_report
+from guestbench.analysis.fleet import analyze_fleet
 from guestbench.analysis import compare
 from guestbench.util.errors import UserError
 from guestbench.results import load_results
@@ -161,7 +162,7 @@ def test_a_scheduler_that_stops_answering_costs_its_hosts_after_a_deadline_not_a
 
 def test_show_names_the_fastest_combination_only_when_every_other_ratio_ci_is_above_one() -> None:
     doc = fleet_doc({"alpha": ["uml"], "beta": ["tcg", "libvirt-tcg"]})
-    (t,) = fleet_report.tables(doc)
+    (t,) = fleet_report.tables(analyze_fleet(doc))
     assert {(c.host, c.row.backend) for c in t.combos} == {("alpha", "uml"), ("beta", "tcg"), ("beta", "libvirt-tcg")}
     medians = {c.row.backend: c.row.summary.median for c in t.combos if c.row.summary}
     others = [c for c in t.combos if c is not min(t.combos, key=lambda c: c.row.summary.median)]
@@ -176,20 +177,20 @@ def test_show_names_the_fastest_combination_only_when_every_other_ratio_ci_is_ab
         if c["host"] == "beta":
             for s in c["samples"]:
                 s["seconds"] *= 2
-    (t2,) = fleet_report.tables(same)
+    (t2,) = fleet_report.tables(analyze_fleet(same))
     assert t2.fastest is not None and t2.fastest.host == "alpha", t2.caption
     (slow,) = [c for c in t2.combos if c.host == "beta"]
     assert slow.row.ratio == pytest.approx(2.0) and slow.ratio_ci is not None and slow.ratio_ci[0] > 1
-    assert json_export.fleet_tables(same)[0]["fastest"] == {"host": "alpha", "backend": "uml"}
+    assert json_export.fleet_tables(analyze_fleet(same))[0]["fastest"] == {"host": "alpha", "backend": "uml"}
 
 
 def test_hosts_that_differ_in_what_moves_figures_are_warned_about() -> None:
     doc = fleet_doc({"alpha": ["uml"], "beta": ["tcg"]}, cpu_model="Other CPU", cores=64)
     what = dict(differences(doc))
     assert set(what) >= {"CPU model", "cores"} and what["cores"]["beta"] == 64
-    warned = fleet_report.warnings(doc)
+    warned = fleet_report.warnings(analyze_fleet(doc))
     assert any(w.startswith("hosts differ in CPU model (alpha: ") for w in warned), warned
-    assert fleet_report.warnings(fleet_doc({"alpha": ["uml"], "beta": ["tcg"]})) == []
+    assert fleet_report.warnings(analyze_fleet(fleet_doc({"alpha": ["uml"], "beta": ["tcg"]}))) == []
     assert names(doc) == ["alpha", "beta"] and view(doc, "beta")["host"]["cores"] == 64
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from guestbench.analysis import cells as cellrows
+from guestbench.analysis.findings import analyze
 from guestbench.output.tables import timing as timing_table
 from guestbench.instruments import load as noise
 from guestbench.instruments import usage
@@ -66,10 +67,10 @@ def test_the_report_marks_busy_cells_and_says_quiet_ones_were_judged() -> None:
     rows = cellrows.rows(doc)
     assert "Host BUSY during 2 of 6 judged timed steps: uml (host) 2 of 3, other processes up to 1.2 cores" \
         in timing_table.caption(rows)
-    assert any("uml: the host was busy during 2 of 3 samples" in w for w in cellrows.warnings(doc))
+    assert any("uml: the host was busy during 2 of 3 samples" in w for w in analyze(doc).warnings)
     quiet = {"cells": [cell("tcg", [False, False])]}
     assert "Host quiet during all 2 judged timed steps" in timing_table.caption(cellrows.rows(quiet))
-    assert not any("busy" in w for w in cellrows.warnings(quiet))
+    assert not any("busy" in w for w in analyze(quiet).warnings)
 
 
 BUSY = """name: busy

@@ -13,6 +13,7 @@ import pytest
 
 from guestbench.output.tables import timing as timing_table
 from guestbench.analysis import cells as cellrows
+from guestbench.analysis.findings import analyze
 from guestbench.analysis import stats
 from guestbench.util.errors import UserError
 from guestbench.run import turns
@@ -169,13 +170,13 @@ def test_the_report_says_where_precision_got_and_flags_a_cell_at_its_cap() -> No
             "samples": [{"rep": i + 1, "seconds": s} for i, s in enumerate([5.0, 6.0, 5.5])], "failures": [],
             "precision": {"target": 0.01, "reached": 0.25, "n": 3, "cap": 3, "stopped": "cap"}}
     doc = {"cells": [cell], "order": {"mode": "random", "seed": 11}}
-    assert "order random (seed 11)" in timing_table.run_line(doc)
+    assert "order random (seed 11)" in timing_table.run_line(analyze(doc).facts)
     (row,) = cellrows.rows(doc)
     assert "uml (host) ±25.0% at n=3 (stopped at the cap without the target)" in timing_table.caption([row])
     assert any("stopped at the cap (3 samples) at ±25.0%, short of the target ±1.0%" in w
-               for w in cellrows.warnings(doc))
+               for w in analyze(doc).warnings)
     cell["precision"] = {"target": 0.3, "reached": 0.25, "n": 3, "cap": 9, "stopped": "target"}
-    assert not any("cap" in w for w in cellrows.warnings(doc))
+    assert not any("cap" in w for w in analyze(doc).warnings)
 
 
 # ---------------------------------------------------------------------------------------------- real runs
@@ -306,8 +307,9 @@ def test_a_large_item_takes_turns_in_parts_that_keep_a_variants_backends_togethe
 
 
 def test_the_run_line_says_when_an_item_took_turns_in_parts() -> None:
-    from guestbench.output.tables.timing import run_line as _run_line
+    from guestbench.output.tables.timing import run_line
 
     doc = {"status": "complete", "order": {"mode": "interleaved", "block_cells": 8}}
-    assert "order interleaved (cells of a measurement take turns, at most 8 cells at once)" in _run_line(doc)
-    assert "at most" not in _run_line({"status": "complete", "order": {"mode": "interleaved"}})
+    assert "order interleaved (cells of a measurement take turns, at most 8 cells at once)" in \
+        run_line(analyze(doc).facts)
+    assert "at most" not in run_line(analyze({"status": "complete", "order": {"mode": "interleaved"}}).facts)

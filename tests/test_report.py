@@ -20,15 +20,35 @@ from guestbench.analysis import stats
 from guestbench.output import results_doc
 from guestbench.output.render import markdown
 from guestbench.output.render import terminal
-from guestbench.output.export.csv import CSV_HEADER, to_csv
-from guestbench.analysis.cells import rows, warnings
-from guestbench.output.export.json import to_summary_json
+from guestbench.output.export import csv as csv_export
+from guestbench.output.export import json as json_export
+from guestbench.output.export.csv import CSV_HEADER
+from guestbench.analysis.cells import rows
+from guestbench.analysis.fleet import analyze_results
+from guestbench.analysis.findings import analyze
 from guestbench.results import ResultsFile, load_results
 from guestbench.util.units import fmt_seconds
 
 MB500 = 500 * 10**6
 STARTUP_TIMED = "guestfs launch() until the appliance daemon answered"
 UPLOAD_TIMED = "upload of a 500 MB file into the mounted ext2 filesystem"
+
+
+# the summary every output reads (guestbench.analysis.findings), then the table or export under test
+def warnings(doc: dict[str, Any]) -> list[str]:
+    return analyze(doc).warnings
+
+
+def to_csv(doc: dict[str, Any]) -> str:
+    return csv_export.to_csv(analyze_results(doc))
+
+
+def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
+    return json_export.results_summary(analyze_results(doc))
+
+
+def placement_tables(doc: dict[str, Any]) -> list[placement_table.PlacementTable]:
+    return placement_table.placement_tables(analyze(doc).placements)
 
 
 def cell(backend: str, label: str, seconds: list[float], *, placement: str = "host",
@@ -350,7 +370,7 @@ def expected_comparisons() -> list[tuple[str, str, list[float], list[float]]]:
 
 
 def test_placement_table_ratios_and_cis_are_recomputed(tmp_path: Path) -> None:
-    (table,) = placement_table.placement_tables(nested_results(tmp_path))
+    (table,) = placement_tables(nested_results(tmp_path))
     assert table.header[:3] == ["measurement", "backend", "cache"]
     assert [(r.label, r.backend) for r in table.comparisons] == [(l, b) for l, b, _, _ in expected_comparisons()]
     for r, text, (label, backend, host, nested) in zip(table.comparisons, table.rows, expected_comparisons()):
@@ -379,13 +399,13 @@ def test_placement_table_ratios_and_cis_are_recomputed(tmp_path: Path) -> None:
 
 def test_backend_with_host_samples_only_says_what_is_missing_and_why(tmp_path: Path) -> None:
     doc = nested_results(tmp_path)
-    (table,) = placement_table.placement_tables(doc)
+    (table,) = placement_tables(doc)
     (gap,) = table.gaps
     assert (gap.label, gap.backend, gap.present, gap.missing) == ("upload", "tcg", "host", "nested")
     assert "skipped: backend not usable" in gap.reason and TCG_NESTED_REASON in gap.reason
     line = f"upload: tcg: host only, no nested samples: skipped: backend not usable; tcg not usable in the " \
            f"level-1 guest: {TCG_NESTED_REASON}"
-    assert gap.text == line
+    assert placement_table.gap_text(gap) == line
     assert f"- {line}" in to_markdown(doc)
     assert line in squash(render_text(doc))
     assert to_summary_json(doc)["placements_missing"] == [
@@ -403,9 +423,9 @@ def test_backend_sampled_nested_only_names_the_host_reason(tmp_path: Path) -> No
     for c in doc["cells"]:
         if c["placement"] == "host" and c["backend"] == "uml":
             c.update(samples=[], status="skipped", skip_reason="backend not usable")
-    (table,) = placement_table.placement_tables(doc)
+    (table,) = placement_tables(doc)
     assert [(r.label, r.backend) for r in table.comparisons] == [("startup", "tcg")]
-    assert [g.text for g in table.gaps if g.backend == "uml"] == [
+    assert [placement_table.gap_text(g) for g in table.gaps if g.backend == "uml"] == [
         f"{label}: uml: nested only, no host samples: skipped: backend not usable; uml not usable on the host: "
         "no UML kernel on the host" for label in ("startup", "upload")]
 
@@ -414,17 +434,17 @@ def test_missing_nested_cell_of_an_interrupted_nested_run(tmp_path: Path) -> Non
     doc = nested_results(tmp_path)
     doc["cells"] = [c for c in doc["cells"] if not (c["placement"] == "nested" and c["label"] == "upload")]
     doc["placements"]["nested"]["status"] = "interrupted"
-    (table,) = placement_table.placement_tables(doc)
+    (table,) = placement_tables(doc)
     reasons = {(g.label, g.backend): g.reason for g in table.gaps}
     assert reasons[("upload", "uml")] == "no cell recorded; nested run interrupted"
     assert reasons[("upload", "tcg")].startswith("no cell recorded; nested run interrupted; tcg not usable in")
-    assert "(nested run interrupted)" in timing_table.nested_line(doc)
+    assert "(nested run interrupted)" in timing_table.nested_line(analyze(doc).nested)
 
 
 def test_header_lines_and_unusable_backends_of_the_level1_guest(tmp_path: Path) -> None:
     doc = nested_results(tmp_path)
     line = "QEMU TCG CPU version 2.5+ · QEMU guest (TCG), no /dev/kvm · level-1 on tcg, 2 vCPUs, 4096 MiB"
-    assert timing_table.nested_line(doc) == line
+    assert timing_table.nested_line(analyze(doc).nested) == line
     text = render_text(doc)
     assert f"Nested: {line}" in text.splitlines()
     assert text.splitlines().index(f"Nested: {line}") == text.splitlines().index("Host: AMD EPYC · KVM guest") + 1
@@ -439,7 +459,7 @@ def test_header_lines_and_unusable_backends_of_the_level1_guest(tmp_path: Path) 
 
 def test_markdown_terminal_and_json_agree_on_the_placement_table(tmp_path: Path) -> None:
     doc = nested_results(tmp_path)
-    (table,) = placement_table.placement_tables(doc)
+    (table,) = placement_tables(doc)
     md = to_markdown(doc)
     section = md.split("## host vs nested", 1)[1]
     assert "| " + " | ".join(table.header) + " |" in section
@@ -482,16 +502,16 @@ def test_documents_without_nested_cells_have_no_placement_table(tmp_path: Path) 
     doc = standard()
     keys = {"scenario", "status", "results_file", "host", "methods", "rows", "phases", "unusable_backends",
             "warnings"}
-    assert placement_table.placement_tables(doc) == []
+    assert placement_tables(doc) == []
     assert set(to_summary_json(doc)) == keys  # the summary of a host-only run is unchanged
     assert "nested" not in render_text(doc).lower() and "nested" not in to_markdown(doc).lower()
     # host and another placement (not nested): no comparison either
-    assert placement_table.placement_tables(document([cell("tcg", "startup", [1.0, 1.1]),
+    assert placement_tables(document([cell("tcg", "startup", [1.0, 1.1]),
                                              cell("tcg", "startup", [2.0, 2.1], placement="appliance")])) == []
     # a nested run that failed before its first cell: header and level-1 record, no table
     host_only = nested_results(tmp_path, error="level-1 guest did not boot")
     host_only["cells"] = [c for c in host_only["cells"] if c["placement"] == "host"]
-    assert placement_table.placement_tables(host_only) == []
+    assert placement_tables(host_only) == []
     assert "## host vs nested" not in to_markdown(host_only)
     summary = to_summary_json(host_only)
     assert summary["placements"] == [] and summary["level1"]["error"] == "level-1 guest did not boot"
@@ -512,7 +532,7 @@ def test_partial_nested_documents_render(tmp_path: Path, placements: Any) -> Non
     doc["cells"].append({"backend": "kvm", "placement": "nested", "measurement": "startup",
                          "samples": [{"seconds": None}, {"seconds": 4.0}], "failures": None})
     doc["cells"].append({"backend": "kvm", "placement": "host", "measurement": "startup", "samples": [{}]})
-    (table,) = placement_table.placement_tables(doc)
+    (table,) = placement_tables(doc)
     assert [(r.label, r.backend) for r in table.comparisons] == [(l, b) for l, b, _, _ in expected_comparisons()]
     assert ("startup", "kvm", "nested", "host") in [(g.label, g.backend, g.present, g.missing) for g in table.gaps]
     render_text(doc)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from guestbench.util import units
 from guestbench.results import figures as cell_figures
@@ -48,6 +48,7 @@ class Row:
     peak_mib: float | None = None  # median of each step's peak PSS (RSS where no PSS was readable)
     cpu_methods: tuple[str, ...] = ()  # how the samples' CPU was counted: "cgroup", "proc" (instruments/usage.py)
     density: bool = False  # an appliance of a density level: its figures are in the density tables
+    seconds: list[float] = field(default_factory=list)  # its samples' seconds, in file order
 
 
 def mapping(value: Any) -> dict[str, Any]:
@@ -129,6 +130,7 @@ def row(cell: dict[str, Any]) -> Row:
         precision=cell.get("precision") if isinstance(cell.get("precision"), dict) else None,
         **load_figures(cell),
         **_resource_figures(cell),
+        seconds=seconds,
     )
 
 
@@ -199,10 +201,10 @@ def _verification_failed(cell: dict[str, Any]) -> str | None:
     return f"data verification failed ({what}: host {verification.get('host')}, guest {verification.get('guest')})"
 
 
-def warnings(doc: dict[str, Any]) -> list[str]:
-    """Every reason a reader should distrust or miss a figure: spread, failures, skips, interruptions."""
+def warnings(doc: dict[str, Any], rs: list[Row]) -> list[str]:
+    """Every reason a reader should distrust or miss a figure: spread, failures, skips, interruptions (`rs`: the
+    document's rows)."""
     cells = doc_cells(doc)
-    rs = rows(doc)
     names = _group_names(rs)
     out: list[str] = []
     for group in _by_label_placement(rs).values():

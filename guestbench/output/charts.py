@@ -4,7 +4,7 @@ Why these encodings: a bar is the median (what the tables rank on), whiskers are
 samples rather than a CI of the mean (a mean's CI need not contain the median, and with n = 1 it does not
 exist), and every sample is drawn as a dot, because runs have 3–5 samples and the reader should see them.
 Bars start at zero and are horizontal so long backend names and the "n=…" labels never overlap. Every
-figure drawn comes from `cellrows.rows` (seconds, MB/s) or `phase_table.phase_tables` (phase medians), as the
+figure drawn comes from the run's summary (guestbench.analysis.findings: seconds, MB/s, phase medians), as the
 tables' figures do, so a chart cannot disagree with its table.
 
 matplotlib runs headless: the "Agg" backend is selected before any other matplotlib module is imported,
@@ -14,7 +14,6 @@ and figures are `Figure` objects, never pyplot's global state, so rendering many
 from __future__ import annotations
 
 import io
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +27,7 @@ from matplotlib.text import Text  # noqa: E402
 
 from guestbench.output.tables import density as density_report
 from guestbench.analysis import cells as cellrows
+from guestbench.analysis.findings import Findings
 from guestbench.output.tables import phases as phase_table
 from guestbench.output.tables import timing as timing_table
 from guestbench.analysis import phases  # noqa: E402
@@ -111,10 +111,9 @@ def backend_colour(name: str) -> str:
     return backend.colour if backend is not None else OTHER_COLOUR
 
 
-def measurement_chart(scenario: str, label: str, pairs: list[tuple[dict[str, Any], Row]]) -> Chart:
+def measurement_chart(scenario: str, label: str, rows: list[Row]) -> Chart:
     """Backends side by side for one measurement label (and placements side by side when several)."""
-    by_id = {id(r): cell for cell, r in pairs}
-    group = _placement_order([r for _, r in pairs])
+    group = _placement_order(rows)
     names = bar_names(group)
     placements = list(dict.fromkeys(r.placement for r in group))
     fig = Figure(figsize=(8, 1.4 + 0.5 * len(group)))
@@ -128,7 +127,7 @@ def measurement_chart(scenario: str, label: str, pairs: list[tuple[dict[str, Any
             ax.barh(y, s.median, height=0.6, color=colour, alpha=0.85, hatch=hatch, edgecolor="white")
             ax.errorbar(s.median, y, xerr=[[s.median - s.min], [s.max - s.median]], fmt="none",
                         ecolor="black", elinewidth=1, capsize=4)
-            samples = cellrows.sample_seconds(by_id[id(r)])
+            samples = r.seconds
             offsets = [0.0] if len(samples) == 1 else [-0.18 + 0.36 * i / (len(samples) - 1)
                                                         for i in range(len(samples))]
             ax.scatter(samples, [y + o for o in offsets], s=9, color="black", zorder=3, linewidths=0)
@@ -267,14 +266,9 @@ class DocumentCharts:
     phases: list[Chart]
 
 
-def document_charts(doc: dict[str, Any]) -> DocumentCharts:
+def document_charts(s: Findings) -> DocumentCharts:
     """A chart for each timing table (a workload's figures and a density item's appliances have their own
     tables), each density item and each boot-phase table."""
-    scenario = cellrows.scenario_name(doc)
-    per_label: dict[str, list[tuple[dict[str, Any], Row]]] = {}
-    for cell, r in cellrows.cells_and_rows(doc):
-        if not r.density and not r.workload:
-            per_label.setdefault(r.label, []).append((cell, r))
-    return DocumentCharts({label: measurement_chart(scenario, label, group) for label, group in per_label.items()},
-                          [density_chart(scenario, rec) for rec in density_report.to_dicts(doc)],
-                          [phase_chart(scenario, pt) for pt in phase_table.phase_tables(doc)])
+    return DocumentCharts({label: measurement_chart(s.name, label, group) for label, group in s.timing.items()},
+                          [density_chart(s.name, rec) for rec in s.density],
+                          [phase_chart(s.name, pt) for pt in phase_table.phase_tables(s.phases)])

@@ -3,7 +3,7 @@
 `show`, `report`, `compare` and a scenario's final print build a `Document` once (guestbench.output.results_doc,
 guestbench.output.compare_doc) and hand it to a renderer: the terminal (rich), Markdown or HTML. A renderer
 decides only how a part looks, never which figures it holds, so a figure printed in one format is in all of
-them. CSV and the summary JSON stay their own stable contracts (report.to_csv, report.to_summary_json).
+them. CSV and the summary JSON stay their own stable contracts (output/export/csv.py, json.py).
 
 Styles are names, not colours: `good`, `bad`, `best`, `warn`. The terminal colours them, HTML gives them a
 CSS class, Markdown makes `bad` and `best` bold.

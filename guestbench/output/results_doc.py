@@ -8,6 +8,7 @@ not measured, warnings. Only `guestbench report` adds charts and the full finger
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import Any
@@ -16,18 +17,18 @@ from guestbench import __version__
 from guestbench.output.tables import density as density_report
 from guestbench.output.tables import fleet as fleet_report
 from guestbench.output.tables import metrics as metrics_report
-from guestbench.analysis import cells as cellrows
 from guestbench.output.export import csv as csv_export
 from guestbench.output.export import json as json_export
 from guestbench.output.tables import timing as timing_table
 from guestbench.output.tables import placements as placement_table
 from guestbench.output.tables import phases as phase_table
-from guestbench.analysis import cost
+from guestbench.analysis.fleet import FleetFindings, analyze_results
+from guestbench.analysis.cells import Row
+from guestbench.analysis.findings import Findings
 from guestbench.output.tables import cost as cost_table
 from guestbench.util.reasons import short_reason
 from guestbench.output.document import Bullets, Document, Figure, Para, Part, Section, Table, slug
 from guestbench.output.formats import Printable
-from guestbench.results import hosts as fleet_hosts
 from guestbench.util.units import NONE
 
 INTRO = ("One section per results file. Absolute seconds compare only within one run (same machine, same "
@@ -35,16 +36,20 @@ INTRO = ("One section per results file. Absolute seconds compare only within one
 
 def show_document(doc: dict[str, Any], *, brief: bool = False) -> Document:
     """What `show` prints: one results file, no charts. `brief` shortens reasons to a sentence (terminal)."""
-    if fleet_hosts.is_fleet(doc):
-        return Document(f"guestbench: {cellrows.scenario_name(doc)}", sections=fleet_sections(doc, brief=brief))
-    return Document(f"guestbench: {cellrows.scenario_name(doc)}", sections=[section(doc, brief=brief)])
+    return document(analyze_results(doc), brief=brief)
+
+
+def document(s: Findings | FleetFindings, *, brief: bool = False) -> Document:
+    if isinstance(s, FleetFindings):
+        return Document(f"guestbench: {s.name}", sections=fleet_sections(s, brief=brief))
+    return Document(f"guestbench: {s.name}", sections=[section(s, brief=brief)])
 
 
 def printable(doc: dict[str, Any]) -> Printable:
-    """One results file in any format: `show`, and a scenario's final print."""
-    return Printable(document=lambda: show_document(doc), brief=lambda: show_document(doc, brief=True),
-                     summary=lambda: json_export.results_summary(doc), csv=lambda: csv_export.to_csv(doc))
-
+    """One results file in any format: `show`, and a scenario's final print (its findings computed once)."""
+    s = functools.cache(lambda: analyze_results(doc))
+    return Printable(document=lambda: document(s()), brief=lambda: document(s(), brief=True),
+                     summary=lambda: json_export.results_summary(s()), csv=lambda: csv_export.to_csv(s()))
 
 
 def report_document(inputs: list[tuple[str, dict[str, Any]]], *, charts: bool = True) -> Document:
@@ -54,90 +59,89 @@ def report_document(inputs: list[tuple[str, dict[str, Any]]], *, charts: bool = 
     for path, doc in inputs:
         doc = dict(doc, _path=path)
         stem = _unique_stem(path, taken)
-        title = f"{cellrows.scenario_name(doc)} — {Path(path).name}"
-        if fleet_hosts.is_fleet(doc):
-            sections += fleet_sections(doc, title=title, anchor=stem, full=True, stem=stem if charts else None)
+        s = analyze_results(doc)
+        title = f"{s.name} — {Path(path).name}"
+        if isinstance(s, FleetFindings):
+            sections += fleet_sections(s, title=title, anchor=stem, full=True, stem=stem if charts else None)
         else:
-            sections.append(section(doc, title=title, anchor=stem, full=True, stem=stem if charts else None))
+            sections.append(section(s, title=title, anchor=stem, full=True, stem=stem if charts else None))
     intro = [Para(f"guestbench {__version__}, {len(sections)} results file(s). {INTRO}", "meta")]
     return Document("guestbench report", intro, sections)
 
 
-def fleet_sections(doc: dict[str, Any], *, title: str = "", anchor: str = "", brief: bool = False,
+def fleet_sections(fleet: FleetFindings, *, title: str = "", anchor: str = "", brief: bool = False,
                    full: bool = False, stem: str | None = None) -> list[Section]:
     """A fleet run: the hosts side by side (host × backend per measurement), then each host's own tables."""
-    names = fleet_hosts.names(doc)
-    hosts = doc.get("hosts") or {}
-    state = ", ".join(f"{n} ({(hosts[n] or {}).get('status') or 'not run'})" for n in names)
-    parts: list[Part] = [Para(timing_table.run_line(doc), "meta"),
-                         Para(f"Fleet: {len(names)} host(s): {state}", "meta"), Para(f"Run from: {cellrows.host_line(doc)}", "meta")]
-    for t in fleet_report.tables(doc):
+    state = ", ".join(f"{h.name} ({h.status or 'not run'})" for h in fleet.hosts)
+    parts: list[Part] = [Para(timing_table.run_line(fleet.facts), "meta"),
+                         Para(f"Fleet: {len(fleet.hosts)} host(s): {state}", "meta"),
+                         Para(f"Run from: {fleet.host_line}", "meta")]
+    for t in fleet_report.tables(fleet):
         styles = {(i, fleet_report.HEADER.index("× fastest")): "best"
                   for i, c in enumerate(t.combos) if t.fastest is not None and c is t.fastest}
         parts.append(Table("fleet", t.title, list(fleet_report.HEADER), [fleet_report.cells(t, c) for c in t.combos],
                            caption=t.caption, label=t.label, numeric_from=4, styles=styles))
-    parts.append(Bullets(fleet_report.warnings(doc), title="Fleet warnings", lead="warning", style="warn"))
+    parts.append(Bullets(fleet_report.warnings(fleet), title="Fleet warnings", lead="warning", style="warn"))
     out = [Section(title or "hosts", anchor or "fleet", parts)]
-    for name in names:
-        sub = slug(name)
-        out.append(section(fleet_hosts.view(doc, name), title=f"host {name}" + (f" — {title}" if title else ""),
+    for h in fleet.hosts:
+        sub = slug(h.name)
+        out.append(section(h.findings, title=f"host {h.name}" + (f" — {title}" if title else ""),
                            anchor=f"{anchor or 'fleet'}-{sub}", brief=brief, full=full,
                            stem=f"{stem}-{sub}" if stem is not None else None))
     return out
 
 
-def section(doc: dict[str, Any], *, title: str = "", anchor: str = "", brief: bool = False, full: bool = False,
+def section(s: Findings, *, title: str = "", anchor: str = "", brief: bool = False, full: bool = False,
             stem: str | None = None) -> Section:
     """Every table of one results file; `stem` (a file-name stem) adds the charts, `full` the fingerprints."""
-    drawn = _charts(doc, stem) if stem is not None else None
-    parts: list[Part] = [*_header(doc)]
-    timing = cellrows.by_label(r for r in cellrows.rows(doc) if not r.workload and not r.density)
-    metric_tables = metrics_report.metric_tables(doc)
-    durable = metrics_report.durability_rows(doc)
-    if not timing and not metric_tables and not durable and not doc.get("density"):
+    drawn = _charts(s) if stem is not None else None
+    parts: list[Part] = [*_header(s)]
+    metric_tables = metrics_report.metric_tables(s.cells)
+    durable = metrics_report.durability_rows(s.cells)
+    if not s.timing and not metric_tables and not durable and not s.density:
         parts.append(Para("No measurements recorded."))
-    for label, group in timing.items():
+    for label, group in s.timing.items():
         parts.append(_timing_table(label, group))
         if drawn is not None and label in drawn.measured:
             parts.append(_figure(drawn.measured[label], stem))
     parts += [_metric_table(mt) for mt in metric_tables]
     parts += [_durability_table(durable)] if durable else []
-    for pl in placement_table.placement_tables(doc):
+    for pl in placement_table.placement_tables(s.placements):
         parts.append(Table("placements", pl.title, pl.header, pl.rows, caption=pl.caption, label=pl.title,
                            numeric_from=3, empty=timing_table.NO_PAIRS))
-        parts += [Bullets([g.text for g in pl.gaps], lead=pl.title, style="warn")] if pl.gaps else []
-    for i, dt in enumerate(density_report.tables(doc)):
+        parts += [Bullets([placement_table.gap_text(g) for g in pl.gaps], lead=pl.title, style="warn")] \
+            if pl.gaps else []
+    for i, dt in enumerate(density_report.tables(s.density)):
         parts.append(Table("density", dt.title, dt.header, dt.rows, caption=dt.caption, label=dt.title,
                            numeric_from=0))
         if drawn is not None:
             parts.append(_figure(drawn.density[i], stem))
-    parts += _cost_tables(doc)
-    for i, pt in enumerate(phase_table.phase_tables(doc)):
+    parts += _cost_tables(s)
+    for i, pt in enumerate(phase_table.phase_tables(s.phases)):
         parts.append(Table("phases", pt.title, pt.header, pt.rows, caption=pt.caption, label=pt.title,
                            numeric_from=1))
         if drawn is not None:
             parts.append(_figure(drawn.phases[i], stem))
-    unusable = cellrows.unusable_backends(doc)
     parts.append(Table("unusable", "Backends not measured", ["backend", "reason"],
-                       [[name, short_reason(why) if brief else why] for name, why in unusable.items()],
+                       [[name, short_reason(why) if brief else why] for name, why in s.unusable.items()],
                        quiet_when_empty=True))
-    parts.append(Bullets(cellrows.warnings(doc), title="Warnings", lead="warning", style="warn"))
+    parts.append(Bullets(s.warnings, title="Warnings", lead="warning", style="warn"))
     if full:
-        parts += _fingerprints(doc)
+        parts += _fingerprints(s)
     return Section(title, anchor, parts)
 
 
-def _header(doc: dict[str, Any]) -> list[Para]:
-    out = [Para(timing_table.run_line(doc), "meta"), Para(f"Host: {cellrows.host_line(doc)}", "meta")]
-    fleet = doc.get("fleet_host") or {}
+def _header(s: Findings) -> list[Para]:
+    out = [Para(timing_table.run_line(s.facts), "meta"), Para(f"Host: {s.host_line}", "meta")]
+    fleet = s.fleet_host
     out += [Para(f"host {fleet['name']} ({fleet.get('status')}): {fleet['error']}", "warning")] if fleet.get("error") else []
-    nested, error = timing_table.nested_line(doc), timing_table.nested_error(doc)
+    nested, error = timing_table.nested_line(s.nested), timing_table.nested_error(s.nested)
     out += [Para(f"Nested: {nested}", "meta")] if nested else []
     out += [Para(error, "warning")] if error else []
     return out
 
 
-def _timing_table(label: str, group: list[cellrows.Row]) -> Table:
+def _timing_table(label: str, group: list[Row]) -> Table:
     styles: dict[tuple[int, int], str] = {}
     for i, r in enumerate(group):
         if r.summary is None:
@@ -164,22 +168,20 @@ def _durability_table(durable: list[metrics_report.DurabilityRow]) -> Table:
                  label="durability", styles=styles)
 
 
-def _cost_tables(doc: dict[str, Any]) -> list[Table]:
-    prices = cost.prices_of(doc)
-    cost_rows = cost.rows(doc, prices)
-    if not cost_rows:
+def _cost_tables(s: Findings) -> list[Table]:
+    if not s.cost:
         return []
-    return [Table("cost", "what it costs", cost_table.header(prices), [cost_table.cells(r, prices) for r in cost_rows],
-                  caption=cost_table.caption(cost_rows, prices), label="what it costs", numeric_from=3)]
+    return [Table("cost", "what it costs", cost_table.header(s.prices), [cost_table.cells(r, s.prices) for r in s.cost],
+                  caption=cost_table.caption(s.cost, s.prices), label="what it costs", numeric_from=3)]
 
 
-def _fingerprints(doc: dict[str, Any]) -> list[Part]:
-    host, nested_host = doc.get("host"), timing_table.nested_host(doc)
+def _fingerprints(s: Findings) -> list[Part]:
+    host = s.host
     parts: list[Part] = [Table("host", "Host fingerprint", ["key", "value"],
                                host_rows(host) if isinstance(host, dict) and host else [], empty="Not recorded.")]
-    if nested_host is not None:
+    if s.nested is not None:
         parts.append(Table("nested-host", "Level-1 guest fingerprint (placement nested)", ["key", "value"],
-                           host_rows(nested_host) if nested_host else [], empty="Not recorded."))
+                           host_rows(s.nested.host) if s.nested.host else [], empty="Not recorded."))
     return parts
 
 
@@ -202,10 +204,10 @@ def _host_value(key: str, value: Any) -> str:
     return str(value)
 
 
-def _charts(doc: dict[str, Any], stem: str) -> Any:  # a charts.DocumentCharts
+def _charts(s: Findings) -> Any:  # a charts.DocumentCharts
     from guestbench.output import charts  # matplotlib: only documents with charts pay for importing it
 
-    return charts.document_charts(doc)
+    return charts.document_charts(s)
 
 
 def _figure(chart: Any, stem: str | None) -> Figure:

@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from typing import Any
 from guestbench.util.errors import printable
 from guestbench.output.export import columns as csv_columns
-from guestbench.results import hosts as fleet_hosts
-from guestbench.analysis.cells import Row, rows
+from guestbench.analysis.cells import Row
+from guestbench.analysis.fleet import FleetFindings
+from guestbench.analysis.findings import Findings
 from guestbench.analysis.compare import Comparison
 from collections.abc import Sequence
 from guestbench.util.errors import UserError
@@ -41,20 +42,20 @@ def _csv_record(r: Row) -> list[str]:
             *(_csv_float(x) for x in stats), _csv_float(r.mb_per_s), _csv_float(r.cpu_s), _csv_float(r.peak_mib)]
 
 
-def to_csv(doc: dict[str, Any]) -> str:
+def to_csv(s: Findings | FleetFindings) -> str:
     """Header `CSV_HEADER` plus one line per cell; empty fields where a figure does not exist. A fleet run's
     lines end with the host's name, under an added last column `host`."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    if not fleet_hosts.is_fleet(doc):
+    if isinstance(s, Findings):
         writer.writerow(CSV_HEADER.split(","))
-        for r in rows(doc):
+        for r in s.rows:
             writer.writerow(csv_row(_csv_record(r)))
         return buf.getvalue()
     writer.writerow([*CSV_HEADER.split(","), "host"])
-    for name in fleet_hosts.names(doc):
-        for r in rows(fleet_hosts.view(doc, name)):
-            writer.writerow(csv_row([*_csv_record(r), name]))
+    for h in s.hosts:
+        for r in h.findings.rows:
+            writer.writerow(csv_row([*_csv_record(r), h.name]))
     return buf.getvalue()
 
 

@@ -7,21 +7,20 @@ import sys
 from typing import TYPE_CHECKING
 import math
 from typing import Any
-from guestbench.output.tables import density as density_report
 from guestbench.output.tables import fleet as fleet_report
 from guestbench.output.tables import metrics as metrics_report
 import dataclasses
 from guestbench.analysis import phases
 from guestbench.analysis import cost
-from guestbench.results import hosts as fleet_hosts
+from guestbench.analysis.fleet import FleetFindings
+from guestbench.analysis.placements import PlacementRow
+from guestbench.analysis.findings import Nested, Findings
 from guestbench.analysis.stats import CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary
 from guestbench.output.tables.phases import phase_tables
 from guestbench.analysis.compare import ALPHA, Comparison, ComparisonRow, TEST_METHOD, fmt_threshold, regressions
 from guestbench.analysis.stats import PERMUTATION_METHOD
 from collections.abc import Sequence
-from guestbench.analysis.cells import (Row, mapping, level1_of, nested_info, number, has_nested, rows, scenario_name,
-                                       unusable_backends, warnings)
-from guestbench.output.tables.placements import PlacementRow, placement_tables
+from guestbench.analysis.cells import Row, mapping, number
 
 if TYPE_CHECKING:
     from guestbench.output.formats import Printable
@@ -56,10 +55,6 @@ def _row_dict(r: Row) -> dict[str, Any]:
     }
 
 
-def _short_host(doc: dict[str, Any]) -> dict[str, Any]:
-    return _short_fingerprint(mapping(doc.get("host")))
-
-
 def _short_fingerprint(host: dict[str, Any]) -> dict[str, Any]:
     """The fingerprint keys a reader of the summary needs, of the host or of the level-1 guest."""
     short: dict[str, Any] = {k: host[k] for k in ("hostname", "cores", "memory_bytes", "os", "kernel", "arch") if k in host}
@@ -77,42 +72,30 @@ def _phase_dict(bp: phases.BackendPhases) -> dict[str, Any]:
                         "seen": p.seen} for name, p in bp.phases.items()]}
 
 
-def _cost_dict(doc: dict[str, Any]) -> dict[str, Any]:
+def _cost_dict(s: Findings) -> dict[str, Any]:
     """{"cost": prices and rows} where samples recorded what they used (guestbench.analysis.cost), else nothing."""
-    prices = cost.prices_of(doc)
-    cost_rows = cost.rows(doc, prices)
-    return {"cost": {"prices": prices.to_dict() if prices else None, "rows": _cost_rows(cost_rows)}} \
-        if cost_rows else {}
+    return {"cost": {"prices": s.prices.to_dict() if s.prices else None, "rows": _cost_rows(s.cost)}} if s.cost else {}
 
 
-def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
-    """Recomputed summaries for machines; valid strict JSON (no NaN). A fleet run: each host's summary under
-    `hosts` (the host × backend tables are guestbench.output.tables.fleet's)."""
-    if fleet_hosts.is_fleet(doc):
-        return {"scenario": scenario_name(doc), "status": doc.get("status"), "results_file": doc.get("_path"),
-                "host": _short_host(doc),
-                "hosts": {n: _host_summary(fleet_hosts.view(doc, n)) for n in fleet_hosts.names(doc)}}
+def to_summary_json(s: Findings) -> dict[str, Any]:
+    """Recomputed summaries for machines; valid strict JSON (no NaN)."""
     return {
-        "scenario": scenario_name(doc),
-        "status": doc.get("status"),
-        "results_file": doc.get("_path"),
-        **({"order": doc["order"]} if isinstance(doc.get("order"), dict) else {}),
-        "host": _short_host(doc),
+        "scenario": s.name,
+        "status": s.facts.status,
+        "results_file": s.facts.path,
+        **({"order": s.facts.order} if s.facts.order is not None else {}),
+        "host": _short_fingerprint(s.host if isinstance(s.host, dict) else {}),
         "methods": {"ci": CI_METHOD, "outliers": OUTLIER_METHOD, "mb": "10^6 bytes"},
-        "rows": [_row_dict(r) for r in rows(doc)],
-        **{k: v for k, v in _metrics(doc).items() if v},  # present for workload runs only
-        **_cost_dict(doc),
-        **({"density": density_report.to_dicts(doc)} if doc.get("density") else {}),
+        "rows": [_row_dict(r) for r in s.rows],
+        **{k: v for k, v in _metrics(s.cells).items() if v},  # present for workload runs only
+        **_cost_dict(s),
+        **({"density": s.density} if s.density else {}),
         "phases": [{"label": pt.title, "backends": [_phase_dict(bp) for bp in pt.summaries]}
-                   for pt in phase_tables(doc)],
-        "unusable_backends": unusable_backends(doc),
-        "warnings": warnings(doc),
-        **_placements_json(doc),
+                   for pt in phase_tables(s.phases)],
+        "unusable_backends": s.unusable,
+        "warnings": s.warnings,
+        **_placements_json(s),
     }
-
-
-def _host_summary(view: dict[str, Any]) -> dict[str, Any]:
-    return {**to_summary_json(view), "fleet_host": view["fleet_host"]}
 
 
 def _side_dict(s: Summary) -> dict[str, Any]:
@@ -126,11 +109,10 @@ def _placement_dict(r: PlacementRow) -> dict[str, Any]:
             "ratio_ci_high": json_float(r.ci_high)}
 
 
-def _level1_dict(doc: dict[str, Any]) -> dict[str, Any] | None:
-    info = nested_info(doc)
-    if not info:
+def _level1_dict(nested: Nested | None) -> dict[str, Any] | None:
+    if nested is None:
         return None
-    level1 = level1_of(doc)
+    level1 = nested.record
 
     def text(key: str) -> str | None:
         value = level1.get(key)
@@ -143,22 +125,22 @@ def _level1_dict(doc: dict[str, Any]) -> dict[str, Any] | None:
     return {"hypervisor": text("hypervisor"),
             **{k: amount(k) for k in ("memory_mib", "vcpus", "timeout_scale", "seconds")},
             "image": text("image"), "error": text("error"),
-            "status": None if info.get("status") is None else str(info.get("status")),
-            "host": _short_fingerprint(mapping(info.get("host")))}
+            "status": None if nested.status is None else str(nested.status),
+            "host": _short_fingerprint(nested.host)}
 
 
-def _placements_json(doc: dict[str, Any]) -> dict[str, Any]:
+def _placements_json(s: Findings) -> dict[str, Any]:
     """Summary-JSON keys of the host vs nested comparison; none for documents without a nested run."""
-    if not has_nested(doc):
+    if not s.has_nested:
         return {}
-    tables = placement_tables(doc)
-    return {"placements": [_placement_dict(r) for t in tables for r in t.comparisons],
+    p = s.placements
+    return {"placements": [_placement_dict(r) for r in (p.comparisons if p else [])],
             "placements_missing": [{"label": g.label, "backend": g.backend, "cache_mode": g.cache_mode,
                                     "present": g.present, "missing": g.missing, "reason": g.reason,
                                     "unusable": g.unusable, g.present: _side_dict(g.summary)}
-                                   for t in tables for g in t.gaps],
+                                   for g in (p.gaps if p else [])],
             "placements_method": RATIO_CI_METHOD,
-            "level1": _level1_dict(doc)}
+            "level1": _level1_dict(s.nested)}
 
 
 
@@ -206,11 +188,11 @@ def _cost_rows(rs: list[cost.CostRow]) -> list[dict[str, Any]]:
 
 
 
-def _metrics(doc: dict[str, Any]) -> dict[str, Any]:
+def _metrics(cells: list[dict[str, Any]]) -> dict[str, Any]:
     """The workload tools' figures and the durability verdicts for `--json`: the same tables `show` prints,
     each figure as its median and its sample range (min, max, n) per column."""
     tables = []
-    for mt in metrics_report.metric_tables(doc):
+    for mt in metrics_report.metric_tables(cells):
         columns = [{"header": c.header, "backend": c.cell.get("backend"), "label": c.cell.get("label"), "n": c.n,
                     "status": c.status or None} for c in mt.columns]
         rows = [{"key": r.key, "label": r.label, "unit": r.unit, "higher_better": r.higher_better,
@@ -219,12 +201,12 @@ def _metrics(doc: dict[str, Any]) -> dict[str, Any]:
                 for r in mt.rows]
         tables.append({"group": mt.group, "placement": mt.placement, "measurement": mt.measurement,
                        "caption": mt.caption, "notes": mt.notes, "columns": columns, "rows": rows})
-    return {"metrics": tables, "durability": [dataclasses.asdict(r) for r in metrics_report.durability_rows(doc)]}
+    return {"metrics": tables, "durability": [dataclasses.asdict(r) for r in metrics_report.durability_rows(cells)]}
 
 
-def fleet_tables(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def fleet_tables(fleet: FleetFindings) -> list[dict[str, Any]]:
     out = []
-    for t in fleet_report.tables(doc):
+    for t in fleet_report.tables(fleet):
         rows = []
         for c in t.combos:
             s = c.row.summary
@@ -237,12 +219,15 @@ def fleet_tables(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def results_summary(doc: dict[str, Any]) -> dict[str, Any]:
-    """The --json summary of a results file; a fleet run's has the hosts side by side too."""
-    out = to_summary_json(doc)
-    if "hosts" in out:
-        out["fleet"] = {"tables": fleet_tables(doc), "warnings": fleet_report.warnings(doc)}
-    return out
+def results_summary(s: Findings | FleetFindings) -> dict[str, Any]:
+    """The --json summary of a results file; a fleet run's has each host's summary under `hosts` and the hosts side
+    by side under `fleet`."""
+    if isinstance(s, Findings):
+        return to_summary_json(s)
+    return {"scenario": s.name, "status": s.facts.status, "results_file": s.facts.path,
+            "host": _short_fingerprint(s.host if isinstance(s.host, dict) else {}),
+            "hosts": {h.name: {**to_summary_json(h.findings), "fleet_host": h.findings.fleet_host} for h in s.hosts},
+            "fleet": {"tables": fleet_tables(s), "warnings": fleet_report.warnings(s)}}
 
 
 

@@ -49,11 +49,10 @@ def _spread(d: Any, fmt: str = "{:.3g}") -> str:
     return med if lo == hi else f"{med} ({lo}–{hi})"
 
 
-def tables(doc: dict[str, Any]) -> list[DensityTable]:
+def tables(records: list[dict[str, Any]]) -> list[DensityTable]:
+    """A table per density record (guestbench.analysis.summary keeps them as the run wrote them)."""
     out = []
-    for rec in doc.get("density") or []:
-        if not isinstance(rec, dict):
-            continue
+    for rec in records:
         f = level_figures(rec)
         levels = [lv for lv in rec.get("levels") or [] if isinstance(lv, dict)]
         base = ((levels[0].get(f.key) or {}).get("median")) if levels else None

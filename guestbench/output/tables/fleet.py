@@ -11,24 +11,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
-from guestbench.analysis import cells as cellrows
+from guestbench.analysis.cells import no_data_text
+from guestbench.analysis.fleet import Combo, FleetComparison, FleetFindings
 from guestbench.output.tables import timing as timing_table
-from guestbench.analysis import stats
-from guestbench.results import hosts as fleet_hosts
 from guestbench.util.units import NONE, fmt_seconds
 
 HEADER = ("host", "backend", "placement", "cache", "n", "failures", "median s", "95% CI s", "× fastest",
           "ratio 95% CI")
-
-
-@dataclass
-class Combo:
-    host: str
-    row: cellrows.Row
-    values: list[float]
-    ratio_ci: tuple[float, float] | None = None
 
 
 @dataclass
@@ -43,52 +33,22 @@ class FleetTable:
         return f"{self.label}: host × backend"
 
 
-def tables(doc: dict[str, Any]) -> list[FleetTable]:
-    if not fleet_hosts.is_fleet(doc):
-        return []
-    by_label: dict[str, list[Combo]] = {}
-    for name in fleet_hosts.names(doc):
-        view = fleet_hosts.view(doc, name)
-        for cell, row in cellrows.cells_and_rows(view):
-            if row.workload or row.density:
-                continue
-            by_label.setdefault(row.label, []).append(Combo(name, row, cellrows.sample_seconds(cell)))
-    return [_table(label, combos) for label, combos in by_label.items()]
+def tables(fleet: FleetFindings) -> list[FleetTable]:
+    return [_table(c) for c in fleet.comparisons]
 
 
-def _table(label: str, combos: list[Combo]) -> FleetTable:
-    measured = [c for c in combos if c.row.summary is not None]
-    best = min(measured, key=lambda c: c.row.summary.median) if measured else None  # type: ignore[union-attr]
-    for c in measured:
-        assert best is not None and best.row.summary is not None and c.row.summary is not None
-        c.row.ratio = c.row.summary.median / best.row.summary.median
-        if c is not best:
-            c.ratio_ci = stats.ratio_ci(best.values, c.values)
-    others = [c for c in measured if c is not best]
-    clear = bool(others) and all(c.ratio_ci is not None and not math.isnan(c.ratio_ci[0]) and c.ratio_ci[0] > 1
-                                 for c in others)
-    hosts = len({c.host for c in combos})
-    if best is None:
-        why = "No combination has samples."
-    elif not others:
-        why = "One combination has samples: nothing to rank."
-    elif clear:
-        why = (f"Fastest: {best.row.backend} on {best.host}; every other combination's ratio CI lies above 1.")
-    else:
-        close = [f"{c.row.backend} on {c.host}" for c in others
-                 if c.ratio_ci is None or math.isnan(c.ratio_ci[0]) or c.ratio_ci[0] <= 1]
-        why = (f"No combination is clearly fastest: the ratio CI of {', '.join(close)} reaches 1 (or has too few "
-               "samples for one), so the lowest median is not a ranking.")
-    caption = (f"{label} on {hosts} host(s). {timing_table.caption([c.row for c in combos])} × fastest: median over "
-               f"the lowest median; ratio 95% CI: percentile bootstrap of the ratio of medians. {why}")
-    return FleetTable(label, combos, best if clear else None, caption)
+def _table(c: FleetComparison) -> FleetTable:
+    hosts = len({combo.host for combo in c.combos})
+    caption = (f"{c.label} on {hosts} host(s). {timing_table.caption([combo.row for combo in c.combos])} × fastest: "
+               f"median over the lowest median; ratio 95% CI: percentile bootstrap of the ratio of medians. {c.why}")
+    return FleetTable(c.label, c.combos, c.fastest, caption)
 
 
 def cells(t: FleetTable, c: Combo) -> list[str]:
     r = c.row
     s = r.summary
     if s is None:
-        median = cellrows.no_data_text(r)
+        median = no_data_text(r)
         ci = ratio = ratio_ci = NONE
     else:
         median = fmt_seconds(s.median)
@@ -100,15 +60,12 @@ def cells(t: FleetTable, c: Combo) -> list[str]:
             median, ci, ratio, ratio_ci]
 
 
-def warnings(doc: dict[str, Any]) -> list[str]:
+def warnings(fleet: FleetFindings) -> list[str]:
     """Hosts that differ in what makes figures move, and hosts that ended early."""
     out = []
-    for what, values in fleet_hosts.differences(doc):
+    for what, values in fleet.differences:
         shown = ", ".join(f"{n}: {v if v is not None else NONE}" for n, v in values.items())
         out.append(f"hosts differ in {what} ({shown}): a ratio across them measures the hosts as much as the "
                    "backends")
-    for name in fleet_hosts.names(doc):
-        info = doc["hosts"][name] or {}
-        if info.get("error"):
-            out.append(f"host {name} ({info.get('status') or 'not run'}): {info['error']}")
+    out += [f"host {h.name} ({h.status or 'not run'}): {h.error}" for h in fleet.hosts if h.error]
     return out

@@ -88,20 +88,20 @@ def _status(cell: dict[str, Any]) -> str:
     return f"{status}: {reason}" if reason else status
 
 
-def _durability_cells(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    return [c for c in doc.get("cells") or [] if isinstance(c, dict) and c.get("measurement") == "durability"]
+def _durability_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [c for c in cells if c.get("measurement") == "durability"]
 
 
-def metric_tables(doc: dict[str, Any]) -> list[MetricTable]:
+def metric_tables(cells: list[dict[str, Any]]) -> list[MetricTable]:
     """One table per workload group and placement, in file order; durability has its own table."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for cell in doc.get("cells") or []:
-        if isinstance(cell, dict) and cell.get("metrics") and cell.get("measurement") != "durability":
+    for cell in cells:
+        if cell.get("metrics") and cell.get("measurement") != "durability":
             key = (str(cell.get("group") or cell.get("label")), str(cell.get("placement") or "host"))
             groups.setdefault(key, []).append(cell)
     verdicts = {(c.get("backend"), c.get("cache_mode"), c.get("placement")): durability_text(c)
-                for c in _durability_cells(doc)}
-    return [_table(group, placement, cells, verdicts) for (group, placement), cells in groups.items()]
+                for c in _durability_cells(cells)}
+    return [_table(group, placement, members, verdicts) for (group, placement), members in groups.items()]
 
 
 def durability_text(cell: dict[str, Any]) -> str:
@@ -128,10 +128,10 @@ class DurabilityRow:
     flushes: str  # flush requests that reached the disk per trial: median (min–max)
 
 
-def durability_rows(doc: dict[str, Any]) -> list[DurabilityRow]:
+def durability_rows(cells: list[dict[str, Any]]) -> list[DurabilityRow]:
     """Per backend × cache mode: did fsynced data survive a power cut, and how fast was that write."""
     out = []
-    for c in _durability_cells(doc):
+    for c in _durability_cells(cells):
         rates = [(s.get("metrics") or {}).get("write_bw") for s in _samples(c)]
         write = figure([r for r in rates if r is not None])[0] if rates else NONE
         out.append(DurabilityRow(str(c.get("backend")), str(c.get("placement") or "host"), str(c.get("cache_mode")),

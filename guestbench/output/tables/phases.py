@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 from dataclasses import dataclass
-from typing import Any
 from guestbench.analysis import phases
-from guestbench.analysis.cells import doc_cells
 from guestbench.util.units import NONE, fmt_seconds
 
 
@@ -19,13 +17,8 @@ class PhaseTable:
     summaries: list[phases.BackendPhases]
 
 
-def phase_tables(doc: dict[str, Any]) -> list[PhaseTable]:
+def phase_tables(groups: dict[str, list[phases.BackendPhases]]) -> list[PhaseTable]:
     """One table per measurement label whose cells recorded phases (see guestbench.instruments.markers)."""
-    groups: dict[str, list[phases.BackendPhases]] = {}
-    for cell in doc_cells(doc):
-        bp = phases.cell_phases(cell)
-        if bp is not None:
-            groups.setdefault(str(cell.get("label") or cell.get("measurement")), []).append(bp)
     return [_phase_table(label, bps) for label, bps in groups.items()]
 
 

@@ -7,7 +7,9 @@ import math
 from typing import Any
 from guestbench.instruments.load import BUSY_RULE
 from guestbench.analysis.stats import CI_METHOD, OUTLIER_METHOD
-from guestbench.analysis.cells import Row, mapping, level1_of, nested_info, number, host_line, no_data_text
+from guestbench.analysis.cells import Row, no_data_text, number
+from guestbench.analysis.placements import Level1
+from guestbench.analysis.findings import Nested, RunFacts
 from guestbench.util.units import NONE, fmt_seconds
 
 
@@ -133,11 +135,10 @@ def _method_text() -> str:
     return f"Seconds; {SAMPLES_NOTE}; {CI_METHOD}; outliers by {OUTLIER_METHOD}; MB = 10^6 bytes."
 
 
-def _order_text(doc: dict[str, Any]) -> str | None:
+def _order_text(order: dict[str, Any] | None) -> str | None:
     """How the run ordered its samples (absent in files written before orders existed)."""
-    order = mapping(doc.get("order"))
-    mode = order.get("mode")
-    if not isinstance(mode, str):
+    mode = order.get("mode") if order is not None else None
+    if order is None or not isinstance(mode, str):
         return None
     parts = f", at most {order['block_cells']} cells at once" if isinstance(order.get("block_cells"), int) else ""
     if mode == "random":
@@ -147,14 +148,14 @@ def _order_text(doc: dict[str, Any]) -> str | None:
     return f"order {mode}"
 
 
-def run_line(doc: dict[str, Any]) -> str:
-    parts = [f"results {doc.get('status') or 'unknown'}",
-             f"started {doc.get('started_utc') or NONE}",
-             f"finished {doc.get('finished_utc') or 'not finished'}"]
-    if order := _order_text(doc):
+def run_line(facts: RunFacts) -> str:
+    parts = [f"results {facts.status or 'unknown'}",
+             f"started {facts.started_utc or NONE}",
+             f"finished {facts.finished_utc or 'not finished'}"]
+    if order := _order_text(facts.order):
         parts.append(order)
-    if doc.get("_path"):
-        parts.append(f"file {doc['_path']}")
+    if facts.path:
+        parts.append(f"file {facts.path}")
     return " · ".join(parts)
 
 
@@ -167,32 +168,23 @@ def integer_text(value: Any) -> str:
     return NONE if x is None else f"{x:.0f}" if x.is_integer() else f"{x:g}"
 
 
-def _level1_text(doc: dict[str, Any]) -> str:
+def level1_text(level1: Level1) -> str:
     """Where the nested figures were taken, e.g. "level-1 on tcg, 2 vCPUs, 4096 MiB"."""
-    level1 = level1_of(doc)
-    return (f"level-1 on {level1.get('hypervisor') or 'an unrecorded hypervisor'}, "
-            f"{vcpus_text(level1.get('vcpus'))}, {integer_text(level1.get('memory_mib'))} MiB")
+    return (f"level-1 on {level1.hypervisor or 'an unrecorded hypervisor'}, "
+            f"{vcpus_text(level1.vcpus)}, {integer_text(level1.memory_mib)} MiB")
 
 
-def nested_line(doc: dict[str, Any]) -> str | None:
-    """The level-1 guest's own host line, None when the document has no nested run."""
-    info = nested_info(doc)
-    if not info:
+def nested_line(nested: Nested | None) -> str | None:
+    """The level-1 guest's own host line, None when the results have no nested run."""
+    if nested is None:
         return None
-    line = f"{host_line({'host': info.get('host')})} · {_level1_text(doc)}"
-    status = info.get("status")
-    return line if status in (None, "complete") else f"{line} (nested run {status})"
+    line = f"{nested.host_line} · {level1_text(nested.level1)}"
+    return line if nested.status in (None, "complete") else f"{line} (nested run {nested.status})"
 
 
-def nested_host(doc: dict[str, Any]) -> dict[str, Any] | None:
-    """The level-1 guest's fingerprint ({} when not recorded), None when the document has no nested run."""
-    info = nested_info(doc)
-    return mapping(info.get("host")) if info else None
-
-
-def nested_error(doc: dict[str, Any]) -> str | None:
+def nested_error(nested: Nested | None) -> str | None:
     """Why the level-1 run failed, as a warning for the header, None when it did not."""
-    error = level1_of(doc).get("error")
+    error = nested.record.get("error") if nested is not None else None
     return f"level-1 run failed: {error}" if error else None
 
 
