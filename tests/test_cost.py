@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from guestbench.analysis import cost
 from guestbench.scenario.prices import Prices
 from guestbench.output.tables import cost as cost_table
 from guestbench.util.errors import UserError
@@ -31,7 +30,7 @@ def _doc(prices: dict | None) -> dict:
 
 
 def test_without_prices_the_table_is_core_and_gib_seconds() -> None:
-    rows = cost.rows(_doc(None), None)
+    rows = analyze(_doc(None)).cost
     assert [(r.backend, r.label, r.per, r.n) for r in rows] == [("uml", "startup", "launch", 3),
                                                                 ("tcg", "upload", "sample", 1)]
     assert (rows[0].core_s.median, rows[0].core_s.low, rows[0].core_s.high) == (5.0, 4.0, 6.0)
@@ -41,9 +40,10 @@ def test_without_prices_the_table_is_core_and_gib_seconds() -> None:
 
 def test_unit_prices_give_cost_per_1000_launches_and_per_gb() -> None:
     prices = {"vcpu_hour": 0.036, "gib_hour": 0.0072, "currency": "USD"}
-    p = cost.prices_of(_doc(prices))
+    found = analyze(_doc(prices))
+    p = found.prices
     assert p is not None
-    uml, tcg = cost.rows(_doc(prices), p)
+    uml, tcg = found.cost
     # a launch: 5 core-s at 0.036/h plus 2.5 GiB-s at 0.0072/h
     assert uml.per_1000 is not None and uml.per_1000.median == pytest.approx(1000 * (5 * 0.036 + 2.5 * 0.0072) / 3600)
     # 500 MB: 2 core-s + 4 GiB-s, per 10^9 bytes

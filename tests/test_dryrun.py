@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, guestbench
-from guestbench.analysis.cells import sample_seconds
+from guestbench.results.figures import sample_seconds
 from guestbench.run import dryrun
 from guestbench.scenario import load_scenario
 

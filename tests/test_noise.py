@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from guestbench.analysis import cells as cellrows
 from guestbench.analysis.findings import analyze
 from guestbench.output.tables import timing as timing_table
 from guestbench.instruments import load as noise
@@ -64,12 +63,12 @@ def test_the_report_marks_busy_cells_and_says_quiet_ones_were_judged() -> None:
                                                                             "steal": 0.0, "busy": b}}
                             for i, b in enumerate(busy)]}
     doc = {"cells": [cell("uml", [False, True, True]), cell("tcg", [False, False, False])]}
-    rows = cellrows.rows(doc)
+    rows = analyze(doc).rows
     assert "Host BUSY during 2 of 6 judged timed steps: uml (host) 2 of 3, other processes up to 1.2 cores" \
         in timing_table.caption(rows)
     assert any("uml: the host was busy during 2 of 3 samples" in w for w in analyze(doc).warnings)
     quiet = {"cells": [cell("tcg", [False, False])]}
-    assert "Host quiet during all 2 judged timed steps" in timing_table.caption(cellrows.rows(quiet))
+    assert "Host quiet during all 2 judged timed steps" in timing_table.caption(analyze(quiet).rows)
     assert not any("busy" in w for w in analyze(quiet).warnings)
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from guestbench.output.tables import timing as timing_table
-from guestbench.analysis import cells as cellrows
 from guestbench.analysis.findings import analyze
 from guestbench.analysis import stats
 from guestbench.util.errors import UserError
@@ -171,7 +170,7 @@ def test_the_report_says_where_precision_got_and_flags_a_cell_at_its_cap() -> No
             "precision": {"target": 0.01, "reached": 0.25, "n": 3, "cap": 3, "stopped": "cap"}}
     doc = {"cells": [cell], "order": {"mode": "random", "seed": 11}}
     assert "order random (seed 11)" in timing_table.run_line(analyze(doc).facts)
-    (row,) = cellrows.rows(doc)
+    (row,) = analyze(doc).rows
     assert "uml (host) ±25.0% at n=3 (stopped at the cap without the target)" in timing_table.caption([row])
     assert any("stopped at the cap (3 samples) at ±25.0%, short of the target ±1.0%" in w
                for w in analyze(doc).warnings)

@@ -15,7 +15,6 @@ from rich.console import Console
 
 from guestbench.output.tables import placements as placement_table
 from guestbench.output.tables import timing as timing_table
-from guestbench.analysis import cells as cellrows
 from guestbench.analysis import stats
 from guestbench.output import results_doc
 from guestbench.output.render import markdown
@@ -23,8 +22,8 @@ from guestbench.output.render import terminal
 from guestbench.output.export import csv as csv_export
 from guestbench.output.export import json as json_export
 from guestbench.output.export.csv import CSV_HEADER
-from guestbench.analysis.cells import rows
 from guestbench.analysis.fleet import analyze_results
+from guestbench.analysis.cells import Row
 from guestbench.analysis.findings import analyze
 from guestbench.results import ResultsFile, load_results
 from guestbench.util.units import fmt_seconds
@@ -35,6 +34,10 @@ UPLOAD_TIMED = "upload of a 500 MB file into the mounted ext2 filesystem"
 
 
 # the summary every output reads (guestbench.analysis.findings), then the table or export under test
+def rows(doc: dict[str, Any]) -> list[Row]:
+    return analyze(doc).rows
+
+
 def warnings(doc: dict[str, Any]) -> list[str]:
     return analyze(doc).warnings
 
@@ -449,7 +452,7 @@ def test_header_lines_and_unusable_backends_of_the_level1_guest(tmp_path: Path) 
     assert f"Nested: {line}" in text.splitlines()
     assert text.splitlines().index(f"Nested: {line}") == text.splitlines().index("Host: AMD EPYC · KVM guest") + 1
     assert f"Host: AMD EPYC · KVM guest  \nNested: {line}  \n" in to_markdown(doc)
-    assert cellrows.unusable_backends(doc) == {"tcg (nested)": TCG_NESTED_REASON}
+    assert analyze(doc).unusable == {"tcg (nested)": TCG_NESTED_REASON}
     assert "| tcg (nested) | " + TCG_NESTED_REASON + " |" in to_markdown(doc)
     assert "level-1 run failed" not in text
     failed = nested_results(tmp_path, error="level-1 guest did not boot within 900 s")
@@ -539,4 +542,4 @@ def test_partial_nested_documents_render(tmp_path: Path, placements: Any) -> Non
     to_markdown(doc)
     to_csv(doc)
     json.dumps(to_summary_json(doc), allow_nan=False)
-    cellrows.unusable_backends(doc)
+    analyze(doc).unusable

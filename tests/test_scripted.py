@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from guestbench.measurements import durability
 from guestbench.results import load_results
 from guestbench.run.protocol import Request
 from guestbench.run.runner import RunOptions, run_scenario
@@ -123,6 +124,39 @@ def test_power_cut_trials_are_cut_on_the_workers_word_and_judged_from_the_image(
     assert cell["status"] == "done", cell
     assert [s["metrics"]["verdict"] for s in cell["samples"]] == ["lost", "lost"]
     assert len([r for _, r in ex.requests if "probe-" not in r.workdir]) == 2, "one worker per trial"
+
+
+def test_each_power_cut_is_judged_from_what_reached_the_disk_honoured_lost_or_partial(tmp_path: Path) -> None:
+    # The script writes the trial's pattern to its volatile drive (the nbdfuse file over nbdkit's writeback cache)
+    # as the guest's dd would: all of it fsynced (honoured), none (lost: the cache dies with the power), half
+    # (partial). Like a hypervisor, it holds the file open through the power cut: a close would flush it.
+    plans = iter([1.0, 0.0, 0.5])  # the share of the pattern fsynced before the rest is written
+    held: list[int] = []
+
+    def script(backend: str, req: Request, i: int) -> Step:
+        if "probe-" in req.workdir:
+            return Step(seconds=1.0)
+        while held:
+            os.close(held.pop())  # the last trial's file: its power is cut, its mount gone
+        want = durability.pattern(req.params["token"], req.params["size"])
+        synced = int(len(want) * next(plans))
+        held.append(fd := os.open(req.drives[0]["filename"], os.O_WRONLY))
+        if synced:
+            os.pwrite(fd, want[:synced], durability.OFFSET)
+            os.fsync(fd)
+        os.pwrite(fd, want[synced:], durability.OFFSET + synced)
+        return Step(seconds=0.2, metrics={"write_s": 0.1}, powercut=True)
+    try:
+        doc, _ = _run(tmp_path, {"repetitions": 3, "measurements": [{"measurement": "durability", "cache": "writeback"}]},
+                      script)
+    finally:
+        for fd in held:
+            os.close(fd)
+    (cell,) = doc["cells"]
+    assert [s["metrics"]["verdict"] for s in cell["samples"]] == ["honoured", "lost", "partial"], cell
+    flushes = [s["metrics"]["host_flushes"] for s in cell["samples"]]
+    assert flushes[0] >= 1 and flushes[1] == 0 and flushes[2] >= 1, flushes  # counted by nbdkit's log filter
+    assert cell["disk"] == "file" and cell["status"] == "done"
 
 
 def test_a_signal_mid_block_stops_every_cell_and_keeps_what_was_sampled(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ backends not usable. Results files may be partial (interrupted or still running)
 
 from __future__ import annotations
 import math
-import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +48,7 @@ class Row:
     cpu_methods: tuple[str, ...] = ()  # how the samples' CPU was counted: "cgroup", "proc" (instruments/usage.py)
     density: bool = False  # an appliance of a density level: its figures are in the density tables
     seconds: list[float] = field(default_factory=list)  # its samples' seconds, in file order
+    uses: list[cell_figures.SampleUse] = field(default_factory=list)  # what its samples used (its cost)
 
 
 def mapping(value: Any) -> dict[str, Any]:
@@ -58,33 +58,6 @@ def mapping(value: Any) -> dict[str, Any]:
 
 def listed(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
-
-
-def sample_seconds(cell: dict[str, Any]) -> list[float]:
-    out = []
-    for sample in listed(cell.get("samples")):
-        value = number(mapping(sample).get("seconds"))
-        if value is not None:
-            out.append(value)
-    return out
-
-
-def load_figures(cell: dict[str, Any]) -> dict[str, Any]:
-    """How many samples were judged for host load, how many were busy, the busiest one's other cores, and how many
-    were taken beside another guestbench run."""
-    loads = [mapping(mapping(s).get("load")) for s in listed(cell.get("samples"))]
-    judged = [ld for ld in loads if isinstance(ld.get("busy"), bool)]
-    others = [v for v in (number(ld.get("other_cores")) for ld in judged) if v is not None]
-    return {"judged": len(judged), "busy": sum(1 for ld in judged if ld["busy"]),
-            "busiest": max(others) if others else None,
-            "shared": sum(1 for ld in loads if (number(ld.get("other_runs")) or 0) > 0)}
-
-
-def _resource_figures(cell: dict[str, Any]) -> dict[str, Any]:
-    """The median CPU seconds and the median peak memory (PSS, else RSS) of the cell's samples that have them."""
-    used = {f.key: statistics.median(f.values) for f in cell_figures.resources(cell)}
-    return {"cpu_s": used.get("cpu_s"), "peak_mib": used.get("peak_mib"),
-            "cpu_methods": cell_figures.cpu_methods(cell)}
 
 
 def _first_failure(cell: dict[str, Any]) -> str | None:
@@ -100,14 +73,15 @@ def doc_cells(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def row(cell: dict[str, Any]) -> Row:
-    seconds = sample_seconds(cell)
-    summary = summarize(seconds) if seconds else None
+    measurement = str(cell.get("measurement") or "?")
+    failures, failure = listed(cell.get("failures")), _first_failure(cell)
+    f = cell_figures.read(cell)  # after this module's own readers: the data goes down once
+    summary = summarize(f.seconds) if f.seconds else None
     nbytes = cell.get("bytes")
     nbytes = nbytes if isinstance(nbytes, int) and not isinstance(nbytes, bool) else None
     throughput = None
     if nbytes is not None and summary is not None and summary.median > 0:
         throughput = units.mb_per_s(nbytes, summary.median)
-    measurement = str(cell.get("measurement") or "?")
     return Row(
         backend=str(cell.get("backend") or "?"),
         placement=str(cell.get("placement") or ""),
@@ -116,27 +90,31 @@ def row(cell: dict[str, Any]) -> Row:
         timed=str(cell.get("timed") or ""),
         cache_mode=cell.get("cache_mode") or None,
         bytes=nbytes,
-        n=len(seconds),
-        failures=len(listed(cell.get("failures"))),
+        n=len(f.seconds),
+        failures=len(failures),
         summary=summary,
         mb_per_s=throughput,
         ratio=None,
-        cold_s=number(cell.get("cold_s")),
+        cold_s=f.cold_s,
         status=str(cell.get("status") or "unknown"),
         skip_reason=cell.get("skip_reason") or None,
-        first_failure=_first_failure(cell),
+        first_failure=failure,
         workload=bool(cell.get("metrics")),
-        density=cell_figures.is_density(cell),
+        density=f.density,
         precision=cell.get("precision") if isinstance(cell.get("precision"), dict) else None,
-        **load_figures(cell),
-        **_resource_figures(cell),
-        seconds=seconds,
+        **f.load,
+        cpu_s=f.cpu_s,
+        peak_mib=f.peak_mib,
+        cpu_methods=f.cpu_methods,
+        seconds=f.seconds,
+        uses=f.uses,
     )
 
 
-def rows(doc: dict[str, Any]) -> list[Row]:
-    """One Row per cell, in file order, with ratios to the fastest median of the same label and placement."""
-    result = [row(cell) for cell in doc_cells(doc)]
+def rows(cells: list[dict[str, Any]]) -> list[Row]:
+    """One Row per cell (doc_cells), in file order, with ratios to the fastest median of the same label and
+    placement."""
+    result = [row(cell) for cell in cells]
     fastest: dict[tuple[str, str], float] = {}
     for r in result:
         if r.summary is not None:
@@ -201,38 +179,37 @@ def _verification_failed(cell: dict[str, Any]) -> str | None:
     return f"data verification failed ({what}: host {verification.get('host')}, guest {verification.get('guest')})"
 
 
-def warnings(doc: dict[str, Any], rs: list[Row]) -> list[str]:
-    """Every reason a reader should distrust or miss a figure: spread, failures, skips, interruptions (`rs`: the
-    document's rows)."""
-    cells = doc_cells(doc)
+def warnings(cells: list[dict[str, Any]], rs: list[Row], run_status: Any, memsize: Any) -> list[str]:
+    """Every reason a reader should distrust or miss a figure: spread, caveats, failures, skips, interruptions (`rs`:
+    the rows of `cells`; `run_status` and `memsize` the run's)."""
     names = _group_names(rs)
-    out: list[str] = []
+    caveats = _caveats(cells, rs, names, memsize)
+    problems: list[str] = []
+    for cell, r in zip(cells, rs):
+        prefix = f"{names[id(r)]}: {r.backend}"
+        if r.failures:
+            problems.append(f"{prefix}: {r.failures} of {r.n + r.failures} samples failed: {r.first_failure}")
+        # a density appliance's busy samples are counted in its level's row (the density table's busy column)
+        for problem in (_status_warning(r, run_status), _verification_failed(cell), _precision_warning(r),
+                        None if r.density else _load_warning(r)):
+            if problem:
+                problems.append(f"{prefix}: {problem}")
+    spread: list[str] = []
     for group in _by_label_placement(rs).values():
         # a tool's wall time (dbench runs for a fixed time) is no figure to rank; nor is one appliance of a density
         # level (its level is judged as a whole in the density table)
         if group[0].workload or group[0].density:
             continue
         summaries = {name: r.summary for name, r in zip(backend_names(group), group) if r.summary is not None}
-        out.extend(spread_warnings(names[id(group[0])], summaries))
-    out.extend(_caveats(doc, cells, rs, names))
-    for cell, r in zip(cells, rs):
-        prefix = f"{names[id(r)]}: {r.backend}"
-        if r.failures:
-            out.append(f"{prefix}: {r.failures} of {r.n + r.failures} samples failed: {r.first_failure}")
-        # a density appliance's busy samples are counted in its level's row (the density table's busy column)
-        for problem in (_status_warning(r, doc.get("status")), _verification_failed(cell), _precision_warning(r),
-                        None if r.density else _load_warning(r)):
-            if problem:
-                out.append(f"{prefix}: {problem}")
-    return out
+        spread.extend(spread_warnings(names[id(group[0])], summaries))
+    return spread + caveats + problems
 
 
-def _caveats(doc: dict[str, Any], cells: list[dict[str, Any]], rs: list[Any], names: dict[int, str]) -> list[str]:
+def _caveats(cells: list[dict[str, Any]], rs: list[Any], names: dict[int, str], memsize: Any) -> list[str]:
     """What a measurement says about its own settings (e.g. bonnie++'s ram below the appliance's memory),
     once per measurement label."""
     from guestbench.measurements import MEASUREMENTS  # the registry imports the backends: only when needed
 
-    memsize = mapping(doc.get("scenario")).get("memsize")
     out: dict[str, None] = {}
     for cell, r in zip(cells, rs):
         m = MEASUREMENTS.get(str(cell.get("measurement")))
@@ -246,31 +223,6 @@ def _caveats(doc: dict[str, Any], cells: list[dict[str, Any]], rs: list[Any], na
         for text in found:
             out.setdefault(f"{names[id(r)]}: {text}", None)
     return list(out)
-
-
-def scenario_name(doc: dict[str, Any]) -> str:
-    return str(mapping(doc.get("scenario")).get("name") or "unnamed scenario")
-
-
-def host_line(doc: dict[str, Any]) -> str:
-    host = mapping(doc.get("host"))
-    cpu = host.get("cpu_model") or "unknown CPU"
-    virt = mapping(host.get("virtualization")).get("summary") or "virtualization unknown"
-    return f"{cpu} · {virt}"
-
-
-def unusable_backends(doc: dict[str, Any]) -> dict[str, str]:
-    """Backends the run could not use, with the reason, so absent rows are explained rather than silent."""
-    out: dict[str, str] = {}
-    for name, info in mapping(doc.get("backends")).items():
-        info = mapping(info)
-        if info.get("usable") is False:
-            out[str(name)] = str(info.get("reason") or "no reason recorded")
-    for name in mapping(nested_info(doc).get("backends")):  # probed again inside the level-1 guest
-        reason = unusable_reason(doc, "nested", name)
-        if reason is not None:
-            out[f"{name} (nested)"] = reason
-    return out
 
 
 def no_data_text(r: Row) -> str:
@@ -302,30 +254,3 @@ def _precision_warning(r: Row) -> str | None:
         return None
     got = f"±{reached:.1%}" if reached is not None else "no CI"
     return f"stopped at the cap ({p.get('cap')} samples) at {got}, short of the target ±{target:.1%}"
-
-
-def nested_info(doc: dict[str, Any]) -> dict[str, Any]:
-    """doc["placements"]["nested"], or {} for documents written before nested runs existed."""
-    return mapping(mapping(doc.get("placements")).get("nested"))
-
-
-def has_nested(doc: dict[str, Any]) -> bool:
-    """Whether the document says anything about a nested run (cells or a placements.nested record)."""
-    return bool(nested_info(doc)) or any(c.get("placement") == "nested" for c in doc_cells(doc))
-
-
-def level1_of(doc: dict[str, Any]) -> dict[str, Any]:
-    return mapping(nested_info(doc).get("level1"))
-
-
-def unusable_reason(doc: dict[str, Any], placement: str, backend: str) -> str | None:
-    backends = mapping(doc.get("backends")) if placement == "host" else mapping(nested_info(doc).get("backends"))
-    info = mapping(backends.get(backend))
-    if info.get("usable") is not False:
-        return None
-    return str(info.get("reason") or "no reason recorded")
-
-
-def cells_and_rows(doc: dict[str, Any]) -> list[tuple[dict[str, Any], Row]]:
-    """Each cell of the document with its Row, for renderers that also need the raw samples."""
-    return list(zip(doc_cells(doc), rows(doc)))

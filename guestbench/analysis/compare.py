@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 from guestbench.host import fingerprint as host
 from guestbench.util.errors import UserError
-from guestbench.analysis.cells import doc_cells, load_figures, sample_seconds
+from guestbench.analysis.cells import doc_cells
+from guestbench.results.figures import load_figures, sample_seconds
 from guestbench.results import figures as cell_figures
 from guestbench.results.figures import SECONDS, figures
 from guestbench.results import hosts as fleet_hosts

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
-from guestbench.results import figures as cell_figures
+from guestbench.analysis.cells import Row
 from guestbench.scenario.prices import Prices
 
 MIB_PER_GIB = 1024.0
@@ -52,39 +51,23 @@ class CostRow:
     busy: int  # samples taken while the host was busy (guestbench.instruments.load)
 
 
-def rows(doc: dict[str, Any], prices: Prices | None) -> list[CostRow]:
-    """One row per cell whose samples recorded what they used, in file order."""
+def per_cell(cell_rows: list[Row], prices: Prices | None) -> list[CostRow]:
+    """One row per cell whose samples recorded what they used, in file order (a density level's appliances have
+    their figures in the density tables)."""
     out = []
-    for cell in doc.get("cells") or []:
-        if not isinstance(cell, dict) or cell_figures.is_density(cell):  # its own table has its figures
+    for r in cell_rows:
+        if r.density or not r.uses:
             continue
-        per_sample = []
-        busy = 0
-        for s in cell.get("samples") or []:
-            cpu, peak, wall = cell_figures.cpu_s(s), cell_figures.peak_mib(s), cell_figures.number(s.get("seconds"))
-            if cpu is None or peak is None or wall is None:
-                continue
-            per_sample.append((cpu, peak, wall))
-            busy += 1 if ((s.get("load") or {}).get("busy") is True) else 0
-        if not per_sample:
-            continue
-        core = [c for c, _, _ in per_sample]
-        gib = [p / MIB_PER_GIB * w for _, p, w in per_sample]
+        core = [u.cpu_s for u in r.uses]
+        gib = [u.peak_mib / MIB_PER_GIB * u.seconds for u in r.uses]
         money = [prices.per_sample(c, g) for c, g in zip(core, gib)] if prices else None
-        nbytes = cell.get("bytes") if isinstance(cell.get("bytes"), int) and cell.get("bytes") else None
-        per = "launch" if cell.get("measurement") == "startup" else "sample"
+        nbytes = r.bytes or None
         out.append(CostRow(
-            backend=str(cell.get("backend") or "?"), placement=str(cell.get("placement") or "host"),
-            label=str(cell.get("label") or cell.get("measurement") or "?"), per=per, n=len(per_sample),
-            peak_mib=Spread.of([p for _, p, _ in per_sample]),
-            wall_s=Spread.of([w for _, _, w in per_sample]), core_s=Spread.of(core), gib_s=Spread.of(gib),
+            backend=r.backend, placement=r.placement or "host", label=r.label,
+            per="launch" if r.measurement == "startup" else "sample", n=len(r.uses),
+            peak_mib=Spread.of([u.peak_mib for u in r.uses]), wall_s=Spread.of([u.seconds for u in r.uses]),
+            core_s=Spread.of(core), gib_s=Spread.of(gib),
             per_1000=Spread.of([m * 1000 for m in money]) if money else None,
             per_gb=Spread.of([m / (nbytes / 1e9) for m in money]) if money and nbytes else None,
-            busy=busy))
+            busy=sum(1 for u in r.uses if u.busy)))
     return out
-
-
-def prices_of(doc: dict[str, Any]) -> Prices | None:
-    """The prices the run's scenario gave, if any."""
-    given = ((doc.get("scenario") or {}).get("cost")) if isinstance(doc.get("scenario"), dict) else None
-    return Prices.from_dict(given) if isinstance(given, dict) and given else None

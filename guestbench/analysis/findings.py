@@ -1,6 +1,9 @@
-"""One results file's findings, computed once: every table of guestbench.output reads them and calls nothing
-back into the analysis (the rows of its cells, their warnings, host vs nested, cost, boot phases and the facts the
-header prints), so a figure has one place where it is computed and the document one place where it is laid out."""
+"""One results file's findings, computed once: the rows of its cells, their warnings, host vs nested, cost, boot
+phases and the facts the header prints. Every table, chart and export of guestbench.output reads them, never the
+results document, so a figure has one place where it is computed and the document one place where it is laid out.
+
+`read_run` reads what the file says about the run as a whole, `cells.rows` each cell's figures (through
+guestbench.results.figures, the one reader of a sample's figures); everything else is computed from those."""
 
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ from typing import Any
 from guestbench.analysis import cells as cellrows
 from guestbench.analysis import cost, phases
 from guestbench.analysis.cells import Row
-from guestbench.analysis.placements import Level1, Placements, level1, placements
+from guestbench.analysis.placements import Level1, Placements, placements
+from guestbench.results.figures import number
 from guestbench.scenario.prices import Prices
 
 
@@ -54,8 +58,14 @@ class Findings:
     prices: Prices | None
     cost: list[cost.CostRow]
     density: list[dict[str, Any]]  # the density records, as the run wrote them
-    unusable: dict[str, str]
+    unusable_at: dict[tuple[str, str], str]  # (placement, backend): why the backend was not usable there
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def unusable(self) -> dict[str, str]:
+        """The backends not measured and why, as the table lists them: the host's by name, the level-1 guest's
+        with "(nested)"."""
+        return {name if where == "host" else f"{name} (nested)": why for (where, name), why in self.unusable_at.items()}
 
     @property
     def has_nested(self) -> bool:
@@ -64,36 +74,73 @@ class Findings:
 
 
 def analyze(doc: dict[str, Any]) -> Findings:
-    rows = cellrows.rows(doc)
-    prices = cost.prices_of(doc)
+    run = read_run(doc)
+    cells = cellrows.doc_cells(doc)
+    rows = cellrows.rows(cells)
+    warnings = cellrows.warnings(cells, rows, run.facts.status, run.memsize)
     return Findings(
-        name=cellrows.scenario_name(doc), facts=facts(doc), host_line=cellrows.host_line(doc), host=doc.get("host"),
-        nested=_nested(doc), fleet_host=cellrows.mapping(doc.get("fleet_host")), cells=cellrows.doc_cells(doc), rows=rows,
-        timing=cellrows.by_label(r for r in rows if not r.workload and not r.density), placements=placements(doc),
-        phases=_phases(doc), prices=prices, cost=cost.rows(doc, prices),
-        density=[r for r in cellrows.listed(doc.get("density")) if isinstance(r, dict)],
-        unusable=cellrows.unusable_backends(doc), warnings=cellrows.warnings(doc, rows))
+        name=run.name, facts=run.facts, host_line=run.host_line, host=run.host, nested=run.nested,
+        fleet_host=run.fleet_host, cells=cells, rows=rows, phases=phases.by_label(cells),
+        timing=cellrows.by_label(r for r in rows if not r.workload and not r.density),
+        placements=placements(rows, run.unusable_at, run.nested.status if run.nested else None,
+                              run.nested.level1 if run.nested else None),
+        prices=run.prices, cost=cost.per_cell(rows, run.prices), density=run.density, unusable_at=run.unusable_at,
+        warnings=warnings)
 
 
-def facts(doc: dict[str, Any]) -> RunFacts:
+@dataclass(frozen=True)
+class RunInfo:
+    """What the results say about the run as a whole (not about one cell), read once."""
+
+    name: str
+    facts: RunFacts
+    host: Any
+    host_line: str
+    nested: Nested | None
+    fleet_host: dict[str, Any]
+    density: list[dict[str, Any]]
+    prices: Prices | None
+    memsize: Any  # the scenario's appliance memory (a measurement's caveats compare with it)
+    unusable_at: dict[tuple[str, str], str]  # (placement, backend): why the backend was not usable there
+
+
+def read_run(doc: dict[str, Any]) -> RunInfo:
+    scenario = _mapping(doc.get("scenario"))
     order = doc.get("order")
-    return RunFacts(doc.get("status"), doc.get("started_utc"), doc.get("finished_utc"),
-                    order if isinstance(order, dict) else None, doc.get("_path"))
+    facts = RunFacts(doc.get("status"), doc.get("started_utc"), doc.get("finished_utc"),
+                     order if isinstance(order, dict) else None, doc.get("_path"))
+    nested = _mapping(_mapping(doc.get("placements")).get("nested"))
+    unusable_at = {("host", str(name)): str(_mapping(info).get("reason") or "no reason recorded")
+                   for name, info in _mapping(doc.get("backends")).items() if _mapping(info).get("usable") is False}
+    unusable_at |= {("nested", str(name)): str(_mapping(info).get("reason") or "no reason recorded")
+                    for name, info in _mapping(nested.get("backends")).items()
+                    if _mapping(info).get("usable") is False}  # probed again inside the level-1 guest
+    prices = _mapping(scenario.get("cost"))
+    return RunInfo(str(scenario.get("name") or "unnamed scenario"), facts, doc.get("host"),
+                   host_line(_mapping(doc.get("host"))), _nested(nested) if nested else None,
+                   _mapping(doc.get("fleet_host")), [r for r in _listed(doc.get("density")) if isinstance(r, dict)],
+                   Prices.from_dict(prices) if prices else None, scenario.get("memsize"), unusable_at)
 
 
-def _nested(doc: dict[str, Any]) -> Nested | None:
-    info = cellrows.nested_info(doc)
-    if not info:
-        return None
-    host = cellrows.mapping(info.get("host"))
-    return Nested(host, cellrows.host_line({"host": host}), level1(doc), cellrows.level1_of(doc), info.get("status"))
+def host_line(host: dict[str, Any]) -> str:
+    cpu = host.get("cpu_model") or "unknown CPU"
+    virt = _mapping(host.get("virtualization")).get("summary") or "virtualization unknown"
+    return f"{cpu} · {virt}"
 
 
-def _phases(doc: dict[str, Any]) -> dict[str, list[phases.BackendPhases]]:
-    """The boot phases of every cell that recorded them (guestbench.instruments.markers), by label."""
-    groups: dict[str, list[phases.BackendPhases]] = {}
-    for cell in cellrows.doc_cells(doc):
-        bp = phases.cell_phases(cell)
-        if bp is not None:
-            groups.setdefault(str(cell.get("label") or cell.get("measurement")), []).append(bp)
-    return groups
+def _nested(info: dict[str, Any]) -> Nested:
+    host = _mapping(info.get("host"))
+    line = host_line(host)
+    record = _mapping(info.get("level1"))
+    level1 = Level1(record.get("hypervisor") or None, record.get("vcpus"), record.get("memory_mib"),
+                    number(record.get("timeout_scale")))
+    return Nested(host, line, level1, record, info.get("status"))
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """Partial files may hold null where a mapping belongs; treat that as empty."""
+    return value if isinstance(value, dict) else {}
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []

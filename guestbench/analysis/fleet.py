@@ -1,18 +1,18 @@
-"""A fleet run's comparison across hosts: per measurement, each host × backend combination's figures, the ratio of
-its median to the fastest one with the ratio's bootstrap 95% CI (stats.ratio_ci), and whether the data name a
-fastest combination (every other one's ratio CI lies above 1); the hosts' differences that make figures move."""
+"""A fleet run's findings: each host's share analysed as a one-machine run's, and the comparison across hosts: per
+measurement, each host × backend combination's figures, the ratio of its median to the fastest one with the ratio's
+bootstrap 95% CI (stats.ratio_ci), and whether the data name a fastest combination (every other one's ratio CI lies
+above 1); the hosts' differences that make figures move."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 from dataclasses import dataclass
-
 from typing import Any
 
 from guestbench.analysis import stats
-from guestbench.analysis.cells import Row, host_line, scenario_name
-from guestbench.analysis.findings import Findings, RunFacts, analyze, facts
+from guestbench.analysis.cells import Row
+from guestbench.analysis.findings import Findings, RunFacts, analyze, read_run
 from guestbench.results import hosts as fleet_hosts
 
 
@@ -56,13 +56,13 @@ class FleetFindings:
 
 
 def analyze_fleet(doc: dict[str, Any]) -> FleetFindings:
-    hosts = []
-    for name in fleet_hosts.names(doc):
-        info = doc["hosts"][name] or {}
-        hosts.append(HostFindings(name, info.get("status"), info.get("error"),
-                                 analyze(fleet_hosts.view(doc, name))))
-    return FleetFindings(scenario_name(doc), facts(doc), doc.get("host"), host_line(doc), hosts, comparisons(hosts),
-                        fleet_hosts.differences(doc))
+    names = fleet_hosts.names(doc)
+    differences = fleet_hosts.differences(doc)
+    views = [(name, fleet_hosts.view(doc, name)) for name in names]
+    run = read_run(doc)
+    hosts = [HostFindings(name, view["fleet_host"]["status"], view["fleet_host"]["error"], analyze(view))
+             for name, view in views]
+    return FleetFindings(run.name, run.facts, run.host, run.host_line, hosts, comparisons(hosts), differences)
 
 
 def comparisons(hosts: list[HostFindings]) -> list[FleetComparison]:

@@ -73,6 +73,16 @@ def cell_phases(cell: dict[str, Any]) -> BackendPhases | None:
 
 
 
+def by_label(cells: list[dict[str, Any]]) -> dict[str, list[BackendPhases]]:
+    """The boot phases of every cell that recorded them (guestbench.instruments.markers), by measurement label."""
+    groups: dict[str, list[BackendPhases]] = {}
+    for cell in cells:
+        bp = cell_phases(cell)
+        if bp is not None:
+            groups.setdefault(str(cell.get("label") or cell.get("measurement")), []).append(bp)
+    return groups
+
+
 def phase_order(summaries: Iterable[BackendPhases]) -> list[str]:
     """All phase names of several backends in boot order (qemu's and UML's lists merged)."""
     order: list[str] = []

@@ -7,8 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from guestbench.analysis.cells import (doc_cells, level1_of, nested_info, no_data_text, number, row, sample_seconds,
-                                       unusable_reason)
+from guestbench.analysis.cells import Row, no_data_text
 from guestbench.analysis.stats import Summary, ratio_ci, summarize
 
 
@@ -60,52 +59,44 @@ class Placements:
     level1: Level1
 
 
-def level1(doc: dict[str, Any]) -> Level1:
-    info = level1_of(doc)
-    return Level1(info.get("hypervisor") or None, info.get("vcpus"), info.get("memory_mib"),
-                  number(info.get("timeout_scale")))
-
-
-def _gap_reason(doc: dict[str, Any], placement: str, backend: str, cell: dict[str, Any] | None) -> str:
+def _gap_reason(missing: Row | None, placement: str, backend: str, nested_status: Any,
+                unusable: str | None) -> str:
     """The missing side's own account (cell status, skip reason, failures), then the backend's probe verdict."""
-    parts = [no_data_text(row(cell)) if cell is not None else "no cell recorded"]
-    status = nested_info(doc).get("status")
-    if placement == "nested" and status not in (None, "complete"):
-        parts.append(f"nested run {status}")
-    unusable = unusable_reason(doc, placement, backend)
+    parts = [no_data_text(missing) if missing is not None else "no cell recorded"]
+    if placement == "nested" and nested_status not in (None, "complete"):
+        parts.append(f"nested run {nested_status}")
     if unusable is not None and unusable not in parts[0]:
         where = "on the host" if placement == "host" else "in the level-1 guest"
         parts.append(f"{backend} not usable {where}: {unusable}")
     return "; ".join(parts)
 
 
-def placements(doc: dict[str, Any]) -> Placements | None:
-    """Both placements side by side, when the document has cells at both (else None)."""
-    cells = doc_cells(doc)
-    if not {"host", "nested"} <= {c.get("placement") for c in cells}:
+def placements(rows: list[Row], unusable_at: dict[tuple[str, str], str], nested_status: Any,
+               level1: Level1 | None) -> Placements | None:
+    """Both placements side by side, when the results have cells at both (else None). `unusable_at`: (placement,
+    backend) → why it was not usable there; `nested_status`, `level1`: the nested run's status and guest."""
+    if not {"host", "nested"} <= {r.placement for r in rows}:
         return None
-    sides: dict[tuple[str, str, str | None], dict[str, dict[str, Any]]] = {}
-    for c in cells:  # (label, backend, cache) in file order; the first cell of each placement counts
-        placement = c.get("placement")
-        if placement in ("host", "nested"):
-            r = row(c)
-            sides.setdefault((r.label, r.backend, r.cache_mode), {}).setdefault(str(placement), c)
-    out = Placements([], [], {}, level1(doc))
+    sides: dict[tuple[str, str, str | None], dict[str, Row]] = {}
+    for r in rows:  # (label, backend, cache) in file order; the first cell of each placement counts
+        if r.placement in ("host", "nested"):
+            sides.setdefault((r.label, r.backend, r.cache_mode), {}).setdefault(r.placement, r)
+    out = Placements([], [], {}, level1 or Level1(None, None, None, None))
     for (label, backend, cache_mode), by_placement in sides.items():
-        samples = {p: sample_seconds(c) for p, c in by_placement.items()}
-        present = [p for p in ("host", "nested") if samples.get(p)]
+        present = [p for p in ("host", "nested") if p in by_placement and by_placement[p].seconds]
         if not present:
             continue  # no samples anywhere: the measurement table already says why
-        for c in by_placement.values():
-            out.timed.setdefault(label, []).append(str(c.get("timed") or "not recorded"))
+        for r in by_placement.values():
+            out.timed.setdefault(label, []).append(r.timed or "not recorded")
         if len(present) == 1:
             missing = "nested" if present == ["host"] else "host"
+            unusable = unusable_at.get((missing, backend))
             out.gaps.append(PlacementGap(label, backend, cache_mode, present[0], missing,
-                                         _gap_reason(doc, missing, backend, by_placement.get(missing)),
-                                         summarize(samples[present[0]]),
-                                         unusable_reason(doc, missing, backend) is not None))
+                                         _gap_reason(by_placement.get(missing), missing, backend, nested_status,
+                                                     unusable),
+                                         summarize(by_placement[present[0]].seconds), unusable is not None))
             continue
-        host_s, nested_s = samples["host"], samples["nested"]
+        host_s, nested_s = by_placement["host"].seconds, by_placement["nested"].seconds
         host, nested = summarize(host_s), summarize(nested_s)
         ratio = nested.median / host.median if host.median else math.nan
         low, high = ratio_ci(host_s, nested_s)

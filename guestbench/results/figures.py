@@ -9,6 +9,7 @@ being better; a comparison reads them like seconds, a precision target does not.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,9 +36,13 @@ def _samples(cell: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in (cell.get("samples") or []) if isinstance(s, dict)]
 
 
+def sample_seconds(cell: dict[str, Any]) -> list[float]:
+    """The seconds of the cell's samples, in file order."""
+    return [v for v in (number(s.get("seconds")) for s in _samples(cell)) if v is not None]
+
+
 def seconds(cell: dict[str, Any]) -> Figure:
-    values = [v for v in (number(s.get("seconds")) for s in _samples(cell)) if v is not None]
-    return Figure(SECONDS, SECONDS, "s", False, values)
+    return Figure(SECONDS, SECONDS, "s", False, sample_seconds(cell))
 
 
 def figures(cell: dict[str, Any]) -> list[Figure]:
@@ -91,3 +96,53 @@ def resources(cell: dict[str, Any]) -> list[Figure]:
         if values:
             out.append(Figure(key, label, unit, False, values))
     return out
+
+
+def load_figures(cell: dict[str, Any]) -> dict[str, Any]:
+    """How many samples were judged for host load, how many were busy, the busiest one's other cores, and how many
+    were taken beside another guestbench run."""
+    loads = [s.get("load") if isinstance(s.get("load"), dict) else {} for s in _samples(cell)]
+    judged = [ld for ld in loads if isinstance(ld.get("busy"), bool)]
+    others = [v for v in (number(ld.get("other_cores")) for ld in judged) if v is not None]
+    return {"judged": len(judged), "busy": sum(1 for ld in judged if ld["busy"]),
+            "busiest": max(others) if others else None,
+            "shared": sum(1 for ld in loads if (number(ld.get("other_runs")) or 0) > 0)}
+
+
+@dataclass(frozen=True)
+class SampleUse:
+    """What one sample's processes used, for its cost: where it recorded CPU, peak memory and its seconds."""
+
+    cpu_s: float
+    peak_mib: float
+    seconds: float
+    busy: bool  # the host was busy while it was taken
+
+
+def uses(cell: dict[str, Any]) -> list[SampleUse]:
+    out = []
+    for s in _samples(cell):
+        cpu, peak, wall = cpu_s(s), peak_mib(s), number(s.get("seconds"))
+        if cpu is not None and peak is not None and wall is not None:
+            out.append(SampleUse(cpu, peak, wall, (s.get("load") or {}).get("busy") is True))
+    return out
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Every figure of a cell's samples that a report reads, read once (guestbench.analysis.cells.Row)."""
+
+    seconds: list[float]
+    cold_s: float | None
+    density: bool
+    load: dict[str, Any]  # load_figures
+    cpu_s: float | None  # the median over the samples that recorded it
+    peak_mib: float | None  # the median peak memory (PSS, else RSS) over the samples that recorded it
+    cpu_methods: tuple[str, ...]
+    uses: list[SampleUse]
+
+
+def read(cell: dict[str, Any]) -> Reading:
+    used = {f.key: statistics.median(f.values) for f in resources(cell)}
+    return Reading(sample_seconds(cell), number(cell.get("cold_s")), is_density(cell), load_figures(cell),
+                   used.get("cpu_s"), used.get("peak_mib"), cpu_methods(cell), uses(cell))

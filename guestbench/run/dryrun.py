@@ -23,7 +23,7 @@ from typing import Any
 from guestbench.backends import BACKENDS
 from guestbench.util.errors import UserError
 from guestbench.measurements import get as get_measurement
-from guestbench.analysis.cells import sample_seconds
+from guestbench.results.figures import sample_seconds
 from guestbench.results import read_json
 from guestbench.run import plan as planner
 from guestbench.run import probe

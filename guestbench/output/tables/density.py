@@ -83,6 +83,3 @@ def tables(records: list[dict[str, Any]]) -> list[DensityTable]:
         out.append(DensityTable(title, rows, caption, header(rec)))
     return out
 
-
-def to_dicts(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    return [r for r in doc.get("density") or [] if isinstance(r, dict)]
