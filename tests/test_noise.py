@@ -70,6 +70,12 @@ def test_the_report_marks_busy_cells_and_says_quiet_ones_were_judged() -> None:
     quiet = {"cells": [cell("tcg", [False, False])]}
     assert "Host quiet during all 2 judged timed steps" in timing_table.caption(analyze(quiet).rows)
     assert not any("busy" in w for w in analyze(quiet).warnings)
+    # a sample may say it was busy without how busy (the model allows it): "?" cores, not a traceback
+    for s in doc["cells"][0]["samples"]:
+        s["load"].pop("other_cores")
+    unsaid = analyze(doc)
+    assert "uml (host) 2 of 3, other processes up to ? cores" in timing_table.caption(unsaid.rows)
+    assert any("(other processes up to ? cores)" in w for w in unsaid.warnings)
 
 
 BUSY = """name: busy

@@ -231,6 +231,15 @@ REFUSALS: dict[str, tuple[Callable[[dict[str, Any]], None], str, str, bool]] = {
                                  '"lost" is not a placement status', True),
     "metric-not-a-figure": (_set("cells.0.samples.0.metrics", {"iops": [1]}), "cells[0].samples[0].metrics.iops",
                             "[1] is not a number or a string", True),
+    # a start-up's boot phases and the scenario's prices are read by the report: show once printed a traceback
+    "phase-without-seconds": (_set("cells.0.samples.0.phases", [{"name": "kernel"}]),
+                              "cells[0].samples[0].phases[0].s", "null is not a number", True),
+    "phase-negative": (_set("cells.0.samples.0.phases", [{"name": "kernel", "s": -1}]),
+                       "cells[0].samples[0].phases[0].s", "-1 is negative", True),
+    "prices-incomplete": (_set("scenario", {"name": "s", "cost": {"currency": "EUR"}}), "scenario.cost",
+                          "is not a complete set of prices", False),
+    "prices-text": (_set("scenario", {"name": "s", "cost": {"vcpu_hour": "1", "gib_hour": 1}}),
+                    "scenario.cost.vcpu_hour", '"1" is not a number', False),
 }
 
 

@@ -243,8 +243,13 @@ def _load_warning(r: Row) -> str | None:
                 "its figures may be slowed by that run")
     if not r.busy:
         return None
-    return (f"the host was busy during {r.busy} of {r.judged} samples (other processes up to {r.busiest:.2g} "
+    return (f"the host was busy during {r.busy} of {r.judged} samples (other processes up to {cores_text(r.busiest)} "
             "cores): its figures may be slowed by the rest of the machine")
+
+
+def cores_text(cores: float | None) -> str:
+    """The other processes' cores of a busy sample; a sample may say it was busy without saying how busy."""
+    return "?" if cores is None else f"{cores:.2g}"
 
 
 def _precision_warning(r: Row) -> str | None:

@@ -151,6 +151,15 @@ def objects(value: Any, key: str) -> list[dict[str, Any]]:
     return [mapping(item, f"{key}[{i}]") for i, item in enumerate(array(value, key))]
 
 
+def phases(value: Any, key: str) -> list[dict[str, Any]]:
+    """A start-up sample's boot phases: each a name and the seconds it took."""
+    out = objects(value, key)
+    for i, phase in enumerate(out):
+        text(phase.get("name"), at(f"{key}[{i}]", "name"))
+        seconds(phase.get("s"), at(f"{key}[{i}]", "s"))
+    return out
+
+
 def figures(value: Any, key: str) -> dict[str, Any]:
     """A sample's metrics: key → number or string (a verdict, a unit-bearing figure)."""
     for name, figure in mapping(value, key).items():

@@ -33,7 +33,8 @@ def number(value: Any) -> float | None:
 
 
 def _samples(cell: dict[str, Any]) -> list[dict[str, Any]]:
-    return [s for s in (cell.get("samples") or []) if isinstance(s, dict)]
+    samples = cell.get("samples")
+    return [s for s in samples if isinstance(s, dict)] if isinstance(samples, list) else []
 
 
 def sample_seconds(cell: dict[str, Any]) -> list[float]:

@@ -53,7 +53,7 @@ class Sample(Record):
     REQUIRED: ClassVar[dict[str, str]] = {"rep": "the repetition's number, an integer >= 1", "seconds": SECONDS}
     FIELDS: ClassVar[dict[str, Parser]] = {
         "rep": parse.count, "seconds": parse.seconds, "utc": parse.nullable(parse.text),
-        "phases": parse.nullable(parse.objects),
+        "phases": parse.nullable(parse.phases),
         "metrics": parse.nullable(parse.figures), "in_step": parse.nullable(parse.flag),
         "waited_s": parse.nullable(parse.seconds),
         "seq": parse.nullable(parse.count), "load": parse.nullable(parse.load),
@@ -331,6 +331,29 @@ def _order(value: Any, key: str) -> dict[str, Any]:
     return value  # type: ignore[no-any-return]
 
 
+PRICE_SETS = (("vcpu_hour", "gib_hour"), ("instance_hour", "vcpus", "memory_mib"))
+
+
+def _scenario(value: Any, key: str) -> dict[str, Any]:
+    """The scenario as run: free-form but for its prices, which the cost table multiplies by."""
+    parse.mapping(value, key)
+    cost = value.get("cost")
+    if cost is None or cost == {}:  # no prices given
+        return value  # type: ignore[no-any-return]
+    where = parse.at(key, "cost")
+    parse.mapping(cost, where)
+    for name in ("vcpu_hour", "gib_hour", "instance_hour", "vcpus", "memory_mib"):
+        if cost.get(name) is not None:  # a run writes the form it did not use as nulls
+            parse.figure(cost[name], parse.at(where, name))
+            if name in ("vcpus", "memory_mib") and not cost[name]:
+                raise parse.refuse(cost[name], parse.at(where, name), "is zero", "a number > 0")
+    needed = PRICE_SETS[1] if cost.get("instance_hour") is not None else PRICE_SETS[0]  # as Prices.per_sample reads
+    if any(cost.get(k) is None for k in needed):
+        raise parse.refuse(cost, where, "is not a complete set of prices",
+                           "vcpu_hour and gib_hour, or instance_hour, vcpus and memory_mib")
+    return value  # type: ignore[no-any-return]
+
+
 def _version(value: Any, key: str) -> int:
     if type(value) is not int or value not in READABLE_VERSIONS:
         raise parse.refuse(value, key, "is not supported", " or ".join(map(str, READABLE_VERSIONS)))
@@ -366,7 +389,7 @@ class Run(Record):
         "guestbench": parse.nullable(parse.mapping), "status": parse.nullable(parse.one_of(RUN_STATUSES, "run status")),
         "started_utc": parse.nullable(parse.text), "finished_utc": parse.nullable(parse.text),
         "command": parse.nullable(parse.texts),
-        "scenario": parse.nullable(parse.mapping), "host": parse.nullable(parse.mapping),
+        "scenario": parse.nullable(_scenario), "host": parse.nullable(parse.mapping),
         "backends": parse.map_of(BackendVerdict),
         "cells": parse.list_of(Cell), "placements": parse.map_of(Placement), "order": parse.nullable(_order),
         "hosts": parse.map_of(FleetHost), "density": parse.list_of(Density), "ab": parse.nullable(AbSides.from_dict),

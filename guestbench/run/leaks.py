@@ -154,8 +154,8 @@ Moment = tuple[int, int]  # a reading's moment: cell i had just written its n-th
 def judged(readings: dict[Any, list[tuple[Moment, ProcessReading]]], cells: list[dict[str, Any]]) -> list[
         list[ProcessReading]]:
     """The readings taken while the cell whose sample prompted them had samples to come: at its last one the runner
-    has gone on to the next cell's set-up (seen: the next payload made, 14 MiB RSS for a moment, read as growth when
-    the soak read late) and the next cell's worker is starting."""
+    has gone on to the next cell's set-up (seen: the next payload made, +14 MiB RSS for a moment here, and 17.5 MiB
+    of "growth" in CI, where the soak read later still) and the next cell's worker is starting."""
     return [[r for (i, n), r in series if i < len(cells) and n < len(cells[i]["samples"])]
             for series in readings.values()]
 

@@ -50,7 +50,7 @@ def _spread(d: Any, fmt: str = "{:.3g}") -> str:
 
 
 def tables(records: list[dict[str, Any]]) -> list[DensityTable]:
-    """A table per density record (guestbench.analysis.summary keeps them as the run wrote them)."""
+    """A table per density record (guestbench.analysis.findings keeps them as the run wrote them)."""
     out = []
     for rec in records:
         f = level_figures(rec)

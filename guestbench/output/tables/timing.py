@@ -7,7 +7,7 @@ import math
 from typing import Any
 from guestbench.instruments.load import BUSY_RULE
 from guestbench.analysis.stats import CI_METHOD, OUTLIER_METHOD
-from guestbench.analysis.cells import Row, no_data_text, number
+from guestbench.analysis.cells import Row, cores_text, no_data_text, number
 from guestbench.analysis.placements import Level1
 from guestbench.analysis.findings import Nested, RunFacts
 from guestbench.util.units import NONE, fmt_seconds
@@ -121,7 +121,7 @@ def _busy_text(group: list[Row]) -> str:
     if not busy:
         return f" Host quiet during all {judged} judged timed steps ({BUSY_RULE})."
     which = "; ".join(f"{r.backend} ({r.placement or NONE}) {r.busy} of {r.judged}, other processes up to "
-                      f"{r.busiest:.2g} cores" for r in busy)
+                      f"{cores_text(r.busiest)} cores" for r in busy)
     return f" Host BUSY during {sum(r.busy for r in busy)} of {judged} judged timed steps: {which} ({BUSY_RULE})."
 
 
