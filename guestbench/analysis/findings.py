@@ -33,7 +33,7 @@ class RunFacts:
 class Nested:
     """The level-1 guest of a run with a nested placement."""
 
-    host: dict[str, Any]  # its fingerprint ({} when not recorded)
+    fingerprint: dict[str, Any]  # the level-1 guest's ({} when not recorded)
     host_line: str
     level1: Level1
     record: dict[str, Any]  # the level-1 guest's record as the run wrote it (image, seconds, error ...)
@@ -47,7 +47,7 @@ class Findings:
     name: str
     facts: RunFacts
     host_line: str
-    host: Any  # the host's fingerprint as recorded
+    fingerprint: Any  # the host's, as recorded (a results file's key `host`)
     nested: Nested | None
     fleet_host: dict[str, Any]  # a fleet host's own view: its name, status and error
     cells: list[dict[str, Any]]  # the cells, and their rows in the same order
@@ -79,7 +79,7 @@ def analyze(doc: dict[str, Any]) -> Findings:
     rows = cellrows.rows(cells)
     warnings = cellrows.warnings(cells, rows, run.facts.status, run.memsize)
     return Findings(
-        name=run.name, facts=run.facts, host_line=run.host_line, host=run.host, nested=run.nested,
+        name=run.name, facts=run.facts, host_line=run.host_line, fingerprint=run.fingerprint, nested=run.nested,
         fleet_host=run.fleet_host, cells=cells, rows=rows, phases=phases.by_label(cells),
         timing=cellrows.by_label(r for r in rows if not r.workload and not r.density),
         placements=placements(rows, run.unusable_at, run.nested.status if run.nested else None,
@@ -94,7 +94,7 @@ class RunInfo:
 
     name: str
     facts: RunFacts
-    host: Any
+    fingerprint: Any
     host_line: str
     nested: Nested | None
     fleet_host: dict[str, Any]

@@ -48,7 +48,7 @@ class FleetFindings:
 
     name: str
     facts: RunFacts
-    host: Any  # the fingerprint of the machine the run was started from, as recorded
+    fingerprint: Any  # of the machine the run was started from, as recorded
     host_line: str
     hosts: list[HostFindings]  # those that ran cells first, each in name order
     comparisons: list[FleetComparison]
@@ -62,7 +62,7 @@ def analyze_fleet(doc: dict[str, Any]) -> FleetFindings:
     run = read_run(doc)
     hosts = [HostFindings(name, view["fleet_host"]["status"], view["fleet_host"]["error"], analyze(view))
              for name, view in views]
-    return FleetFindings(run.name, run.facts, run.host, run.host_line, hosts, comparisons(hosts), differences)
+    return FleetFindings(run.name, run.facts, run.fingerprint, run.host_line, hosts, comparisons(hosts), differences)
 
 
 def comparisons(hosts: list[HostFindings]) -> list[FleetComparison]:

@@ -176,12 +176,12 @@ def _cost_tables(s: Findings) -> list[Table]:
 
 
 def _fingerprints(s: Findings) -> list[Part]:
-    host = s.host
+    host = s.fingerprint
     parts: list[Part] = [Table("host", "Host fingerprint", ["key", "value"],
                                host_rows(host) if isinstance(host, dict) and host else [], empty="Not recorded.")]
     if s.nested is not None:
         parts.append(Table("nested-host", "Level-1 guest fingerprint (placement nested)", ["key", "value"],
-                           host_rows(s.nested.host) if s.nested.host else [], empty="Not recorded."))
+                           host_rows(s.nested.fingerprint) if s.nested.fingerprint else [], empty="Not recorded."))
     return parts
 
 

@@ -84,7 +84,7 @@ def to_summary_json(s: Findings) -> dict[str, Any]:
         "status": s.facts.status,
         "results_file": s.facts.path,
         **({"order": s.facts.order} if s.facts.order is not None else {}),
-        "host": _short_fingerprint(s.host if isinstance(s.host, dict) else {}),
+        "host": _short_fingerprint(s.fingerprint if isinstance(s.fingerprint, dict) else {}),
         "methods": {"ci": CI_METHOD, "outliers": OUTLIER_METHOD, "mb": "10^6 bytes"},
         "rows": [_row_dict(r) for r in s.rows],
         **{k: v for k, v in _metrics(s.cells).items() if v},  # present for workload runs only
@@ -126,7 +126,7 @@ def _level1_dict(nested: Nested | None) -> dict[str, Any] | None:
             **{k: amount(k) for k in ("memory_mib", "vcpus", "timeout_scale", "seconds")},
             "image": text("image"), "error": text("error"),
             "status": None if nested.status is None else str(nested.status),
-            "host": _short_fingerprint(nested.host)}
+            "host": _short_fingerprint(nested.fingerprint)}
 
 
 def _placements_json(s: Findings) -> dict[str, Any]:
@@ -225,7 +225,7 @@ def results_summary(s: Findings | FleetFindings) -> dict[str, Any]:
     if isinstance(s, Findings):
         return to_summary_json(s)
     return {"scenario": s.name, "status": s.facts.status, "results_file": s.facts.path,
-            "host": _short_fingerprint(s.host if isinstance(s.host, dict) else {}),
+            "host": _short_fingerprint(s.fingerprint if isinstance(s.fingerprint, dict) else {}),
             "hosts": {h.name: {**to_summary_json(h.findings), "fleet_host": h.findings.fleet_host} for h in s.hosts},
             "fleet": {"tables": fleet_tables(s), "warnings": fleet_report.warnings(s)}}
 
