@@ -12,6 +12,7 @@ from typing import Any
 
 from guestbench.analysis import cells as cellrows
 from guestbench.analysis import cost, phases
+from guestbench.analysis import workloads as tools
 from guestbench.analysis.cells import Row
 from guestbench.analysis.placements import Level1, Placements, placements
 from guestbench.results.figures import number
@@ -50,9 +51,10 @@ class Findings:
     fingerprint: Any  # the host's, as recorded (a results file's key `host`)
     nested: Nested | None
     fleet_host: dict[str, Any]  # a fleet host's own view: its name, status and error
-    cells: list[dict[str, Any]]  # the cells, and their rows in the same order
-    rows: list[Row]
+    rows: list[Row]  # a row per cell, in file order
     timing: dict[str, list[Row]]  # by label: the cells a timing table shows (no workload, no density)
+    workloads: list[tools.MetricTable]  # a workload tool's figures, per group and placement
+    durability: list[tools.Durability]
     placements: Placements | None
     phases: dict[str, list[phases.BackendPhases]]  # by label: the cells that recorded boot phases
     prices: Prices | None
@@ -74,16 +76,20 @@ class Findings:
 
 
 def analyze(doc: dict[str, Any]) -> Findings:
+    """Each source read once, in one pass down: the run's own keys, the cells' samples (their rows and the
+    warnings on them), then what is computed from those."""
     run = read_run(doc)
     cells = cellrows.doc_cells(doc)
     rows = cellrows.rows(cells)
+    timing = cellrows.by_label(r for r in rows if not r.workload and not r.density)
     warnings = cellrows.warnings(cells, rows, run.facts.status, run.memsize)
+    nested = run.nested
     return Findings(
-        name=run.name, facts=run.facts, host_line=run.host_line, fingerprint=run.fingerprint, nested=run.nested,
-        fleet_host=run.fleet_host, cells=cells, rows=rows, phases=phases.by_label(cells),
-        timing=cellrows.by_label(r for r in rows if not r.workload and not r.density),
-        placements=placements(rows, run.unusable_at, run.nested.status if run.nested else None,
-                              run.nested.level1 if run.nested else None),
+        name=run.name, facts=run.facts, host_line=run.host_line, fingerprint=run.fingerprint, nested=nested,
+        fleet_host=run.fleet_host, rows=rows, timing=timing, phases=phases.by_measurement(cells),
+        workloads=tools.metric_tables(cells), durability=tools.durability(cells),
+        placements=placements(rows, run.unusable_at, nested.status if nested else None,
+                              nested.level1 if nested else None),
         prices=run.prices, cost=cost.per_cell(rows, run.prices), density=run.density, unusable_at=run.unusable_at,
         warnings=warnings)
 

@@ -73,7 +73,7 @@ def cell_phases(cell: dict[str, Any]) -> BackendPhases | None:
 
 
 
-def by_label(cells: list[dict[str, Any]]) -> dict[str, list[BackendPhases]]:
+def by_measurement(cells: list[dict[str, Any]]) -> dict[str, list[BackendPhases]]:
     """The boot phases of every cell that recorded them (guestbench.instruments.markers), by measurement label."""
     groups: dict[str, list[BackendPhases]] = {}
     for cell in cells:

@@ -24,6 +24,7 @@ from guestbench.output.tables import placements as placement_table
 from guestbench.output.tables import phases as phase_table
 from guestbench.analysis.fleet import FleetFindings, analyze_results
 from guestbench.analysis.cells import Row
+from guestbench.analysis import workloads
 from guestbench.analysis.findings import Findings
 from guestbench.output.tables import cost as cost_table
 from guestbench.util.reasons import short_reason
@@ -96,8 +97,7 @@ def section(s: Findings, *, title: str = "", anchor: str = "", brief: bool = Fal
     """Every table of one results file; `stem` (a file-name stem) adds the charts, `full` the fingerprints."""
     drawn = _charts(s) if stem is not None else None
     parts: list[Part] = [*_header(s)]
-    metric_tables = metrics_report.metric_tables(s.cells)
-    durable = metrics_report.durability_rows(s.cells)
+    metric_tables, durable = s.workloads, s.durability
     if not s.timing and not metric_tables and not durable and not s.density:
         parts.append(Para("No measurements recorded."))
     for label, group in s.timing.items():
@@ -152,15 +152,15 @@ def _timing_table(label: str, group: list[Row]) -> Table:
                  caption=timing_table.caption(group), label=label, numeric_from=3, styles=styles)
 
 
-def _metric_table(mt: metrics_report.MetricTable) -> Table:
-    styles = {(i, j + 1): "best" for i, r in enumerate(mt.rows)
-              for j, best in enumerate(metrics_report.best_marks(r)) if best}
+def _metric_table(mt: workloads.MetricTable) -> Table:
+    styles = {(i, j + 1): "best" for i, r in enumerate(mt.rows) for j, best in enumerate(r.best) if best}
     title = mt.group + (f" ({mt.placement})" if mt.placement != "host" else "")
     return Table("metrics", title, metrics_report.header_cells(mt), [metrics_report.row_cells(r) for r in mt.rows],
-                 caption=mt.caption, notes=list(mt.notes), label=mt.group, numeric_from=1, styles=styles)
+                 caption=metrics_report.caption(mt), notes=metrics_report.notes(mt), label=mt.group, numeric_from=1,
+                 styles=styles)
 
 
-def _durability_table(durable: list[metrics_report.DurabilityRow]) -> Table:
+def _durability_table(durable: list[workloads.Durability]) -> Table:
     verdict = metrics_report.DURABILITY_HEADER.index("fsync after a power cut")
     styles = {(i, verdict): "good" if r.verdict.startswith("honoured") else "bad" for i, r in enumerate(durable)}
     return Table("durability", "durability", list(metrics_report.DURABILITY_HEADER),

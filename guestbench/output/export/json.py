@@ -87,7 +87,7 @@ def to_summary_json(s: Findings) -> dict[str, Any]:
         "host": _short_fingerprint(s.fingerprint if isinstance(s.fingerprint, dict) else {}),
         "methods": {"ci": CI_METHOD, "outliers": OUTLIER_METHOD, "mb": "10^6 bytes"},
         "rows": [_row_dict(r) for r in s.rows],
-        **{k: v for k, v in _metrics(s.cells).items() if v},  # present for workload runs only
+        **{k: v for k, v in _metrics(s).items() if v},  # present for workload runs only
         **_cost_dict(s),
         **({"density": s.density} if s.density else {}),
         "phases": [{"label": pt.title, "backends": [_phase_dict(bp) for bp in pt.summaries]}
@@ -188,20 +188,21 @@ def _cost_rows(rs: list[cost.CostRow]) -> list[dict[str, Any]]:
 
 
 
-def _metrics(cells: list[dict[str, Any]]) -> dict[str, Any]:
+def _metrics(s: Findings) -> dict[str, Any]:
     """The workload tools' figures and the durability verdicts for `--json`: the same tables `show` prints,
     each figure as its median and its sample range (min, max, n) per column."""
     tables = []
-    for mt in metrics_report.metric_tables(cells):
+    for mt in s.workloads:
         columns = [{"header": c.header, "backend": c.cell.get("backend"), "label": c.cell.get("label"), "n": c.n,
                     "status": c.status or None} for c in mt.columns]
         rows = [{"key": r.key, "label": r.label, "unit": r.unit, "higher_better": r.higher_better,
-                 "values": r.values, "medians": r.medians,
+                 "values": metrics_report.values(r), "medians": r.medians,
                  "ranges": [list(sp) if sp else None for sp in r.spans] if r.spans else None}
                 for r in mt.rows]
         tables.append({"group": mt.group, "placement": mt.placement, "measurement": mt.measurement,
-                       "caption": mt.caption, "notes": mt.notes, "columns": columns, "rows": rows})
-    return {"metrics": tables, "durability": [dataclasses.asdict(r) for r in metrics_report.durability_rows(cells)]}
+                       "caption": metrics_report.caption(mt), "notes": metrics_report.notes(mt), "columns": columns,
+                       "rows": rows})
+    return {"metrics": tables, "durability": [metrics_report.durability_dict(d) for d in s.durability]}
 
 
 def fleet_tables(fleet: FleetFindings) -> list[dict[str, Any]]:
