@@ -98,3 +98,25 @@ def test_every_package_has_a_layer_and_imports_none_above_it() -> None:
     upward = [f"{m} -> {n}" for m, p in files.items() if "." in m
               for n in sorted(_imports(p, set(files))) if n != "guestbench" and _layer(n) > _layer(m)]
     assert not upward, "imports of a higher layer: " + "; ".join(upward)
+
+
+# Readers of a results document and the computations behind a figure: output/ lays figures out, it computes none.
+# A results file's figures come from its findings (guestbench.analysis.findings), a comparison's from compare.
+DOCUMENT_READERS = {"guestbench.results.figures", "guestbench.results.hosts", "guestbench.results.io"}
+COMPUTATIONS = {"summarize", "ratio_ci", "relative_precision", "permutation_p"}  # guestbench.analysis.stats
+
+
+def test_output_reads_findings_and_computes_no_figure() -> None:
+    files = {_module(p): p for p in ROOT.rglob("*.py")}
+    found = []
+    for m, p in files.items():
+        if not m.startswith("guestbench.output"):
+            continue
+        found += [f"{m} imports {n}" for n in sorted(_imports(p, set(files)) & DOCUMENT_READERS)]
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            found += [f"{m} calls {name} (line {node.lineno})"] if name in COMPUTATIONS else []
+    assert not found, "; ".join(found)
