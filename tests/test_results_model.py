@@ -240,6 +240,10 @@ REFUSALS: dict[str, tuple[Callable[[dict[str, Any]], None], str, str, bool]] = {
                           "is not a complete set of prices", False),
     "prices-text": (_set("scenario", {"name": "s", "cost": {"vcpu_hour": "1", "gib_hour": 1}}),
                     "scenario.cost.vcpu_hour", '"1" is not a number', False),
+    "figure-without-unit": (_set("cells.0.metrics", [{"key": "bw", "label": "bw", "higher_better": True}]),
+                            "cells[0].metrics[0].unit", "null is not a string", True),
+    "infinite-figure": (_set("cells.0.samples.0.metrics", {"bw": math.inf}), "cells[0].samples[0].metrics.bw",
+                        "Infinity is not finite", False),
 }
 
 

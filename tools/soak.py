@@ -33,7 +33,8 @@ def main(argv: list[str]) -> int:
     for who, growth in (("guestbench process", g.runner), ("worst worker", g.worker)):
         shown = ", ".join(f"{k} {v:+g}" for k, v in growth.items()) or "too few samples to judge"
         print(f"growth of the {who} (worst cell: its last {WINDOW} samples before its final one against samples "
-              f"{WARMUP + 1}-{WARMUP + WINDOW}; fds and threads their least, RSS its median): {shown}")
+              f"{WARMUP + 1}-{WARMUP + WINDOW}; fds and threads: the end's least over the baseline's most, RSS its "
+              f"median): {shown}")
     for k, v in g.host.items():
         print(f"left on the host, {k.replace('_', ' ')}: {len(v)}{': ' + ', '.join(v) if v else ''}")
     for p in g.problems():

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from guestbench.instruments.markers import MARKERS, host_side_names
+from guestbench.results import figures as cell_figures
 
 
 @dataclass
@@ -49,7 +50,7 @@ def cell_phases(cell: dict[str, Any]) -> BackendPhases | None:
     A sample without a phase counts 0 s for it (its time went into the phase before), which keeps the
     medians of samples that saw different markers comparable.
     """
-    samples = [s for s in cell.get("samples") or [] if isinstance(s, dict) and s.get("phases")]
+    samples = [s for s in cell_figures.samples(cell) if s.get("phases")]
     if not samples:
         return None
     order: list[str] = []
@@ -73,8 +74,8 @@ def cell_phases(cell: dict[str, Any]) -> BackendPhases | None:
 
 
 
-def by_measurement(cells: list[dict[str, Any]]) -> dict[str, list[BackendPhases]]:
-    """The boot phases of every cell that recorded them (guestbench.instruments.markers), by measurement label."""
+def per_label(cells: list[dict[str, Any]]) -> dict[str, list[BackendPhases]]:
+    """The boot phases of every cell that recorded them (guestbench.instruments.markers), by the cells' label."""
     groups: dict[str, list[BackendPhases]] = {}
     for cell in cells:
         bp = cell_phases(cell)

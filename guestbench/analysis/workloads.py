@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guestbench.analysis.stats import summarize
+from guestbench.results.figures import samples
 from guestbench.workloads import TOO_FAST
 
 RATE_UNITS = ("MB/s", "KiB/s", "IOPS", "/s", "files/s")
@@ -91,10 +92,6 @@ class Durability:
     flushes: Spot  # flush requests that reached the disk per trial
 
 
-def _samples(cell: dict[str, Any]) -> list[dict[str, Any]]:
-    return [s for s in cell.get("samples") or [] if isinstance(s, dict)]
-
-
 def _header(cell: dict[str, Any], varied: list[str]) -> str:
     variant = cell.get("variant") or {}
     parts = [f"guest {variant[k]}" if k == "guest" else str(variant[k]) for k in varied if k in variant]
@@ -102,7 +99,7 @@ def _header(cell: dict[str, Any], varied: list[str]) -> str:
 
 
 def _status(cell: dict[str, Any]) -> str:
-    if _samples(cell):
+    if samples(cell):
         return ""
     status = str(cell.get("status") or "no samples")
     reason = cell.get("skip_reason")
@@ -129,7 +126,7 @@ def metric_tables(cells: list[dict[str, Any]]) -> list[MetricTable]:
 
 def durability_text(cell: dict[str, Any]) -> str:
     """A durability cell's verdict over its trials, e.g. "honoured (5/5)" or "lost (5/5 trials)"."""
-    got = [str((s.get("metrics") or {}).get("verdict")) for s in _samples(cell)]
+    got = [str((s.get("metrics") or {}).get("verdict")) for s in samples(cell)]
     if not got:
         return _status(cell) or "no trials"
     counts = {v: got.count(v) for v in ("honoured", "lost", "partial") if got.count(v)}
@@ -142,7 +139,7 @@ def durability_text(cell: dict[str, Any]) -> str:
 def durability(cells: list[dict[str, Any]]) -> list[Durability]:
     out = []
     for c in _durability_cells(cells):
-        figures = [s.get("metrics") or {} for s in _samples(c)]
+        figures = [s.get("metrics") or {} for s in samples(c)]
         out.append(Durability(str(c.get("backend")), str(c.get("placement") or "host"), str(c.get("cache_mode")),
                               durability_text(c), spot([f["write_bw"] for f in figures if f.get("write_bw") is not None]),
                               len(figures), str(c.get("disk") or "?"),
@@ -153,7 +150,7 @@ def durability(cells: list[dict[str, Any]]) -> list[Durability]:
 def _table(group: str, placement: str, cells: list[dict[str, Any]],
            verdicts: dict[tuple[Any, Any, Any], str]) -> MetricTable:
     varied = list(dict.fromkeys(k for c in cells for k in (c.get("variant") or {})))
-    columns = [MetricColumn(c, _header(c, varied), len(_samples(c)), _status(c)) for c in cells]
+    columns = [MetricColumn(c, _header(c, varied), len(samples(c)), _status(c)) for c in cells]
     declared: dict[str, dict[str, Any]] = {}
     for c in cells:
         for mt in c.get("metrics") or []:
@@ -162,12 +159,12 @@ def _table(group: str, placement: str, cells: list[dict[str, Any]],
     for key, mt in declared.items():
         spots, spans = [], []
         for col in columns:
-            got = [v for v in ((s.get("metrics") or {}).get(key) for s in _samples(col.cell)) if v is not None]
+            got = [v for v in ((s.get("metrics") or {}).get(key) for s in samples(col.cell)) if v is not None]
             spots.append(spot(got) if got else Spot(blank=bool(col.status)))
             spans.append(_span(got))
         rows.append(MetricRow(key, mt["label"], mt["unit"], bool(mt.get("higher_better", True)), spots, spans))
     _add_aggregates(columns, rows)
-    seconds = [[s.get("seconds") for s in _samples(col.cell)] if col.cell else [] for col in columns]
+    seconds = [[s.get("seconds") for s in samples(col.cell)] if col.cell else [] for col in columns]
     rows.append(MetricRow("wall_s", "wall time of the sample (what is timed, below)", "s", False,
                           [spot(w) for w in seconds], [_span(w) for w in seconds]))
     if verdicts:  # a write figure beside its durability (E1's caveat), when this run measured it

@@ -165,7 +165,20 @@ def figures(value: Any, key: str) -> dict[str, Any]:
     for name, figure in mapping(value, key).items():
         if figure is not None and (isinstance(figure, bool) or not isinstance(figure, (int, float, str))):
             raise refuse(figure, at(key, name), "is not a number or a string", "a number or a string")
+        if isinstance(figure, float) and not math.isfinite(figure):
+            raise refuse(figure, at(key, name), "is not finite", "a finite number or a string")
     return value  # type: ignore[no-any-return]
+
+
+def descriptors(value: Any, key: str) -> list[dict[str, Any]]:
+    """A workload cell's figures as its tables head them: each a key, a label and a unit (which way is better)."""
+    out = objects(value, key)
+    for i, d in enumerate(out):
+        for name in ("key", "label", "unit"):
+            text(d.get(name), at(f"{key}[{i}]", name))
+        if d.get("higher_better") is not None:
+            flag(d["higher_better"], at(f"{key}[{i}]", "higher_better"))
+    return out
 
 
 def one_of(allowed: tuple[str, ...], what: str) -> Parser:

@@ -32,14 +32,15 @@ def number(value: Any) -> float | None:
     return float(value)
 
 
-def _samples(cell: dict[str, Any]) -> list[dict[str, Any]]:
-    samples = cell.get("samples")
-    return [s for s in samples if isinstance(s, dict)] if isinstance(samples, list) else []
+def samples(cell: dict[str, Any]) -> list[dict[str, Any]]:
+    """A cell's samples (what a partial file holds as a list of objects; nothing else)."""
+    found = cell.get("samples")
+    return [s for s in found if isinstance(s, dict)] if isinstance(found, list) else []
 
 
 def sample_seconds(cell: dict[str, Any]) -> list[float]:
     """The seconds of the cell's samples, in file order."""
-    return [v for v in (number(s.get("seconds")) for s in _samples(cell)) if v is not None]
+    return [v for v in (number(s.get("seconds")) for s in samples(cell)) if v is not None]
 
 
 def seconds(cell: dict[str, Any]) -> Figure:
@@ -52,7 +53,7 @@ def figures(cell: dict[str, Any]) -> list[Figure]:
     for desc in cell.get("metrics") or []:
         if not isinstance(desc, dict) or not isinstance(desc.get("key"), str):
             continue
-        values = [v for v in (number((s.get("metrics") or {}).get(desc["key"])) for s in _samples(cell))
+        values = [v for v in (number((s.get("metrics") or {}).get(desc["key"])) for s in samples(cell))
                   if v is not None]
         out.append(Figure(desc["key"], str(desc.get("label") or desc["key"]), str(desc.get("unit") or ""),
                           bool(desc.get("higher_better", True)), values))
@@ -83,7 +84,7 @@ def charged_mib(sample: dict[str, Any]) -> float | None:
 
 def cpu_methods(cell: dict[str, Any]) -> tuple[str, ...]:
     """How the cell's samples counted their CPU (guestbench.instruments.usage): "cgroup", "proc", in that order, each once."""
-    found = {str((s.get("resources") or {}).get("cpu_method") or "proc") for s in _samples(cell)
+    found = {str((s.get("resources") or {}).get("cpu_method") or "proc") for s in samples(cell)
              if s.get("resources")}
     return tuple(m for m in ("cgroup", "proc") if m in found) + tuple(sorted(found - {"cgroup", "proc"}))
 
@@ -93,7 +94,7 @@ def resources(cell: dict[str, Any]) -> list[Figure]:
     sample did."""
     out = []
     for key, label, unit, read in (("cpu_s", "CPU s", "CPU s", cpu_s), ("peak_mib", "peak MiB", "MiB", peak_mib)):
-        values = [v for v in (read(s) for s in _samples(cell)) if v is not None]
+        values = [v for v in (read(s) for s in samples(cell)) if v is not None]
         if values:
             out.append(Figure(key, label, unit, False, values))
     return out
@@ -102,7 +103,7 @@ def resources(cell: dict[str, Any]) -> list[Figure]:
 def load_figures(cell: dict[str, Any]) -> dict[str, Any]:
     """How many samples were judged for host load, how many were busy, the busiest one's other cores, and how many
     were taken beside another guestbench run."""
-    loads = [s.get("load") if isinstance(s.get("load"), dict) else {} for s in _samples(cell)]
+    loads = [s.get("load") if isinstance(s.get("load"), dict) else {} for s in samples(cell)]
     judged = [ld for ld in loads if isinstance(ld.get("busy"), bool)]
     others = [v for v in (number(ld.get("other_cores")) for ld in judged) if v is not None]
     return {"judged": len(judged), "busy": sum(1 for ld in judged if ld["busy"]),
@@ -122,7 +123,7 @@ class SampleUse:
 
 def uses(cell: dict[str, Any]) -> list[SampleUse]:
     out = []
-    for s in _samples(cell):
+    for s in samples(cell):
         cpu, peak, wall = cpu_s(s), peak_mib(s), number(s.get("seconds"))
         if cpu is not None and peak is not None and wall is not None:
             out.append(SampleUse(cpu, peak, wall, (s.get("load") or {}).get("busy") is True))

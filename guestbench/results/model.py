@@ -164,7 +164,7 @@ class Cell(Record):
         "timed": parse.nullable(parse.text),
         "cache_mode": parse.nullable(parse.text), "bytes": parse.nullable(parse.amount),
         "what": parse.nullable(parse.text),
-        "metrics": parse.nullable(parse.objects), "phases": parse.nullable(parse.flag),
+        "metrics": parse.nullable(parse.descriptors), "phases": parse.nullable(parse.flag),
         "phase_markers": parse.nullable(parse.text),
         "disk": parse.nullable(parse.text), "disk_describe": parse.nullable(parse.text),
         "stack": parse.nullable(parse.mapping),

@@ -139,12 +139,14 @@ def growth(series: list[list[ProcessReading]], warmup: int, window: int = WINDOW
         if len(readings) < warmup + 2 * window:
             continue
         base, end = readings[warmup:warmup + window], readings[-window:]
-        for k in ("fds", "threads", "rss_kib"):
-            # fds and threads: the floor (a reading may catch the next launch's sockets and helper threads, a
-            # leak lifts every reading); RSS: the median
-            pick = min if k != "rss_kib" else statistics.median
-            g = pick(getattr(r, k) for r in end) - pick(getattr(r, k) for r in base)
+        for k in ("fds", "threads"):
+            # how far the end's floor rose above everything the baseline saw: a reading may catch a launch's sockets
+            # and helper threads, or a shut-down appliance's closed (seen: a start-up worker at 4, 5 and 6 fds
+            # sample by sample); a leak lifts every reading past that range
+            g = max(0, min(getattr(r, k) for r in end) - max(getattr(r, k) for r in base))
             worst[k] = max(worst.get(k, g), g)
+        g = statistics.median(r.rss_kib for r in end) - statistics.median(r.rss_kib for r in base)
+        worst["rss_kib"] = max(worst.get("rss_kib", g), g)
     return worst
 
 
