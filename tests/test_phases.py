@@ -131,14 +131,14 @@ def test_summary_of_a_cell() -> None:
         {"seconds": 12.0, "phases": [{"name": "library set-up", "s": 2.0}, {"name": "kernel init", "s": 4.0},
                                      {"name": "udev", "s": 6.0}]},
         {"seconds": 11.0}]}  # a sample without phases (e.g. an older file) is left out
-    bp = phases.cell_phases(cell)
+    bp = phases.cell_phases(cell, cell["samples"])
     assert bp is not None and bp.n == 2 and bp.median_total == 11.0
     assert bp.phases["kernel init"].median == 2.0 and bp.phases["kernel init"].seen == 1
     assert bp.phases["udev"].low == 6.0 and bp.phases["udev"].high == 9.0
     assert sum(p.share for p in bp.phases.values()) == pytest.approx(1.0)
     assert bp.host_side_share == pytest.approx(1.5 / bp.sum_of_medians)
     assert bp.max_sum_error == 0.0
-    assert phases.cell_phases({"samples": [{"seconds": 1.0}]}) is None
+    assert phases.cell_phases({}, [{"seconds": 1.0}]) is None
 
 
 def test_phase_order_merges_the_families() -> None:

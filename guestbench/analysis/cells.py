@@ -49,6 +49,7 @@ class Row:
     density: bool = False  # an appliance of a density level: its figures are in the density tables
     seconds: list[float] = field(default_factory=list)  # its samples' seconds, in file order
     uses: list[cell_figures.SampleUse] = field(default_factory=list)  # what its samples used (its cost)
+    samples: list[dict[str, Any]] = field(default_factory=list)  # the samples as read (results.figures.samples)
 
 
 def mapping(value: Any) -> dict[str, Any]:
@@ -108,6 +109,7 @@ def row(cell: dict[str, Any]) -> Row:
         cpu_methods=f.cpu_methods,
         seconds=f.seconds,
         uses=f.uses,
+        samples=f.samples,
     )
 
 

@@ -86,8 +86,8 @@ def analyze(doc: dict[str, Any]) -> Findings:
     nested = run.nested
     return Findings(
         name=run.name, facts=run.facts, host_line=run.host_line, fingerprint=run.fingerprint, nested=nested,
-        fleet_host=run.fleet_host, rows=rows, timing=timing, phases=phases.per_label(cells),
-        workloads=tools.metric_tables(cells), durability=tools.durability(cells),
+        fleet_host=run.fleet_host, rows=rows, timing=timing, phases=phases.per_label(cells, rows),
+        workloads=tools.metric_tables(cells, rows), durability=tools.durability(cells, rows),
         placements=placements(rows, run.unusable_at, nested.status if nested else None,
                               nested.level1 if nested else None),
         prices=run.prices, cost=cost.per_cell(rows, run.prices), density=run.density, unusable_at=run.unusable_at,

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from guestbench.instruments.markers import MARKERS, host_side_names
-from guestbench.results import figures as cell_figures
+from guestbench.analysis.cells import Row
 
 
 @dataclass
@@ -44,13 +44,14 @@ class BackendPhases:
         return sum(p.share for name, p in self.phases.items() if name in host_side_names())
 
 
-def cell_phases(cell: dict[str, Any]) -> BackendPhases | None:
-    """Summarise a cell's phases; None when it has no sample with phases.
+def cell_phases(cell: dict[str, Any], read: list[dict[str, Any]]) -> BackendPhases | None:
+    """Summarise a cell's phases from its samples as read (results.figures.samples); None when no sample has
+    phases.
 
     A sample without a phase counts 0 s for it (its time went into the phase before), which keeps the
     medians of samples that saw different markers comparable.
     """
-    samples = [s for s in cell_figures.samples(cell) if s.get("phases")]
+    samples = [s for s in read if s.get("phases")]
     if not samples:
         return None
     order: list[str] = []
@@ -74,11 +75,12 @@ def cell_phases(cell: dict[str, Any]) -> BackendPhases | None:
 
 
 
-def per_label(cells: list[dict[str, Any]]) -> dict[str, list[BackendPhases]]:
-    """The boot phases of every cell that recorded them (guestbench.instruments.markers), by the cells' label."""
+def per_label(cells: list[dict[str, Any]], rows: list[Row]) -> dict[str, list[BackendPhases]]:
+    """The boot phases of every cell that recorded them (guestbench.instruments.markers), by the cells' label
+    (`rows`: the cells' rows, their samples as read)."""
     groups: dict[str, list[BackendPhases]] = {}
-    for cell in cells:
-        bp = cell_phases(cell)
+    for cell, row in zip(cells, rows):
+        bp = cell_phases(cell, row.samples)
         if bp is not None:
             groups.setdefault(str(cell.get("label") or cell.get("measurement")), []).append(bp)
     return groups

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guestbench.analysis.stats import summarize
-from guestbench.results.figures import samples
+from guestbench.analysis.cells import Row
 from guestbench.workloads import TOO_FAST
 
 RATE_UNITS = ("MB/s", "KiB/s", "IOPS", "/s", "files/s")
@@ -47,6 +47,7 @@ class MetricColumn:
     header: str
     n: int
     status: str  # "" when it has samples, else why not
+    samples: list[dict[str, Any]] = field(default_factory=list)  # the cell's samples as read (its row's)
 
 
 @dataclass
@@ -98,8 +99,8 @@ def _header(cell: dict[str, Any], varied: list[str]) -> str:
     return " · ".join([*parts, str(cell.get("backend") or "?")])
 
 
-def _status(cell: dict[str, Any]) -> str:
-    if samples(cell):
+def _status(cell: dict[str, Any], read: list[dict[str, Any]]) -> str:
+    if read:
         return ""
     status = str(cell.get("status") or "no samples")
     reason = cell.get("skip_reason")
@@ -108,27 +109,26 @@ def _status(cell: dict[str, Any]) -> str:
     return f"{status}: {reason}" if reason else status
 
 
-def _durability_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [c for c in cells if c.get("measurement") == "durability"]
-
-
-def metric_tables(cells: list[dict[str, Any]]) -> list[MetricTable]:
-    """One table per workload group and placement, in file order; durability has its own table."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for cell in cells:
-        if cell.get("metrics") and cell.get("measurement") != "durability":
+def metric_tables(cells: list[dict[str, Any]], rows: list[Row]) -> list[MetricTable]:
+    """One table per workload group and placement, in file order; durability has its own table (`rows`: the
+    cells' rows, their samples as read)."""
+    groups: dict[tuple[str, str], list[tuple[dict[str, Any], list[dict[str, Any]]]]] = {}
+    verdicts: dict[tuple[Any, Any, Any], str] = {}
+    for cell, row in zip(cells, rows):
+        if cell.get("measurement") == "durability":
+            verdicts[(cell.get("backend"), cell.get("cache_mode"), cell.get("placement"))] = \
+                durability_text(cell, row.samples)
+        elif cell.get("metrics"):
             key = (str(cell.get("group") or cell.get("label")), str(cell.get("placement") or "host"))
-            groups.setdefault(key, []).append(cell)
-    verdicts = {(c.get("backend"), c.get("cache_mode"), c.get("placement")): durability_text(c)
-                for c in _durability_cells(cells)}
+            groups.setdefault(key, []).append((cell, row.samples))
     return [_table(group, placement, members, verdicts) for (group, placement), members in groups.items()]
 
 
-def durability_text(cell: dict[str, Any]) -> str:
+def durability_text(cell: dict[str, Any], read: list[dict[str, Any]]) -> str:
     """A durability cell's verdict over its trials, e.g. "honoured (5/5)" or "lost (5/5 trials)"."""
-    got = [str((s.get("metrics") or {}).get("verdict")) for s in samples(cell)]
+    got = [str((s.get("metrics") or {}).get("verdict")) for s in read]
     if not got:
-        return _status(cell) or "no trials"
+        return _status(cell, read) or "no trials"
     counts = {v: got.count(v) for v in ("honoured", "lost", "partial") if got.count(v)}
     if len(counts) == 1:
         (v, k), = counts.items()
@@ -136,21 +136,25 @@ def durability_text(cell: dict[str, Any]) -> str:
     return "mixed: " + ", ".join(f"{v} {k}/{len(got)}" for v, k in counts.items())
 
 
-def durability(cells: list[dict[str, Any]]) -> list[Durability]:
+def durability(cells: list[dict[str, Any]], rows: list[Row]) -> list[Durability]:
     out = []
-    for c in _durability_cells(cells):
-        figures = [s.get("metrics") or {} for s in samples(c)]
+    for c, row in zip(cells, rows):
+        if c.get("measurement") != "durability":
+            continue
+        figures = [s.get("metrics") or {} for s in row.samples]
+        write = spot([f["write_bw"] for f in figures if f.get("write_bw") is not None])
+        flushes = spot([f["host_flushes"] for f in figures if f.get("host_flushes") is not None])
         out.append(Durability(str(c.get("backend")), str(c.get("placement") or "host"), str(c.get("cache_mode")),
-                              durability_text(c), spot([f["write_bw"] for f in figures if f.get("write_bw") is not None]),
-                              len(figures), str(c.get("disk") or "?"),
-                              spot([f["host_flushes"] for f in figures if f.get("host_flushes") is not None])))
+                              durability_text(c, row.samples), write, len(figures), str(c.get("disk") or "?"),
+                              flushes))
     return out
 
 
-def _table(group: str, placement: str, cells: list[dict[str, Any]],
+def _table(group: str, placement: str, members: list[tuple[dict[str, Any], list[dict[str, Any]]]],
            verdicts: dict[tuple[Any, Any, Any], str]) -> MetricTable:
+    cells = [c for c, _ in members]
     varied = list(dict.fromkeys(k for c in cells for k in (c.get("variant") or {})))
-    columns = [MetricColumn(c, _header(c, varied), len(samples(c)), _status(c)) for c in cells]
+    columns = [MetricColumn(c, _header(c, varied), len(read), _status(c, read), read) for c, read in members]
     declared: dict[str, dict[str, Any]] = {}
     for c in cells:
         for mt in c.get("metrics") or []:
@@ -159,12 +163,12 @@ def _table(group: str, placement: str, cells: list[dict[str, Any]],
     for key, mt in declared.items():
         spots, spans = [], []
         for col in columns:
-            got = [v for v in ((s.get("metrics") or {}).get(key) for s in samples(col.cell)) if v is not None]
+            got = [v for v in ((s.get("metrics") or {}).get(key) for s in col.samples) if v is not None]
             spots.append(spot(got) if got else Spot(blank=bool(col.status)))
             spans.append(_span(got))
         rows.append(MetricRow(key, mt["label"], mt["unit"], bool(mt.get("higher_better", True)), spots, spans))
     _add_aggregates(columns, rows)
-    seconds = [[s.get("seconds") for s in samples(col.cell)] if col.cell else [] for col in columns]
+    seconds = [[s.get("seconds") for s in col.samples] if col.cell else [] for col in columns]
     rows.append(MetricRow("wall_s", "wall time of the sample (what is timed, below)", "s", False,
                           [spot(w) for w in seconds], [_span(w) for w in seconds]))
     if verdicts:  # a write figure beside its durability (E1's caveat), when this run measured it
@@ -175,8 +179,8 @@ def _table(group: str, placement: str, cells: list[dict[str, Any]],
     for r in rows:
         r.best = best_marks(r)
     first = cells[0]
-    return MetricTable(group, placement, str(first.get("measurement")), columns, rows, first.get("timed"),
-                       sorted({str(c.get("cache_mode") or "– (libguestfs's default for scratch disks)") for c in cells}),
+    caches = sorted({str(c.get("cache_mode") or "– (libguestfs's default for scratch disks)") for c in cells})
+    return MetricTable(group, placement, str(first.get("measurement")), columns, rows, first.get("timed"), caches,
                        str(first.get("what")), varied,
                        list(dict.fromkeys(str(c["stack"].get("description")) for c in cells
                                           if isinstance(c.get("stack"), dict))))

@@ -142,9 +142,10 @@ class Reading:
     peak_mib: float | None  # the median peak memory (PSS, else RSS) over the samples that recorded it
     cpu_methods: tuple[str, ...]
     uses: list[SampleUse]
+    samples: list[dict[str, Any]]  # the samples read (samples): what a workload's or a start-up's figures come from
 
 
 def read(cell: dict[str, Any]) -> Reading:
     used = {f.key: statistics.median(f.values) for f in resources(cell)}
     return Reading(sample_seconds(cell), number(cell.get("cold_s")), is_density(cell), load_figures(cell),
-                   used.get("cpu_s"), used.get("peak_mib"), cpu_methods(cell), uses(cell))
+                   used.get("cpu_s"), used.get("peak_mib"), cpu_methods(cell), uses(cell), samples(cell))
