@@ -13,7 +13,7 @@ from typing import Any
 from guestbench.analysis import cells as cellrows
 from guestbench.analysis import cost, phases
 from guestbench.analysis import workloads as tools
-from guestbench.analysis.cells import Row
+from guestbench.analysis.cells import Row, listed, mapping
 from guestbench.analysis.placements import Level1, Placements, placements
 from guestbench.results.figures import number
 from guestbench.scenario.prices import Prices
@@ -111,42 +111,33 @@ class RunInfo:
 
 
 def read_run(doc: dict[str, Any]) -> RunInfo:
-    scenario = _mapping(doc.get("scenario"))
+    scenario = mapping(doc.get("scenario"))
     order = doc.get("order")
     facts = RunFacts(doc.get("status"), doc.get("started_utc"), doc.get("finished_utc"),
                      order if isinstance(order, dict) else None, doc.get("_path"))
-    nested = _mapping(_mapping(doc.get("placements")).get("nested"))
-    unusable_at = {("host", str(name)): str(_mapping(info).get("reason") or "no reason recorded")
-                   for name, info in _mapping(doc.get("backends")).items() if _mapping(info).get("usable") is False}
-    unusable_at |= {("nested", str(name)): str(_mapping(info).get("reason") or "no reason recorded")
-                    for name, info in _mapping(nested.get("backends")).items()
-                    if _mapping(info).get("usable") is False}  # probed again inside the level-1 guest
-    prices = _mapping(scenario.get("cost"))
+    nested = mapping(mapping(doc.get("placements")).get("nested"))
+    unusable_at = {("host", str(name)): str(mapping(info).get("reason") or "no reason recorded")
+                   for name, info in mapping(doc.get("backends")).items() if mapping(info).get("usable") is False}
+    unusable_at |= {("nested", str(name)): str(mapping(info).get("reason") or "no reason recorded")
+                    for name, info in mapping(nested.get("backends")).items()
+                    if mapping(info).get("usable") is False}  # probed again inside the level-1 guest
+    prices = mapping(scenario.get("cost"))
     return RunInfo(str(scenario.get("name") or "unnamed scenario"), facts, doc.get("host"),
-                   host_line(_mapping(doc.get("host"))), _nested(nested) if nested else None,
-                   _mapping(doc.get("fleet_host")), [r for r in _listed(doc.get("density")) if isinstance(r, dict)],
+                   host_line(mapping(doc.get("host"))), _nested(nested) if nested else None,
+                   mapping(doc.get("fleet_host")), [r for r in listed(doc.get("density")) if isinstance(r, dict)],
                    Prices.from_dict(prices) if prices else None, scenario.get("memsize"), unusable_at)
 
 
 def host_line(host: dict[str, Any]) -> str:
     cpu = host.get("cpu_model") or "unknown CPU"
-    virt = _mapping(host.get("virtualization")).get("summary") or "virtualization unknown"
+    virt = mapping(host.get("virtualization")).get("summary") or "virtualization unknown"
     return f"{cpu} · {virt}"
 
 
 def _nested(info: dict[str, Any]) -> Nested:
-    host = _mapping(info.get("host"))
+    host = mapping(info.get("host"))
     line = host_line(host)
-    record = _mapping(info.get("level1"))
+    record = mapping(info.get("level1"))
     level1 = Level1(record.get("hypervisor") or None, record.get("vcpus"), record.get("memory_mib"),
                     number(record.get("timeout_scale")))
     return Nested(host, line, level1, record, info.get("status"))
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    """Partial files may hold null where a mapping belongs; treat that as empty."""
-    return value if isinstance(value, dict) else {}
-
-
-def _listed(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
