@@ -295,7 +295,7 @@ class _Metered:
 
         measured = self.rounds[warmup_rounds:warmup_rounds + rounds]
         meta = [{"rep": i + 1, **({"resources": r} if r else {})} for i, r in enumerate(measured)]
-        used = {f.key: statistics.median(f.values) for f in figures.resources({"samples": meta})}
+        used = {f.key: statistics.median(f.values) for f in figures.used(measured)}
         return {"sample_meta": meta, "median_cpu_s": used.get("cpu_s"), "median_peak_mib": used.get("peak_mib")}
 
 

@@ -14,6 +14,7 @@ from guestbench.util.errors import UserError
 from guestbench.scenario import ab as scenario_ab, parse_scenario
 
 from conftest import guestbench, write_scenario
+from guestbench.results import Run
 
 SC = {"name": "s", "repetitions": 3, "measurements": ["startup", {"measurement": "upload-no-write", "size": "1MiB"}]}
 
@@ -98,7 +99,7 @@ measurements:
     assert "Changes within ±3% (--noise) are no change" in flat and "p (perm.)" in flat
     [path] = (tmp_path / "r").glob("*-abtest-ab.json")
     doc = json.loads(path.read_text())
-    out = comparison_summary([ab.comparison(doc, {"memsize": "512"}, {"memsize": "768"}, 3, str(path))], None)
+    out = comparison_summary([ab.comparison(Run.from_dict(doc), {"memsize": "512"}, {"memsize": "768"}, 3, str(path))], None)
     out = json.loads(json.dumps(out, allow_nan=False))
     rows = {r["figure"]: r for r in out["comparisons"][0]["rows"]}
     assert set(rows) == {"seconds", "CPU s", "peak MiB"}  # what the samples used is judged like their seconds

@@ -21,6 +21,7 @@ from guestbench.analysis.findings import analyze
 from guestbench.backends import BACKENDS, Backend
 from guestbench.measurements import get as get_measurement
 from guestbench.storage import host as host_storage
+from guestbench.results import Run
 
 RESULTS = Path(__file__).parent / "data" / "results" / "20261121T211449Z-startup.json"
 # What was true before the properties moved onto the backends (the old per-name tables and string tests).
@@ -61,7 +62,7 @@ def test_charts_take_the_colour_from_the_backend(monkeypatch: pytest.MonkeyPatch
     assert charts.backend_colour("no-such-backend") == charts.OTHER_COLOUR  # an old file's retired backend
     doc = json.loads(RESULTS.read_text())
     doc["cells"][0]["backend"] = "no-such-backend"
-    measured = charts.document_charts(analyze(doc)).measured
+    measured = charts.document_charts(analyze(Run.from_dict(doc))).measured
     svg = b"".join(c.svg for c in measured.values()).decode()
     assert "#0a0b0c" in svg and charts.OTHER_COLOUR in svg and BEFORE["uml"][0] not in svg
 

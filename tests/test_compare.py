@@ -29,6 +29,7 @@ from guestbench.util.errors import UserError
 from guestbench.output.render import terminal
 from guestbench.output.compare_doc import compare_document
 from guestbench.results import ResultsFile, load_results
+from guestbench.results import Run
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE8 = [10.0, 10.05, 9.95, 10.1, 9.9, 10.02, 9.98, 9.97]  # median 9.99, no ties
@@ -358,7 +359,7 @@ def test_every_figure_kind_knows_which_way_is_better(unit: str, higher_better: b
 
 
 def test_a_workload_cell_is_compared_on_its_own_figures_with_their_direction(tmp_path: Path, fingerprint) -> None:
-    def doc(bw: list[float], lat: list[float]) -> dict[str, Any]:
+    def doc(bw: list[float], lat: list[float]) -> Run:
         rf = ResultsFile.create(tmp_path / f"{bw[0]}.json", scenario={"name": "w"}, host=fingerprint, command=[],
                                 guestbench={"version": "0.1.0", "git_commit": None})
         rf.add_cell({"backend": "uml", "placement": "host", "measurement": "fio", "label": "fio", "status": "done",
@@ -367,7 +368,7 @@ def test_a_workload_cell_is_compared_on_its_own_figures_with_their_direction(tmp
                                  {"key": "read_lat_p99", "label": "fio read p99", "unit": "ms", "higher_better": False}],
                      "samples": [{"rep": i + 1, "seconds": 10.0, "metrics": {"read_bw": b, "read_lat_p99": la}}
                                  for i, (b, la) in enumerate(zip(bw, lat))]})
-        return rf.doc
+        return rf.run()
     base = doc(BASE8, BASE8)
     better = doc([x * 1.5 for x in BASE8], [x / 1.5 for x in BASE8])  # more bandwidth, less latency
     rows = {r.measurement: r for r in compare.compare_docs(base, better)}

@@ -14,6 +14,7 @@ from guestbench.output.render import markdown
 from guestbench.output.export.json import to_summary_json
 from guestbench.analysis.findings import analyze
 from guestbench.scenario import parse_scenario
+from typed import run_of
 
 
 def _doc(prices: dict | None) -> dict:
@@ -30,7 +31,7 @@ def _doc(prices: dict | None) -> dict:
 
 
 def test_without_prices_the_table_is_core_and_gib_seconds() -> None:
-    rows = analyze(_doc(None)).cost
+    rows = analyze(run_of(_doc(None))).cost
     assert [(r.backend, r.label, r.per, r.n) for r in rows] == [("uml", "startup", "launch", 3),
                                                                 ("tcg", "upload", "sample", 1)]
     assert (rows[0].core_s.median, rows[0].core_s.low, rows[0].core_s.high) == (5.0, 4.0, 6.0)
@@ -40,7 +41,7 @@ def test_without_prices_the_table_is_core_and_gib_seconds() -> None:
 
 def test_unit_prices_give_cost_per_1000_launches_and_per_gb() -> None:
     prices = {"vcpu_hour": 0.036, "gib_hour": 0.0072, "currency": "USD"}
-    found = analyze(_doc(prices))
+    found = analyze(run_of(_doc(prices)))
     p = found.prices
     assert p is not None
     uml, tcg = found.cost
@@ -50,7 +51,7 @@ def test_unit_prices_give_cost_per_1000_launches_and_per_gb() -> None:
     assert tcg.per_gb is not None and tcg.per_gb.median == pytest.approx((2 * 0.036 + 4 * 0.0072) / 3600 / 0.5)
     md = to_markdown(_doc(prices))
     assert "## what it costs" in md and "USD per 1,000" in md and "0.036 USD per vCPU-hour" in md
-    assert to_summary_json(analyze(_doc(prices)))["cost"]["rows"][0]["per_1000"]["median"] == pytest.approx(uml.per_1000.median)
+    assert to_summary_json(analyze(run_of(_doc(prices))))["cost"]["rows"][0]["per_1000"]["median"] == pytest.approx(uml.per_1000.median)
 
 
 def test_an_instance_is_paid_for_by_the_resource_that_runs_out_first() -> None:
@@ -80,4 +81,4 @@ def test_prices_survive_the_file_handed_to_the_level1_guest() -> None:
 
 
 def to_markdown(doc: dict[str, Any]) -> str:
-    return markdown.to_markdown(results_doc.show_document(doc))
+    return markdown.to_markdown(results_doc.show_document(run_of(doc)))

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, guestbench
-from guestbench.results.figures import sample_seconds
 from guestbench.run import dryrun
 from guestbench.scenario import load_scenario
 
@@ -55,7 +54,7 @@ def test_the_estimate_is_the_earlier_runs_median_times_the_launches() -> None:
     tcg = next(c for c in earlier["cells"] if c["backend"] == "tcg" and c["measurement"] == "startup")
     cell = next(c for c in dr.cells if c.backend == "tcg")
     assert cell.iterations == 1 + sc.warmup + sc.repetitions  # cold + warm-ups + repetitions
-    assert cell.estimate_s == pytest.approx(cell.iterations * statistics.median(sample_seconds(tcg)))
+    assert cell.estimate_s == pytest.approx(cell.iterations * statistics.median(s["seconds"] for s in tcg["samples"]))
     assert newest.name in cell.basis
     assert dr.estimated_s >= cell.estimate_s
 

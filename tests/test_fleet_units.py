@@ -17,7 +17,7 @@ from guestbench.output.tables import fleet as fleet_report
 from guestbench.analysis.fleet import analyze_fleet
 from guestbench.analysis import compare
 from guestbench.util.errors import UserError
-from guestbench.results import load_results
+from guestbench.results import Run, load_results
 from guestbench.results.hosts import differences, names, view
 from guestbench.run import remote
 from guestbench.run.fleet import coordinator, resources
@@ -30,7 +30,7 @@ REAL = ROOT / "tests/data/results/20261121T211449Z-startup.json"
 
 def fleet_doc(split: dict[str, list[str]], **fingerprint: Any) -> dict[str, Any]:
     """The real run's cells, each host keeping those of its backends; `fingerprint` changes host beta's."""
-    one = load_results(REAL)
+    one = load_results(REAL).to_dict()
     doc = {k: v for k, v in one.items() if k != "cells"}
     doc["hosts"], doc["cells"] = {}, []
     for name, backends in split.items():
@@ -70,7 +70,7 @@ def test_a_snapshot_crosses_as_compressed_json_and_anything_else_is_ignored() ->
 
     from guestbench.run.fleet import task
 
-    doc = load_results(REAL)
+    doc = load_results(REAL).to_dict()
     packed = task.pack(doc)
     assert isinstance(packed, bytes) and len(packed) < len(json.dumps(doc)) / 2  # the scheduler keeps events
     got = coordinator.snapshot({"host": "alpha", "doc": packed})
@@ -107,6 +107,33 @@ def test_a_lost_host_keeps_its_samples_and_its_unfinished_iterations_become_fail
     assert all(f["reason"].startswith("host beta lost") for f in beta["failures"])
     run.merge("beta", beta_doc)  # a late snapshot from a host written off changes nothing
     assert json.loads((tmp_path / "r.json").read_text()) == saved
+
+
+def test_a_hosts_results_that_no_run_writes_are_refused_and_its_host_is_failed_saying_why(tmp_path: Path) -> None:
+    from guestbench.results import ResultsFile
+
+    doc = fleet_doc({"alpha": ["uml"], "beta": ["tcg"]})
+    sc = parse_scenario({"name": "t", "backends": ["uml", "tcg"], "measurements": ["startup"]}, "t")
+    run = coordinator.FleetRun(sc, coordinator.FleetOptions(address="tcp://s:1"), Console(file=open("/dev/null", "w")))
+    run.results = ResultsFile.create(tmp_path / "r.json", scenario=doc["scenario"], host=doc["host"],
+                                     command=["t"], guestbench=doc["guestbench"])
+    run.results.doc["hosts"] = {n: {"address": h["address"], "status": "starting"} for n, h in doc["hosts"].items()}
+    beta = fleet_doc({"beta": ["tcg"]})
+    assert run.merge("beta", {**beta, "status": "running"}) is None
+    hostile = copy.deepcopy(beta)
+    hostile["cells"][0]["samples"][0]["seconds"] = float("inf")
+
+    class Done:
+        def result(self) -> dict[str, Any]:
+            return {"doc": hostile, "exit": 0, "stderr": ""}
+
+    run.host_ended("beta", Done())
+    saved = load_results(tmp_path / "r.json")  # the file stays one every reader accepts
+    assert saved.hosts["beta"].status == "failed"
+    assert saved.hosts["beta"].error == ("its results were refused: cells[0].samples[0].seconds: Infinity is not "
+                                         "finite; allowed: a finite number of seconds >= 0")
+    (cell,) = [c for c in saved.cells if c.host == "beta"]
+    assert [s.seconds for s in cell.samples] == [s["seconds"] for s in beta["cells"][0]["samples"]]
 
 
 class _SilentScheduler:
@@ -162,7 +189,7 @@ def test_a_scheduler_that_stops_answering_costs_its_hosts_after_a_deadline_not_a
 
 def test_show_names_the_fastest_combination_only_when_every_other_ratio_ci_is_above_one() -> None:
     doc = fleet_doc({"alpha": ["uml"], "beta": ["tcg", "libvirt-tcg"]})
-    (t,) = fleet_report.tables(analyze_fleet(doc))
+    (t,) = fleet_report.tables(analyze_fleet(Run.from_dict(doc)))
     assert {(c.host, c.row.backend) for c in t.combos} == {("alpha", "uml"), ("beta", "tcg"), ("beta", "libvirt-tcg")}
     medians = {c.row.backend: c.row.summary.median for c in t.combos if c.row.summary}
     others = [c for c in t.combos if c is not min(t.combos, key=lambda c: c.row.summary.median)]
@@ -177,29 +204,29 @@ def test_show_names_the_fastest_combination_only_when_every_other_ratio_ci_is_ab
         if c["host"] == "beta":
             for s in c["samples"]:
                 s["seconds"] *= 2
-    (t2,) = fleet_report.tables(analyze_fleet(same))
+    (t2,) = fleet_report.tables(analyze_fleet(Run.from_dict(same)))
     assert t2.fastest is not None and t2.fastest.host == "alpha", t2.caption
     (slow,) = [c for c in t2.combos if c.host == "beta"]
     assert slow.row.ratio == pytest.approx(2.0) and slow.ratio_ci is not None and slow.ratio_ci[0] > 1
-    assert json_export.fleet_tables(analyze_fleet(same))[0]["fastest"] == {"host": "alpha", "backend": "uml"}
+    assert json_export.fleet_tables(analyze_fleet(Run.from_dict(same)))[0]["fastest"] == {"host": "alpha", "backend": "uml"}
 
 
 def test_hosts_that_differ_in_what_moves_figures_are_warned_about() -> None:
-    doc = fleet_doc({"alpha": ["uml"], "beta": ["tcg"]}, cpu_model="Other CPU", cores=64)
+    doc = Run.from_dict(fleet_doc({"alpha": ["uml"], "beta": ["tcg"]}, cpu_model="Other CPU", cores=64))
     what = dict(differences(doc))
     assert set(what) >= {"CPU model", "cores"} and what["cores"]["beta"] == 64
     warned = fleet_report.warnings(analyze_fleet(doc))
     assert any(w.startswith("hosts differ in CPU model (alpha: ") for w in warned), warned
-    assert fleet_report.warnings(analyze_fleet(fleet_doc({"alpha": ["uml"], "beta": ["tcg"]}))) == []
-    assert names(doc) == ["alpha", "beta"] and view(doc, "beta")["host"]["cores"] == 64
+    assert fleet_report.warnings(analyze_fleet(Run.from_dict(fleet_doc({"alpha": ["uml"], "beta": ["tcg"]})))) == []
+    assert names(doc) == ["alpha", "beta"] and view(doc, "beta")[1].host["cores"] == 64
 
 
 def test_compare_matches_two_fleet_runs_host_by_host() -> None:
-    base = fleet_doc({"alpha": ["uml"], "beta": ["uml"]})
-    other = fleet_doc({"alpha": ["uml"], "beta": ["uml"]}, kernel="6.99")
+    base = Run.from_dict(fleet_doc({"alpha": ["uml"], "beta": ["uml"]}))
+    other = Run.from_dict(fleet_doc({"alpha": ["uml"], "beta": ["uml"]}, kernel="6.99"))
     keys = set(compare.cells_by_key(base))
     assert keys == {("uml", "host@alpha", "startup"), ("uml", "host@beta", "startup")}
     rows = compare.compare_docs(base, other)
     assert sorted(f"{r.backend}/{r.placement}/{r.measurement}" for r in rows) == ["uml/host@alpha/startup", "uml/host@beta/startup"]
     assert compare.check_hosts(base, other) == []
-    assert compare.software_changes(base, other) == [f"host beta: kernel: {base['host']['kernel']!r} vs '6.99'"]
+    assert compare.software_changes(base, other) == [f"host beta: kernel: {base.host['kernel']!r} vs '6.99'"]

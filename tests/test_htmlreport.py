@@ -40,6 +40,7 @@ from guestbench.output.render import markdown
 from guestbench.results import ResultsFile
 
 from test_phases import replay
+from guestbench.results import Run
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = sorted((Path(__file__).parent / "data" / "results").glob("*.json"))
@@ -409,13 +410,13 @@ def test_every_figure_in_the_placement_table_is_recomputed_from_the_results(writ
 def test_level1_failure_is_a_header_warning_and_partial_nested_records_render(tmp_path: Path) -> None:
     doc = json.loads(nested_results(tmp_path).read_text())
     doc["placements"]["nested"]["level1"]["error"] = "level-1 guest did not boot within 900 s"
-    document = results_doc.report_document([("nested.json", doc)])
+    document = results_doc.report_document([("nested.json", Run.from_dict(doc))])
     warning = "level-1 run failed: level-1 guest did not boot within 900 s"
     assert f'<p class="warning">Warning: {warning}</p>' in html.to_html(document)
     assert f"**Warning:** {warning}" in markdown.to_markdown(document)
-    doc["placements"] = {"nested": {"host": None, "backends": None, "level1": None, "status": None}}
+    doc["placements"] = {"nested": {"host": None, "level1": None, "status": None}}
     page = Page()
-    page.feed(html.to_html(results_doc.report_document([("partial.json", doc)])))
+    page.feed(html.to_html(results_doc.report_document([("partial.json", Run.from_dict(doc))])))
     (section,) = page.sections
     assert [t.kind for t in section.tables].count("placements") == 1
     assert "nested-host" not in [t.kind for t in section.tables] and "Not recorded." in section.text

@@ -23,6 +23,7 @@ from guestbench.results import ResultsFile
 from guestbench.scenario import Scenario, load_scenario, parse_scenario
 
 from conftest import ROOT
+from guestbench.results import SCHEMA, SCHEMA_VERSION, Run, load_results
 
 SCENARIO = """name: n
 backends: [uml, tcg]
@@ -101,7 +102,8 @@ def _doc(tmp_path: Path) -> ResultsFile:
 
 
 def _guest_doc(samples: int, status: str = "running") -> dict[str, Any]:
-    return {"status": status, "host": {"cpu_model": "QEMU TCG CPU"}, "backends": {"uml": {"usable": True}},
+    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+            "status": status, "host": {"cpu_model": "QEMU TCG CPU"}, "backends": {"uml": {"usable": True}},
             "cells": [{"backend": "uml", "placement": "host", "measurement": "startup", "label": "startup",
                        "cold_s": 130.0, "samples": [{"rep": i + 1, "seconds": 107.0} for i in range(samples)],
                        "warmups": [{"rep": 1, "seconds": 110.0}], "failures": [], "status": status}]}
@@ -121,11 +123,33 @@ def test_merge_replaces_nested_cells_keeps_host_cells_and_saves(sc: Scenario, tm
     assert nested["level1"]["image"] == "abc" and nested["level1"]["hypervisor"] == "tcg"
     # cold + warm-up + 2 of 3 samples of the one startup cell inside
     assert merger.progress(dataclasses.replace(sc, repetitions=3, warmup=1)) == (4, 5)
-    assert nested_run.exit_problem(saved) is None
+    assert nested_run.exit_problem(Run.from_dict(saved)) is None
     merger.finish(12.0, "the level-1 guest said nothing for 600 s")
     saved = json.loads(rf.path.read_text())
     assert saved["placements"]["nested"]["status"] == "failed"
-    assert nested_run.exit_problem(saved) == "the level-1 guest said nothing for 600 s"
+    assert nested_run.exit_problem(Run.from_dict(saved)) == "the level-1 guest said nothing for 600 s"
+
+
+@pytest.mark.parametrize("damage, refusal", [
+    (lambda d: d["cells"][0]["samples"][0].update(seconds=-1.0), "cells[0].samples[0].seconds: -1.0 is negative"),
+    (lambda d: d["cells"][0].update(status="owned"), "cells[0].status: \"owned\" is not a cell status"),
+    (lambda d: d.update(backends={"uml": "yes"}), "backends.uml: \"yes\" is not an object"),
+    (lambda d: d.pop("schema"), "schema: missing"),
+])
+def test_a_snapshot_no_run_writes_is_refused_and_the_file_stays_readable(sc: Scenario, tmp_path: Path,
+                                                                         damage: Any, refusal: str) -> None:
+    """What the level-1 guest (or a fleet host) sends back is not trusted: a document the model refuses is not
+    merged, so this run's file stays one every reader accepts, and the refusal says what was wrong."""
+    rf = _doc(tmp_path)
+    merger = Merger(rf, nested_run.plan(sc, False, None), "abc")
+    assert merger.take(_guest_doc(1))
+    bad = _guest_doc(2)
+    damage(bad)
+    assert not merger.take(bad)
+    assert merger.refused is not None and merger.refused.startswith(refusal), merger.refused
+    run = load_results(rf.path)  # still readable, with the last snapshot that was a results document
+    assert [(c.placement, len(c.samples)) for c in run.cells] == [("host", 1), ("nested", 1)]
+    assert run.placements["nested"].backends["uml"].usable is True
 
 
 def test_an_interrupted_level1_run_says_so(sc: Scenario, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from guestbench.instruments import usage
 from guestbench.host import tuning
 
 from conftest import run_scenario_text
+from typed import run_of
 
 HOG = [sys.executable, "-c", "while True: pass"]
 
@@ -63,17 +64,17 @@ def test_the_report_marks_busy_cells_and_says_quiet_ones_were_judged() -> None:
                                                                             "steal": 0.0, "busy": b}}
                             for i, b in enumerate(busy)]}
     doc = {"cells": [cell("uml", [False, True, True]), cell("tcg", [False, False, False])]}
-    rows = analyze(doc).rows
+    rows = analyze(run_of(doc)).rows
     assert "Host BUSY during 2 of 6 judged timed steps: uml (host) 2 of 3, other processes up to 1.2 cores" \
         in timing_table.caption(rows)
-    assert any("uml: the host was busy during 2 of 3 samples" in w for w in analyze(doc).warnings)
-    quiet = {"cells": [cell("tcg", [False, False])]}
+    assert any("uml: the host was busy during 2 of 3 samples" in w for w in analyze(run_of(doc)).warnings)
+    quiet = run_of({"cells": [cell("tcg", [False, False])]})
     assert "Host quiet during all 2 judged timed steps" in timing_table.caption(analyze(quiet).rows)
     assert not any("busy" in w for w in analyze(quiet).warnings)
     # a sample may say it was busy without how busy (the model allows it): "?" cores, not a traceback
     for s in doc["cells"][0]["samples"]:
         s["load"].pop("other_cores")
-    unsaid = analyze(doc)
+    unsaid = analyze(run_of(doc))
     assert "uml (host) 2 of 3, other processes up to ? cores" in timing_table.caption(unsaid.rows)
     assert any("(other processes up to ? cores)" in w for w in unsaid.warnings)
 

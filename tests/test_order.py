@@ -20,6 +20,8 @@ from guestbench.run.schedule import INTERLEAVED, RANDOM, SEQUENTIAL, Order, Turn
 from guestbench.scenario import ab as scenario_ab, apply_overrides, parse_scenario
 
 from conftest import guestbench, run_scenario_text
+from typed import run_of
+from guestbench.results import Cell
 
 
 # ---------------------------------------------------------------------------------------------- the turnstile
@@ -168,14 +170,14 @@ def test_the_report_says_where_precision_got_and_flags_a_cell_at_its_cap() -> No
     cell = {"backend": "uml", "label": "startup", "measurement": "startup", "placement": "host", "status": "done",
             "samples": [{"rep": i + 1, "seconds": s} for i, s in enumerate([5.0, 6.0, 5.5])], "failures": [],
             "precision": {"target": 0.01, "reached": 0.25, "n": 3, "cap": 3, "stopped": "cap"}}
-    doc = {"cells": [cell], "order": {"mode": "random", "seed": 11}}
+    doc = run_of({"cells": [cell], "order": {"mode": "random", "seed": 11}})
     assert "order random (seed 11)" in timing_table.run_line(analyze(doc).facts)
     (row,) = analyze(doc).rows
     assert "uml (host) ±25.0% at n=3 (stopped at the cap without the target)" in timing_table.caption([row])
     assert any("stopped at the cap (3 samples) at ±25.0%, short of the target ±1.0%" in w
                for w in analyze(doc).warnings)
     cell["precision"] = {"target": 0.3, "reached": 0.25, "n": 3, "cap": 9, "stopped": "target"}
-    assert not any("cap" in w for w in analyze(doc).warnings)
+    assert not any("cap" in w for w in analyze(run_of({"cells": [cell]})).warnings)
 
 
 # ---------------------------------------------------------------------------------------------- real runs
@@ -276,12 +278,12 @@ def test_a_workloads_precision_is_its_least_precise_figure() -> None:
     from guestbench.results.figures import figures
     from guestbench.run.block import worst_precision
 
-    cell = {"metrics": [{"key": "bw", "label": "bandwidth", "unit": "MB/s", "higher_better": True},
+    cell = {"backend": "uml", "label": "fio", "metrics": [{"key": "bw", "label": "bandwidth", "unit": "MB/s", "higher_better": True},
                         {"key": "lat", "label": "latency", "unit": "ms", "higher_better": False}],
             "samples": [{"rep": i + 1, "seconds": 10.0, "metrics": {"bw": bw, "lat": lat}}
                         for i, (bw, lat) in enumerate([(100, 1.0), (101, 2.0), (99, 3.0)])]}
-    precisions = [stats.relative_precision(f.values) for f in figures(cell)]
-    assert [f.key for f in figures(cell)] == ["bw", "lat"]  # the fixed wall time is no figure
+    precisions = [stats.relative_precision(f.values) for f in figures(Cell.from_dict(cell))]
+    assert [f.key for f in figures(Cell.from_dict(cell))] == ["bw", "lat"]  # the fixed wall time is no figure
     assert worst_precision(precisions) == max(precisions) > 0.5  # the latency is far from precise; seconds would be 0
     assert worst_precision([0.01, None]) is None  # a figure without a CI yet holds the cell
 
@@ -308,7 +310,7 @@ def test_a_large_item_takes_turns_in_parts_that_keep_a_variants_backends_togethe
 def test_the_run_line_says_when_an_item_took_turns_in_parts() -> None:
     from guestbench.output.tables.timing import run_line
 
-    doc = {"status": "complete", "order": {"mode": "interleaved", "block_cells": 8}}
+    doc = run_of({"status": "complete", "order": {"mode": "interleaved", "block_cells": 8}})
     assert "order interleaved (cells of a measurement take turns, at most 8 cells at once)" in \
         run_line(analyze(doc).facts)
-    assert "at most" not in run_line(analyze({"status": "complete", "order": {"mode": "interleaved"}}).facts)
+    assert "at most" not in run_line(analyze(run_of({"status": "complete", "order": {"mode": "interleaved"}})).facts)

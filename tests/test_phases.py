@@ -22,6 +22,7 @@ from guestbench.instruments import markers
 
 from conftest import guestbench, write_scenario
 from guestbench.util.units import fmt_seconds
+from guestbench.results import Cell, Run, Sample
 
 DATA = Path(__file__).parent / "data" / "phases"
 SOURCES = {"A": "appliance", "L": "libguestfs"}
@@ -126,19 +127,20 @@ def test_line_clock_times_each_part_of_a_line() -> None:
 
 
 def test_summary_of_a_cell() -> None:
-    cell = {"backend": "tcg", "placement": "host", "cache_mode": "writeback", "samples": [
-        {"seconds": 10.0, "phases": [{"name": "library set-up", "s": 1.0}, {"name": "udev", "s": 9.0}]},
-        {"seconds": 12.0, "phases": [{"name": "library set-up", "s": 2.0}, {"name": "kernel init", "s": 4.0},
-                                     {"name": "udev", "s": 6.0}]},
-        {"seconds": 11.0}]}  # a sample without phases (e.g. an older file) is left out
-    bp = phases.cell_phases(cell, cell["samples"])
+    cell = Cell.from_dict({"backend": "tcg", "label": "startup", "placement": "host", "cache_mode": "writeback",
+                           "samples": [
+        {"rep": 1, "seconds": 10.0, "phases": [{"name": "library set-up", "s": 1.0}, {"name": "udev", "s": 9.0}]},
+        {"rep": 2, "seconds": 12.0, "phases": [{"name": "library set-up", "s": 2.0}, {"name": "kernel init", "s": 4.0},
+                                               {"name": "udev", "s": 6.0}]},
+        {"rep": 3, "seconds": 11.0}]})  # a sample without phases (e.g. an older file) is left out
+    bp = phases.cell_phases(cell, cell.samples)
     assert bp is not None and bp.n == 2 and bp.median_total == 11.0
     assert bp.phases["kernel init"].median == 2.0 and bp.phases["kernel init"].seen == 1
     assert bp.phases["udev"].low == 6.0 and bp.phases["udev"].high == 9.0
     assert sum(p.share for p in bp.phases.values()) == pytest.approx(1.0)
     assert bp.host_side_share == pytest.approx(1.5 / bp.sum_of_medians)
     assert bp.max_sum_error == 0.0
-    assert phases.cell_phases({}, [{"seconds": 1.0}]) is None
+    assert phases.cell_phases(cell, [Sample(rep=1, seconds=1.0)]) is None
 
 
 def test_phase_order_merges_the_families() -> None:
@@ -176,7 +178,7 @@ def check_printed_phase_tables(doc: dict, out: str) -> None:
     """The printed table (one column per backend, the two sums, the host-side share) of a real run's phases;
     tests/test_run_tcg.py checks qemu's with it."""
     assert "startup: boot phases" in out and "sum of phase medians" in out and "median start-up" in out
-    for pt in phase_table.phase_tables(analyze(doc).phases):
+    for pt in phase_table.phase_tables(analyze(Run.from_dict(doc)).phases):
         for bp in pt.summaries:
             assert abs(bp.sum_of_medians - bp.median_total) <= 0.01 * bp.median_total
             assert fmt_seconds(bp.median_total) in out

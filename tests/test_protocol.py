@@ -23,6 +23,7 @@ from guestbench.scenario import parse_scenario
 
 from conftest import ROOT
 from test_supervisor import HV, ScriptBackend
+from guestbench.results import Run
 
 KINDS = {v for k, v in vars(Msg).items() if k.isupper()}
 
@@ -123,7 +124,7 @@ def test_the_runner_reaches_every_worker_through_the_executor_it_is_given(
     assert seen[0].measurement == "startup" and seen[0].backend["hv"] == str(HV / "crash.sh")
     assert doc["backends"]["crash"]["usable"] is False
     # the first launch failed: the backend is refused at once, and the cell's next iteration makes no launch
-    assert len(doc["cells"][0]["failures"]) == 1 and exit_status(doc) == 0
+    assert len(doc["cells"][0]["failures"]) == 1 and exit_status(Run.from_dict(doc)) == 0
     assert "not usable" in doc["cells"][0]["skip_reason"]
 
 

@@ -20,7 +20,7 @@ from pytest_benchmark.stats import Stats
 from guestbench import cli
 from guestbench.results import pytest_benchmark as pbj
 from guestbench.analysis.compare import cells_by_key
-from guestbench.results import load_results
+from guestbench.results import Run, load_results
 
 pytest_plugins = ["pytester"]
 
@@ -56,8 +56,9 @@ def test_stats_fields_agree_with_pytest_benchmark(n: int) -> None:
 
 @pytest.mark.parametrize("path", REAL, ids=[str(p.relative_to(ROOT)) for p in REAL])
 def test_round_trip_of_real_results_is_lossless(path: Path) -> None:
-    doc = load_results(path)
-    exported = json.loads(json.dumps(pbj.export(doc)))
+    run = load_results(path)
+    doc = run.to_dict()
+    exported = json.loads(json.dumps(pbj.export(run)))
     n_samples = sum(1 for c in doc["cells"] if c["samples"])
     assert len(exported["benchmarks"]) == n_samples
     for bench in exported["benchmarks"]:
@@ -71,8 +72,9 @@ def test_round_trip_of_real_results_is_lossless(path: Path) -> None:
     for key in doc:
         if key != "cells":
             assert back[key] == doc[key], key
-    strip = lambda cells: {k: {f: v for f, v in c.items() if f != "pytest_benchmark"} for k, c in cells.items()}
-    assert strip(cells_by_key(back)) == strip(cells_by_key(doc))
+    strip = lambda cells: {k: {f: v for f, v in c.to_dict().items() if f != "pytest_benchmark"}
+                           for k, c in cells.items()}
+    assert strip(cells_by_key(Run.from_dict(back))) == strip(cells_by_key(run))
 
 
 def test_export_is_read_by_pytest_benchmark_compare(tmp_path: Path, capsys) -> None:

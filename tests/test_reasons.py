@@ -12,6 +12,7 @@ from guestbench.util import reasons
 from guestbench.output.tables.doctor import doctor_table
 from guestbench.output.render import terminal
 from guestbench.output.results_doc import show_document
+from guestbench.results import Run
 
 DATA = Path(__file__).parent / "data" / "results" / "20261121T211449Z-startup.json"
 
@@ -68,8 +69,8 @@ def test_show_leads_with_the_short_reason_and_the_report_keeps_the_full_one() ->
 
     doc = json.loads(DATA.read_text())
     con, out = _console(100)
-    terminal.render(show_document(doc, brief=True), con)
+    terminal.render(show_document(Run.from_dict(doc), brief=True), con)
     shown = out.getvalue()
     assert "placement: nested" in shown and "kvm_buf_set_msrs" not in shown
-    md = markdown.to_markdown(report_document([(DATA.name, doc)], charts=False))
+    md = markdown.to_markdown(report_document([(DATA.name, Run.from_dict(doc))], charts=False))
     assert "kvm_buf_set_msrs" in md

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from guestbench.results import ResultsFile
+from guestbench.results import SCHEMA, SCHEMA_VERSION, ResultsFile
 from guestbench.run.remote import Remote
 from guestbench.scenario import parse_scenario
 
@@ -15,7 +15,7 @@ SC = parse_scenario({"name": "s", "repetitions": 3, "warmup": 1, "measurements":
 
 
 def _remote_doc(samples: int) -> dict[str, Any]:
-    return {"status": "running", "host": {"cpu_model": "elsewhere"}, "backends": {"uml": {"usable": True}},
+    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "status": "running", "host": {"cpu_model": "elsewhere"}, "backends": {"uml": {"usable": True}},
             "cells": [{"backend": "uml", "placement": "host", "measurement": "startup", "label": "startup",
                        "cold_s": 9.0, "samples": [{"rep": i + 1, "seconds": 5.0} for i in range(samples)],
                        "warmups": [{"rep": 1, "seconds": 5.5}], "failures": [], "status": "running"},

@@ -25,7 +25,7 @@ from guestbench.output.export.csv import CSV_HEADER
 from guestbench.analysis.fleet import analyze_results
 from guestbench.analysis.cells import Row
 from guestbench.analysis.findings import analyze
-from guestbench.results import ResultsFile, load_results
+from guestbench.results import ModelError, ResultsFile, Run, load_results
 from guestbench.util.units import fmt_seconds
 
 MB500 = 500 * 10**6
@@ -34,24 +34,34 @@ UPLOAD_TIMED = "upload of a 500 MB file into the mounted ext2 filesystem"
 
 
 # the summary every output reads (guestbench.analysis.findings), then the table or export under test
+def typed(doc: dict[str, Any]) -> tuple[Run, str | None]:
+    """A hand-written document as `show` reads it: the typed model, and the file it names as its own (`_path`)."""
+    return Run.from_dict({k: v for k, v in doc.items() if k != "_path"}), doc.get("_path")
+
+
+def findings(doc: dict[str, Any]) -> Any:
+    """The findings of a document as `show` computes them."""
+    return analyze(*typed(doc))
+
+
 def rows(doc: dict[str, Any]) -> list[Row]:
-    return analyze(doc).rows
+    return findings(doc).rows
 
 
 def warnings(doc: dict[str, Any]) -> list[str]:
-    return analyze(doc).warnings
+    return findings(doc).warnings
 
 
 def to_csv(doc: dict[str, Any]) -> str:
-    return csv_export.to_csv(analyze_results(doc))
+    return csv_export.to_csv(analyze_results(*typed(doc)))
 
 
 def to_summary_json(doc: dict[str, Any]) -> dict[str, Any]:
-    return json_export.results_summary(analyze_results(doc))
+    return json_export.results_summary(analyze_results(*typed(doc)))
 
 
 def placement_tables(doc: dict[str, Any]) -> list[placement_table.PlacementTable]:
-    return placement_table.placement_tables(analyze(doc).placements)
+    return placement_table.placement_tables(findings(doc).placements)
 
 
 def cell(backend: str, label: str, seconds: list[float], *, placement: str = "host",
@@ -107,12 +117,12 @@ def parse_csv(text: str) -> list[dict[str, str]]:
 
 def render_text(doc: dict[str, Any]) -> str:
     console = Console(record=True, width=200)
-    terminal.render(results_doc.show_document(doc, brief=True), console)
+    terminal.render(results_doc.show_document(typed(doc)[0], brief=True), console)
     return console.export_text()
 
 
 def to_markdown(doc: dict[str, Any]) -> str:
-    return markdown.to_markdown(results_doc.show_document(doc))
+    return markdown.to_markdown(results_doc.show_document(typed(doc)[0]))
 
 
 def squash(text: str) -> str:
@@ -310,13 +320,20 @@ def test_interrupted_with_half_written_cells_renders() -> None:
     doc = document([
         cell("tcg", "startup", [4.0, 4.2], status="interrupted"),
         {"backend": "kvm", "label": "startup", "status": "running"},
-        {"backend": "kvm", "measurement": "upload", "samples": [{"rep": 1, "seconds": None}], "failures": None},
+        {"backend": "kvm", "label": "upload", "measurement": "upload", "samples": []},
     ], status="interrupted", finished_utc=None)
     text = squash(render_text(doc))
     assert "interrupted after 2 sample(s)" in text
     assert "running" in text
     assert len(parse_csv(to_csv(doc))) == 3
     json.dumps(to_summary_json(doc), allow_nan=False)
+    # what no run writes (a sample without its seconds, failures that are not a list) is refused, naming the field
+    for bad, key in (({"samples": [{"rep": 1, "seconds": None}]}, "cells[2].samples[0].seconds"),
+                     ({"failures": None}, "cells[2].failures")):
+        doc["cells"][2] = {"backend": "kvm", "label": "upload", **bad}
+        with pytest.raises(ModelError) as refused:
+            typed(doc)
+        assert refused.value.key == key
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -364,7 +381,7 @@ def nested_results(tmp_path: Path, **level1: Any) -> dict[str, Any]:
                                        "backends": {"uml": {"usable": True, "reason": "launched in 40 s (probe)"},
                                                     "tcg": {"usable": False, "reason": TCG_NESTED_REASON}}}}
     rf.finish("complete")
-    return load_results(rf.path)
+    return load_results(rf.path).to_dict()
 
 
 def expected_comparisons() -> list[tuple[str, str, list[float], list[float]]]:
@@ -441,18 +458,18 @@ def test_missing_nested_cell_of_an_interrupted_nested_run(tmp_path: Path) -> Non
     reasons = {(g.label, g.backend): g.reason for g in table.gaps}
     assert reasons[("upload", "uml")] == "no cell recorded; nested run interrupted"
     assert reasons[("upload", "tcg")].startswith("no cell recorded; nested run interrupted; tcg not usable in")
-    assert "(nested run interrupted)" in timing_table.nested_line(analyze(doc).nested)
+    assert "(nested run interrupted)" in timing_table.nested_line(findings(doc).nested)
 
 
 def test_header_lines_and_unusable_backends_of_the_level1_guest(tmp_path: Path) -> None:
     doc = nested_results(tmp_path)
     line = "QEMU TCG CPU version 2.5+ · QEMU guest (TCG), no /dev/kvm · level-1 on tcg, 2 vCPUs, 4096 MiB"
-    assert timing_table.nested_line(analyze(doc).nested) == line
+    assert timing_table.nested_line(findings(doc).nested) == line
     text = render_text(doc)
     assert f"Nested: {line}" in text.splitlines()
     assert text.splitlines().index(f"Nested: {line}") == text.splitlines().index("Host: AMD EPYC · KVM guest") + 1
     assert f"Host: AMD EPYC · KVM guest  \nNested: {line}  \n" in to_markdown(doc)
-    assert analyze(doc).unusable == {"tcg (nested)": TCG_NESTED_REASON}
+    assert findings(doc).unusable == {"tcg (nested)": TCG_NESTED_REASON}
     assert "| tcg (nested) | " + TCG_NESTED_REASON + " |" in to_markdown(doc)
     assert "level-1 run failed" not in text
     failed = nested_results(tmp_path, error="level-1 guest did not boot within 900 s")
@@ -522,19 +539,20 @@ def test_documents_without_nested_cells_have_no_placement_table(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("placements", [
-    None, [], {"nested": None}, {"nested": {"host": None, "backends": None, "status": None, "level1": None}},
-    {"nested": {"host": {"virtualization": None}, "backends": {"tcg": None, "uml": {"usable": False}},
+    {}, {"nested": {}}, {"nested": {"host": None, "status": None, "level1": None}},
+    {"nested": {"host": {"virtualization": None}, "backends": {"uml": {"usable": False}},
                 "level1": {"hypervisor": None, "vcpus": "two", "memory_mib": math.nan, "timeout_scale": True,
                            "seconds": None, "error": ""}}},
 ])
 def test_partial_nested_documents_render(tmp_path: Path, placements: Any) -> None:
+    """What a nested run cut short may have written renders; the level-1 guest's record is its own JSON, read
+    for what it holds."""
     doc = nested_results(tmp_path)
     doc["placements"] = placements
-    doc["cells"].append({"backend": "uml", "placement": "nested", "label": "upload-no-write", "samples": None,
-                         "status": "running"})
-    doc["cells"].append({"backend": "kvm", "placement": "nested", "measurement": "startup",
-                         "samples": [{"seconds": None}, {"seconds": 4.0}], "failures": None})
-    doc["cells"].append({"backend": "kvm", "placement": "host", "measurement": "startup", "samples": [{}]})
+    doc["cells"].append({"backend": "uml", "placement": "nested", "label": "upload-no-write", "status": "running"})
+    doc["cells"].append({"backend": "kvm", "placement": "nested", "measurement": "startup", "label": "startup",
+                         "samples": [{"rep": 1, "seconds": 4.0}]})
+    doc["cells"].append({"backend": "kvm", "placement": "host", "measurement": "startup", "label": "startup"})
     (table,) = placement_tables(doc)
     assert [(r.label, r.backend) for r in table.comparisons] == [(l, b) for l, b, _, _ in expected_comparisons()]
     assert ("startup", "kvm", "nested", "host") in [(g.label, g.backend, g.present, g.missing) for g in table.gaps]
@@ -542,4 +560,18 @@ def test_partial_nested_documents_render(tmp_path: Path, placements: Any) -> Non
     to_markdown(doc)
     to_csv(doc)
     json.dumps(to_summary_json(doc), allow_nan=False)
-    analyze(doc).unusable
+    findings(doc).unusable
+
+
+@pytest.mark.parametrize("placements, key", [
+    (None, "placements"), ([], "placements"), ({"nested": None}, "placements.nested"),
+    ({"nested": {"backends": None}}, "placements.nested.backends"),
+    ({"nested": {"backends": {"tcg": None}}}, "placements.nested.backends.tcg"),
+])
+def test_a_nested_record_no_run_writes_is_refused_naming_the_field(tmp_path: Path, placements: Any,
+                                                                    key: str) -> None:
+    doc = nested_results(tmp_path)
+    doc["placements"] = placements
+    with pytest.raises(ModelError) as refused:
+        typed(doc)
+    assert refused.value.key == key

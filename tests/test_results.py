@@ -53,7 +53,7 @@ def test_create_writes_a_valid_running_file_at_once(tmp_path: Path) -> None:
     assert doc["cells"] == []
     assert doc == rf.doc
     # readable by `guestbench show` while the run is still going
-    assert load_results(path)["status"] == "running"
+    assert load_results(path).status == "running"
     assert leftovers(path.parent) == []
 
 
@@ -116,11 +116,11 @@ def test_finish_interrupted_marks_unfinished_cells(tmp_path: Path) -> None:
     rf.add_cell({"backend": "kvm", "label": "a"})  # pending
     rf.add_cell({"backend": "kvm", "label": "b", "status": "skipped", "skip_reason": "unusable"})
     rf.finish("interrupted")
-    doc = load_results(path)
-    assert doc["status"] == "interrupted"
-    assert [c["status"] for c in doc["cells"]] == ["done", "interrupted", "interrupted", "skipped"]
+    run = load_results(path)
+    assert run.status == "interrupted"
+    assert [c.status for c in run.cells] == ["done", "interrupted", "interrupted", "skipped"]
     # samples taken before the interruption are kept
-    assert doc["cells"][1]["samples"] == [{"rep": 1, "seconds": 1.0, "utc": "x"}]
+    assert [s.to_dict() for s in run.cells[1].samples] == [{"rep": 1, "seconds": 1.0, "utc": "x"}]
 
 
 # ---------------------------------------------------------------- atomic_write_json
@@ -155,9 +155,9 @@ def test_results_file_survives_a_failed_save(tmp_path: Path) -> None:
     rf.add_cell({"backend": "tcg", "label": "a", "samples": [{"rep": 1, "seconds": 2.0, "utc": "u"}]})
     with pytest.raises(TypeError):
         rf.add_cell({"backend": "tcg", "label": "b", "params": {"bad": {1, 2}}})  # a set: not JSON
-    doc = load_results(path)
-    assert [c["label"] for c in doc["cells"]] == ["a"]
-    assert doc["cells"][0]["samples"][0]["seconds"] == 2.0
+    run = load_results(path)
+    assert [c.label for c in run.cells] == ["a"]
+    assert run.cells[0].samples[0].seconds == 2.0
     assert leftovers(tmp_path) == []
 
 
@@ -225,9 +225,9 @@ def test_load_results_round_trip(tmp_path: Path) -> None:
     rf.add_cell({"backend": "tcg", "label": "startup", "measurement": "startup", "params": {"disk_size": 1},
                  "samples": [{"rep": i, "seconds": 1.0 + i / 10, "utc": "u"} for i in (1, 2, 3)]})
     rf.finish("complete")
-    doc = load_results(path)
-    assert doc == rf.doc
-    assert doc["cells"][0]["samples"][2]["seconds"] == 1.3
+    run = load_results(path)
+    assert run.to_dict() == rf.doc and run == rf.run()
+    assert run.cells[0].samples[2].seconds == 1.3
 
 
 def load_error(path: Path) -> str:

@@ -52,7 +52,7 @@ def schema_errors(doc: dict[str, Any]) -> list[str]:
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
 def test_v1_file_round_trips_to_v2_without_losing_or_inventing_a_key(path: Path) -> None:
     raw = json.loads(path.read_text())
-    doc = load_results(path)
+    doc = load_results(path).to_dict()
     assert doc["schema_version"] == SCHEMA_VERSION == 3
     expected = dict(raw, schema_version=3)
     assert doc == expected
@@ -106,8 +106,8 @@ def test_unknown_keys_survive_at_every_level(tmp_path: Path) -> None:
     assert run.cells[0].failures[0].extra and run.placements["nested"].extra
     path = tmp_path / "future.json"
     path.write_text(json.dumps(doc))
-    assert load_results(path) == dict(doc, schema_version=3)
-    assert schema_errors(load_results(path)) == []  # unknown keys are allowed by the schema too
+    assert load_results(path).to_dict() == dict(doc, schema_version=3)
+    assert schema_errors(load_results(path).to_dict()) == []  # unknown keys are allowed by the schema too
 
 
 def test_null_and_absent_optional_fields_come_back_as_they_were() -> None:
@@ -147,7 +147,7 @@ def test_add_cell_takes_a_model_cell(tmp_path: Path) -> None:
     assert stored["samples"] == [] and stored["status"] == "pending" and stored["cold_s"] is None
     stored["samples"].append(Sample(1, 4.0, utc_now()).to_dict())
     rf.save()
-    assert load_results(rf.path)["cells"][0]["samples"][0]["seconds"] == 4.0
+    assert load_results(rf.path).cells[0].samples[0].seconds == 4.0
 
 
 # ---------------------------------------------------------------------------------------------- refusals
@@ -258,8 +258,8 @@ def _doctored(tmp_path: Path, name: str) -> tuple[Path, dict[str, Any]]:
 def test_the_base_document_is_accepted(tmp_path: Path) -> None:
     path = tmp_path / "base.json"
     path.write_text(json.dumps(_base()))
-    assert load_results(path) == dict(_base(), schema_version=3)
-    assert schema_errors(load_results(path)) == []
+    assert load_results(path).to_dict() == dict(_base(), schema_version=3)
+    assert schema_errors(load_results(path).to_dict()) == []
 
 
 @pytest.mark.parametrize("name", list(REFUSALS))
@@ -352,7 +352,7 @@ def test_a_freshly_written_file_validates_against_the_published_schema(tmp_path:
     written = json.loads(rf.path.read_text())
     assert written["schema_version"] == 3
     assert schema_errors(written) == []
-    assert load_results(rf.path) == written  # and the model reads it back unchanged
+    assert load_results(rf.path).to_dict() == written  # and the model reads it back unchanged
 
 
 def test_every_save_is_validated_in_the_tests(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from guestbench.scenario import parse_scenario
 
 from conftest import ROOT, hypervisor_processes, processes_mentioning, session_tmp_path, stop_run, write_scenario
 from test_supervisor import HV, ScriptBackend
+from guestbench.results import Run
 
 pytestmark = pytest.mark.launch
 
@@ -44,7 +45,7 @@ def test_a_hung_launch_skips_the_cell_with_its_reason(hang_backend, tmp_path: Pa
     assert doc["backends"]["hang"]["usable"] is False
     assert "did not finish within 6 s" in doc["backends"]["hang"]["reason"]
     assert doc["cells"] == []  # unusable: reported, not measured
-    assert exit_status(doc) == 0
+    assert exit_status(Run.from_dict(doc)) == 0
     assert took < 6 + 30
 
 
@@ -65,7 +66,7 @@ def test_a_deferred_probe_that_fails_makes_the_backend_unusable_and_skips_its_ot
     assert first["failures"] and not first["samples"]
     assert second["status"] == "skipped" and "crash is not usable here" in second["skip_reason"]
     assert not second["failures"] and not second["samples"]  # never launched
-    assert doc["status"] == "complete" and exit_status(doc) == 0  # an unusable backend, as with a probe
+    assert doc["status"] == "complete" and exit_status(Run.from_dict(doc)) == 0  # an unusable backend, as with a probe
 
 
 def _hypervisor_pid(backend: str) -> int | None:

@@ -40,7 +40,7 @@ def _run(tmp_path: Path, scenario: dict[str, Any], script: Any, **opts: Any) -> 
     sc = parse_scenario({"name": "s", "backends": ["tcg"], "warmup": 0, **scenario}, "s.yaml")
     rf = run_scenario(sc, RunOptions(results_dir=tmp_path / "results", reprobe=True, **opts),
                       Console(stderr=True, quiet=True), executor=ex)
-    return load_results(str(rf.path)), ex
+    return load_results(str(rf.path)).to_dict(), ex
 
 
 def _probe_or(seconds: Any) -> Any:

@@ -1,7 +1,7 @@
-"""The figures of a results document's cells, recomputed from the raw samples: per cell its summary (median,
-CI, spread), throughput, ratio to the fastest, host load and resources; the warnings a reader must see; the
-backends not usable. Results files may be partial (interrupted or still running): every key is read defensively.
-"""
+"""The figures of a run's cells, recomputed from the raw samples: per cell its summary (median, CI, spread),
+throughput, ratio to the fastest, host load and resources; the warnings a reader must see. The cells are the typed
+model's (guestbench.results.model), which has refused what no run writes; a partial file (interrupted or still
+running) still lacks figures, which every reader allows for."""
 
 from __future__ import annotations
 import math
@@ -10,11 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from guestbench.util import units
 from guestbench.results import figures as cell_figures
-from guestbench.results.figures import number
+from guestbench.results.model import Cell, Precision, Sample
 from guestbench.util.units import NONE
 from guestbench.analysis.stats import Summary, spread_warnings, summarize
-
-
 
 
 @dataclass
@@ -38,7 +36,7 @@ class Row:
     skip_reason: str | None
     first_failure: str | None
     workload: bool = False  # a tool's figures: shown in guestbench.output.tables.metrics's tables instead
-    precision: dict[str, Any] | None = None  # sampled towards a precision target (results.Precision)
+    precision: Precision | None = None  # sampled towards a precision target
     judged: int = 0  # samples whose host load was judged (guestbench.instruments.load)
     busy: int = 0  # ... of which the host was busy
     busiest: float | None = None  # the most cores other processes used during one of its samples
@@ -49,60 +47,48 @@ class Row:
     density: bool = False  # an appliance of a density level: its figures are in the density tables
     seconds: list[float] = field(default_factory=list)  # its samples' seconds, in file order
     uses: list[cell_figures.SampleUse] = field(default_factory=list)  # what its samples used (its cost)
-    samples: list[dict[str, Any]] = field(default_factory=list)  # the samples as read (results.figures.samples)
+    samples: list[Sample] = field(default_factory=list)  # the cell's samples (a workload's or boot phases' figures)
 
 
-def mapping(value: Any) -> dict[str, Any]:
-    """Partial files may hold null where a mapping belongs; treat that as empty."""
-    return value if isinstance(value, dict) else {}
-
-
-def listed(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _first_failure(cell: dict[str, Any]) -> str | None:
-    failures = listed(cell.get("failures"))
-    if not failures:
+def _first_failure(cell: Cell) -> str | None:
+    if not cell.failures:
         return None
-    reason = mapping(failures[0]).get("reason")
-    return str(reason) if reason else "no reason recorded"
+    return cell.failures[0].reason or "no reason recorded"
 
 
-def doc_cells(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    return [c for c in listed(doc.get("cells")) if isinstance(c, dict)]
+def status(cell: Cell, unknown: str = "unknown") -> str:
+    """The cell's status as the file says it (`unknown` when it says none: an older or hand-made file)."""
+    return cell.status if "status" in cell.source_keys or not cell.source_keys else unknown
 
 
-def row(cell: dict[str, Any]) -> Row:
-    measurement = str(cell.get("measurement") or "?")
-    failures, failure = listed(cell.get("failures")), _first_failure(cell)
+def row(cell: Cell) -> Row:
+    measurement = cell.measurement or "?"
     f = cell_figures.read(cell)  # after this module's own readers: the data goes down once
     summary = summarize(f.seconds) if f.seconds else None
-    nbytes = cell.get("bytes")
-    nbytes = nbytes if isinstance(nbytes, int) and not isinstance(nbytes, bool) else None
+    nbytes = cell.bytes if isinstance(cell.bytes, int) else None
     throughput = None
     if nbytes is not None and summary is not None and summary.median > 0:
         throughput = units.mb_per_s(nbytes, summary.median)
     return Row(
-        backend=str(cell.get("backend") or "?"),
-        placement=str(cell.get("placement") or ""),
+        backend=cell.backend or "?",
+        placement=cell.placement or "",
         measurement=measurement,
-        label=str(cell.get("label") or measurement),
-        timed=str(cell.get("timed") or ""),
-        cache_mode=cell.get("cache_mode") or None,
+        label=cell.label or measurement,
+        timed=cell.timed or "",
+        cache_mode=cell.cache_mode or None,
         bytes=nbytes,
         n=len(f.seconds),
-        failures=len(failures),
+        failures=len(cell.failures),
         summary=summary,
         mb_per_s=throughput,
         ratio=None,
         cold_s=f.cold_s,
-        status=str(cell.get("status") or "unknown"),
-        skip_reason=cell.get("skip_reason") or None,
-        first_failure=failure,
-        workload=bool(cell.get("metrics")),
+        status=status(cell),
+        skip_reason=cell.skip_reason or None,
+        first_failure=_first_failure(cell),
+        workload=bool(cell.metrics),
         density=f.density,
-        precision=cell.get("precision") if isinstance(cell.get("precision"), dict) else None,
+        precision=cell.precision,
         **f.load,
         cpu_s=f.cpu_s,
         peak_mib=f.peak_mib,
@@ -113,8 +99,8 @@ def row(cell: dict[str, Any]) -> Row:
     )
 
 
-def rows(cells: list[dict[str, Any]]) -> list[Row]:
-    """One Row per cell (doc_cells), in file order, with ratios to the fastest median of the same label and
+def rows(cells: list[Cell]) -> list[Row]:
+    """One Row per cell, in file order, with ratios to the fastest median of the same label and
     placement."""
     result = [row(cell) for cell in cells]
     fastest: dict[tuple[str, str], float] = {}
@@ -172,16 +158,16 @@ def _status_warning(r: Row, run_status: Any) -> str | None:
     return None
 
 
-def _verification_failed(cell: dict[str, Any]) -> str | None:
+def _verification_failed(cell: Cell) -> str | None:
     """A transfer whose data did not arrive intact has meaningless timings: say so loudly."""
-    verification = cell.get("verification")
-    if not isinstance(verification, dict) or verification.get("ok") is not False:
+    verification = cell.verification
+    if verification is None or verification.get("ok") is not False:
         return None
     what = verification.get("what") or "check"
     return f"data verification failed ({what}: host {verification.get('host')}, guest {verification.get('guest')})"
 
 
-def warnings(cells: list[dict[str, Any]], rs: list[Row], run_status: Any, memsize: Any) -> list[str]:
+def warnings(cells: list[Cell], rs: list[Row], run_status: Any, memsize: Any) -> list[str]:
     """Every reason a reader should distrust or miss a figure: spread, caveats, failures, skips, interruptions (`rs`:
     the rows of `cells`; `run_status` and `memsize` the run's)."""
     names = _group_names(rs)
@@ -207,16 +193,16 @@ def warnings(cells: list[dict[str, Any]], rs: list[Row], run_status: Any, memsiz
     return spread + caveats + problems
 
 
-def _caveats(cells: list[dict[str, Any]], rs: list[Any], names: dict[int, str], memsize: Any) -> list[str]:
+def _caveats(cells: list[Cell], rs: list[Row], names: dict[int, str], memsize: Any) -> list[str]:
     """What a measurement says about its own settings (e.g. bonnie++'s ram below the appliance's memory),
     once per measurement label."""
     from guestbench.measurements import MEASUREMENTS  # the registry imports the backends: only when needed
 
     out: dict[str, None] = {}
     for cell, r in zip(cells, rs):
-        m = MEASUREMENTS.get(str(cell.get("measurement")))
-        params = cell.get("params")
-        if m is None or not isinstance(params, dict):
+        m = MEASUREMENTS.get(str(cell.measurement))
+        params = cell.params
+        if m is None or params is None:
             continue
         try:
             found = m.caveats({**m.defaults(), **params}, memsize if isinstance(memsize, int) else None)
@@ -255,9 +241,8 @@ def cores_text(cores: float | None) -> str:
 
 
 def _precision_warning(r: Row) -> str | None:
-    p = r.precision or {}
-    reached, target = number(p.get("reached")), number(p.get("target"))
-    if p.get("stopped") != "cap" or target is None or (reached is not None and reached <= target):
+    p = r.precision
+    if p is None or p.stopped != "cap" or (p.reached is not None and p.reached <= p.target):
         return None
-    got = f"±{reached:.1%}" if reached is not None else "no CI"
-    return f"stopped at the cap ({p.get('cap')} samples) at {got}, short of the target ±{target:.1%}"
+    got = f"±{p.reached:.1%}" if p.reached is not None else "no CI"
+    return f"stopped at the cap ({p.cap} samples) at {got}, short of the target ±{p.target:.1%}"

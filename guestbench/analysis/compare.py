@@ -15,11 +15,12 @@ from typing import Any
 import numpy as np
 from guestbench.host import fingerprint as host
 from guestbench.util.errors import UserError
-from guestbench.analysis.cells import doc_cells
-from guestbench.results.figures import load_figures, sample_seconds
+from guestbench.analysis.cells import cores_text, status
+from guestbench.results.figures import load_figures
 from guestbench.results import figures as cell_figures
 from guestbench.results.figures import SECONDS, figures
 from guestbench.results import hosts as fleet_hosts
+from guestbench.results.model import Cell, Run
 from guestbench.analysis.stats import RATIO_CI_METHOD, permutation_p, ratio_ci
 from guestbench.util.units import NONE, fmt_seconds
 
@@ -142,20 +143,20 @@ def cell_name(key: Key) -> str:
     return "/".join(part or NONE for part in key)
 
 
-def _key(cell: dict[str, Any]) -> Key:
+def _key(cell: Cell) -> Key:
     """(backend, placement, label); a fleet run's cell names its host in the placement (`host@alpha`), so two
     fleet runs are compared host by host."""
-    measurement = str(cell.get("measurement") or "?")
-    placement = str(cell.get("placement") or "")
-    if cell.get("host"):
-        placement = f"{placement or 'host'}@{cell['host']}"
-    return (str(cell.get("backend") or "?"), placement, str(cell.get("label") or measurement))
+    measurement = cell.measurement or "?"
+    placement = cell.placement or ""
+    if cell.host:
+        placement = f"{placement or 'host'}@{cell.host}"
+    return (cell.backend or "?", placement, cell.label or measurement)
 
 
-def cells_by_key(doc: dict[str, Any], source: str | None = None) -> dict[Key, dict[str, Any]]:
+def cells_by_key(run: Run, source: str | None = None) -> dict[Key, Cell]:
     """Cells by (backend, placement, label); a key twice in one file is an error, as either could be meant."""
-    out: dict[Key, dict[str, Any]] = {}
-    for cell in doc_cells(doc):
+    out: dict[Key, Cell] = {}
+    for cell in run.cells:
         key = _key(cell)
         if key in out:
             raise UserError(f"cell {cell_name(key)} appears twice; cannot tell which one to compare",
@@ -191,11 +192,11 @@ def _few_samples_note(n_base: int, n_other: int) -> str | None:
     return None
 
 
-def _param_differences(base_cell: dict[str, Any], other_cell: dict[str, Any]) -> tuple[str, ...]:
+def _param_differences(base_cell: Cell, other_cell: Cell) -> tuple[str, ...]:
     """Same label but different size, filesystem or cache mode: the two cells did not time the same thing."""
     out: list[str] = []
     for name in ("params", "cache_mode", "bytes"):
-        a, b = base_cell.get(name), other_cell.get(name)
+        a, b = getattr(base_cell, name), getattr(other_cell, name)
         if isinstance(a, dict) and isinstance(b, dict):
             out += [f"{name}.{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in sorted(set(a) | set(b), key=str)
                     if a.get(k) != b.get(k)]
@@ -229,7 +230,7 @@ def compare_samples(key: Key, base: Sequence[float], other: Sequence[float],
                          unit=unit, higher_better=higher_better, p_perm=p_perm, gated=gated)
 
 
-def compare_docs(base: dict[str, Any], other: dict[str, Any], noise_pct: float | None = None,
+def compare_docs(base: Run, other: Run, noise_pct: float | None = None,
                  by: str = "mann-whitney", gate_resources: bool = False) -> list[ComparisonRow]:
     """One row per cell key and figure with samples in both documents, in the baseline's order.
 
@@ -259,25 +260,28 @@ def compare_docs(base: dict[str, Any], other: dict[str, Any], noise_pct: float |
     return out
 
 
-def _absence(cell: dict[str, Any] | None) -> str:
+def _absence(cell: Cell | None) -> str:
     if cell is None:
         return "no such cell"
-    status = str(cell.get("status") or "unknown")
-    reason = cell.get("skip_reason")
-    return f"no samples, {status}" + (f": {reason}" if reason else "")
+    reason = cell.skip_reason
+    return f"no samples, {status(cell) or 'unknown'}" + (f": {reason}" if reason else "")
 
 
-def unmatched(base: dict[str, Any], other: dict[str, Any]) -> tuple[list[str], list[str]]:
+def _sampled(cell: Cell | None) -> bool:
+    return cell is not None and bool(cell.samples)
+
+
+def unmatched(base: Run, other: Run) -> tuple[list[str], list[str]]:
     """Cells with samples on one side only (`uml/host/upload`, plus why the other side has none): not errors."""
     base_cells, other_cells = cells_by_key(base), cells_by_key(other)
     only_base = [f"{cell_name(k)} (other: {_absence(other_cells.get(k))})"
-                 for k, c in base_cells.items() if sample_seconds(c) and not sample_seconds(other_cells.get(k) or {})]
+                 for k, c in base_cells.items() if _sampled(c) and not _sampled(other_cells.get(k))]
     only_other = [f"{cell_name(k)} (baseline: {_absence(base_cells.get(k))})"
-                  for k, c in other_cells.items() if sample_seconds(c) and not sample_seconds(base_cells.get(k) or {})]
+                  for k, c in other_cells.items() if _sampled(c) and not _sampled(base_cells.get(k))]
     return only_base, only_other
 
 
-def _differences(base: dict[str, Any], other: dict[str, Any], key: Any) -> list[str]:
+def _differences(base: Run, other: Run, key: Any) -> list[str]:
     """What differs between the machines that ran the two sides; for two fleet runs, host by host (for the
     hosts both ran), each line naming its host."""
     def key_of(fp: Any) -> dict[str, Any]:
@@ -288,23 +292,23 @@ def _differences(base: dict[str, Any], other: dict[str, Any], key: Any) -> list[
 
     if fleet_hosts.is_fleet(base) and fleet_hosts.is_fleet(other):
         both = [n for n in fleet_hosts.names(base) if n in fleet_hosts.names(other)]
-        return [line for n in both for line in diff(key_of((base["hosts"][n] or {}).get("host")),
-                                                     key_of((other["hosts"][n] or {}).get("host")), f"host {n}: ")]
-    return diff(key_of(base.get("host")), key_of(other.get("host")))
+        return [line for n in both for line in diff(key_of(base.hosts[n].host), key_of(other.hosts[n].host),
+                                                     f"host {n}: ")]
+    return diff(key_of(base.host), key_of(other.host))
 
 
-def check_hosts(base: dict[str, Any], other: dict[str, Any]) -> list[str]:
+def check_hosts(base: Run, other: Run) -> list[str]:
     """Machine differences (CPU, cores, memory, VM, /dev/kvm), as `key: 'baseline' vs 'other'`: these make
     timings incomparable. Empty when the machine is the same."""
     return _differences(base, other, host.machine_key)
 
 
-def software_changes(base: dict[str, Any], other: dict[str, Any]) -> list[str]:
+def software_changes(base: Run, other: Run) -> list[str]:
     """Kernel and libguestfs/qemu/libvirt/UML versions that changed: what a regression run is about."""
     return _differences(base, other, host.software_key)
 
 
-def gate_hosts(base_path: str, base: dict[str, Any], others: Sequence[tuple[str, dict[str, Any]]], *,
+def gate_hosts(base_path: str, base: Run, others: Sequence[tuple[str, Run]], *,
                force: bool) -> list[str]:
     """Refuse (UserError) to compare timings from different hosts unless forced; forced, one warning per file.
 
@@ -323,7 +327,7 @@ def gate_hosts(base_path: str, base: dict[str, Any], others: Sequence[tuple[str,
     return warnings
 
 
-def build_comparison(base: dict[str, Any], other: dict[str, Any], base_path: str,
+def build_comparison(base: Run, other: Run, base_path: str,
                      other_path: str, noise_pct: float | None = None, by: str = "mann-whitney",
                      gate_resources: bool = False) -> Comparison:
     cells_by_key(base, base_path)  # name the file in the error if a key is duplicated
@@ -337,7 +341,7 @@ def build_comparison(base: dict[str, Any], other: dict[str, Any], base_path: str
                       by=by)
 
 
-def busy_cells(doc: dict[str, Any], side: str) -> list[str]:
+def busy_cells(doc: Run, side: str) -> list[str]:
     """The cells of one side with samples timed while the host was busy (guestbench.instruments.load): their ratio may
     measure the machine, not the change."""
     out = []
@@ -345,7 +349,7 @@ def busy_cells(doc: dict[str, Any], side: str) -> list[str]:
         load = load_figures(cell)
         if load["busy"]:
             out.append(f"{side}: {cell_name(key)}: the host was busy during {load['busy']} of {load['judged']} "
-                       f"samples (other processes up to {load['busiest']:.2g} cores)")
+                       f"samples (other processes up to {cores_text(load['busiest'])} cores)")
     return out
 
 

@@ -2,8 +2,9 @@
 phases and the facts the header prints. Every table, chart and export of guestbench.output reads them, never the
 results document, so a figure has one place where it is computed and the document one place where it is laid out.
 
-`read_run` reads what the file says about the run as a whole, `cells.rows` each cell's figures (through
-guestbench.results.figures, the one reader of a sample's figures); everything else is computed from those."""
+They read the typed model (guestbench.results.model), as loaded: `read_run` what the file says about the run as a
+whole, `cells.rows` each cell's figures (through guestbench.results.figures, the one reader of a sample's figures);
+everything else is computed from those."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from typing import Any
 from guestbench.analysis import cells as cellrows
 from guestbench.analysis import cost, phases
 from guestbench.analysis import workloads as tools
-from guestbench.analysis.cells import Row, listed, mapping
+from guestbench.analysis.cells import Row
 from guestbench.analysis.placements import Level1, Placements, placements
-from guestbench.results.figures import number
+from guestbench.results.hosts import Member
+from guestbench.results.model import Density, Placement, Run
 from guestbench.scenario.prices import Prices
+from guestbench.util.units import number
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class Findings:
     host_line: str
     fingerprint: Any  # the host's, as recorded (a results file's key `host`)
     nested: Nested | None
-    fleet_host: dict[str, Any]  # a fleet host's own view: its name, status and error
+    member: Member | None  # a fleet's host: how its share of the run ended (None: a one-machine run)
     rows: list[Row]  # a row per cell, in file order
     timing: dict[str, list[Row]]  # by label: the cells a timing table shows (no workload, no density)
     workloads: list[tools.MetricTable]  # a workload tool's figures, per group and placement
@@ -59,7 +62,7 @@ class Findings:
     phases: dict[str, list[phases.BackendPhases]]  # by label: the cells that recorded boot phases
     prices: Prices | None
     cost: list[cost.CostRow]
-    density: list[dict[str, Any]]  # the density records, as the run wrote them
+    density: list[Density]  # the density records
     unusable_at: dict[tuple[str, str], str]  # (placement, backend): why the backend was not usable there
     warnings: list[str] = field(default_factory=list)
 
@@ -75,18 +78,19 @@ class Findings:
         return self.nested is not None or any(r.placement == "nested" for r in self.rows)
 
 
-def analyze(doc: dict[str, Any]) -> Findings:
+def analyze(doc: Run, path: str | None = None, member: Member | None = None) -> Findings:
     """Each source read once, in one pass down: the run's own keys, the cells' samples (their rows and the
-    warnings on them), then what is computed from those."""
-    run = read_run(doc)
-    cells = cellrows.doc_cells(doc)
+    warnings on them), then what is computed from those (`path`: the file it came from; `member`: the fleet's host
+    whose share `doc` is)."""
+    run = read_run(doc, path)
+    cells = doc.cells
     rows = cellrows.rows(cells)
     timing = cellrows.by_label(r for r in rows if not r.workload and not r.density)
     warnings = cellrows.warnings(cells, rows, run.facts.status, run.memsize)
     nested = run.nested
     return Findings(
         name=run.name, facts=run.facts, host_line=run.host_line, fingerprint=run.fingerprint, nested=nested,
-        fleet_host=run.fleet_host, rows=rows, timing=timing, phases=phases.per_label(cells, rows),
+        member=member, rows=rows, timing=timing, phases=phases.per_label(cells, rows),
         workloads=tools.metric_tables(cells, rows), durability=tools.durability(cells, rows),
         placements=placements(rows, run.unusable_at, nested.status if nested else None,
                               nested.level1 if nested else None),
@@ -103,41 +107,38 @@ class RunInfo:
     fingerprint: Any
     host_line: str
     nested: Nested | None
-    fleet_host: dict[str, Any]
-    density: list[dict[str, Any]]
+    density: list[Density]
     prices: Prices | None
     memsize: Any  # the scenario's appliance memory (a measurement's caveats compare with it)
     unusable_at: dict[tuple[str, str], str]  # (placement, backend): why the backend was not usable there
 
 
-def read_run(doc: dict[str, Any]) -> RunInfo:
-    scenario = mapping(doc.get("scenario"))
-    order = doc.get("order")
-    facts = RunFacts(doc.get("status"), doc.get("started_utc"), doc.get("finished_utc"),
-                     order if isinstance(order, dict) else None, doc.get("_path"))
-    nested = mapping(mapping(doc.get("placements")).get("nested"))
-    unusable_at = {("host", str(name)): str(mapping(info).get("reason") or "no reason recorded")
-                   for name, info in mapping(doc.get("backends")).items() if mapping(info).get("usable") is False}
-    unusable_at |= {("nested", str(name)): str(mapping(info).get("reason") or "no reason recorded")
-                    for name, info in mapping(nested.get("backends")).items()
-                    if mapping(info).get("usable") is False}  # probed again inside the level-1 guest
-    prices = mapping(scenario.get("cost"))
-    return RunInfo(str(scenario.get("name") or "unnamed scenario"), facts, doc.get("host"),
-                   host_line(mapping(doc.get("host"))), _nested(nested) if nested else None,
-                   mapping(doc.get("fleet_host")), [r for r in listed(doc.get("density")) if isinstance(r, dict)],
+def read_run(run: Run, path: str | None = None) -> RunInfo:
+    scenario = run.scenario or {}
+    facts = RunFacts(run.status, run.started_utc, run.finished_utc, run.order, path)
+    nested = run.placements.get("nested")
+    unusable_at = {("host", name): verdict.reason or "no reason recorded"
+                   for name, verdict in run.backends.items() if verdict.usable is False}
+    unusable_at |= {("nested", name): verdict.reason or "no reason recorded"
+                    for name, verdict in (nested.backends if nested else {}).items()
+                    if verdict.usable is False}  # probed again inside the level-1 guest
+    prices = scenario.get("cost")
+    return RunInfo(str(scenario.get("name") or "unnamed scenario"), facts, run.host, host_line(run.host),
+                   _nested(nested) if nested else None, run.density,
                    Prices.from_dict(prices) if prices else None, scenario.get("memsize"), unusable_at)
 
 
-def host_line(host: dict[str, Any]) -> str:
-    cpu = host.get("cpu_model") or "unknown CPU"
-    virt = mapping(host.get("virtualization")).get("summary") or "virtualization unknown"
+def host_line(fingerprint: dict[str, Any] | None) -> str:
+    fp = fingerprint or {}
+    cpu = fp.get("cpu_model") or "unknown CPU"
+    virtualization = fp.get("virtualization")
+    virt = (virtualization.get("summary") if isinstance(virtualization, dict) else None) or "virtualization unknown"
     return f"{cpu} · {virt}"
 
 
-def _nested(info: dict[str, Any]) -> Nested:
-    host = mapping(info.get("host"))
-    line = host_line(host)
-    record = mapping(info.get("level1"))
+def _nested(info: Placement) -> Nested:
+    fingerprint = info.host or {}
+    record = info.level1 or {}
     level1 = Level1(record.get("hypervisor") or None, record.get("vcpus"), record.get("memory_mib"),
                     number(record.get("timeout_scale")))
-    return Nested(host, line, level1, record, info.get("status"))
+    return Nested(fingerprint, host_line(fingerprint), level1, record, info.status)

@@ -14,6 +14,7 @@ from guestbench.analysis import stats
 from guestbench.analysis.cells import Row
 from guestbench.analysis.findings import Findings, RunFacts, analyze, read_run
 from guestbench.results import hosts as fleet_hosts
+from guestbench.results.model import Run
 
 
 @dataclass
@@ -55,13 +56,12 @@ class FleetFindings:
     differences: list[tuple[str, dict[str, Any]]]  # fingerprint keys whose value differs between hosts that ran cells
 
 
-def analyze_fleet(doc: dict[str, Any]) -> FleetFindings:
-    names = fleet_hosts.names(doc)
+def analyze_fleet(doc: Run, path: str | None = None) -> FleetFindings:
     differences = fleet_hosts.differences(doc)
-    views = [(name, fleet_hosts.view(doc, name)) for name in names]
-    run = read_run(doc)
-    hosts = [HostFindings(name, view["fleet_host"]["status"], view["fleet_host"]["error"], analyze(view))
-             for name, view in views]
+    views = [fleet_hosts.view(doc, name) for name in fleet_hosts.names(doc)]
+    run = read_run(doc, path)
+    hosts = [HostFindings(member.name, member.status, member.error, analyze(share, path, member))
+             for member, share in views]
     return FleetFindings(run.name, run.facts, run.fingerprint, run.host_line, hosts, comparisons(hosts), differences)
 
 
@@ -101,6 +101,6 @@ def _compare(label: str, combos: list[Combo]) -> FleetComparison:
     return FleetComparison(label, combos, best if clear else None, why)
 
 
-def analyze_results(doc: dict[str, Any]) -> Findings | FleetFindings:
+def analyze_results(doc: Run, path: str | None = None) -> Findings | FleetFindings:
     """A results file's findings: a fleet run's hosts side by side and each host's own, or one machine's."""
-    return analyze_fleet(doc) if fleet_hosts.is_fleet(doc) else analyze(doc)
+    return analyze_fleet(doc, path) if fleet_hosts.is_fleet(doc) else analyze(doc, path)

@@ -10,6 +10,7 @@ import numpy as np
 
 from guestbench.instruments.markers import MARKERS, host_side_names
 from guestbench.analysis.cells import Row
+from guestbench.results.model import Cell, Sample
 
 
 @dataclass
@@ -44,45 +45,42 @@ class BackendPhases:
         return sum(p.share for name, p in self.phases.items() if name in host_side_names())
 
 
-def cell_phases(cell: dict[str, Any], read: list[dict[str, Any]]) -> BackendPhases | None:
-    """Summarise a cell's phases from its samples as read (results.figures.samples); None when no sample has
-    phases.
+def cell_phases(cell: Cell, read: list[Sample]) -> BackendPhases | None:
+    """Summarise a cell's phases from its samples; None when no sample has phases.
 
     A sample without a phase counts 0 s for it (its time went into the phase before), which keeps the
     medians of samples that saw different markers comparable.
     """
-    samples = [s for s in read if s.get("phases")]
-    if not samples:
+    timed = [(s.phases, s.seconds) for s in read if s.phases]
+    if not timed:
         return None
     order: list[str] = []
-    for s in samples:
-        for p in s["phases"]:
+    for phases, _ in timed:
+        for p in phases:
             if p["name"] not in order:
                 order.append(p["name"])
-    per_sample = np.array([[sum(p["s"] for p in s["phases"] if p["name"] == name) for name in order]
-                           for s in samples])
+    per_sample = np.array([[sum(p["s"] for p in phases if p["name"] == name) for name in order]
+                           for phases, _ in timed])
     medians = np.median(per_sample, axis=0)
     total = float(medians.sum())
     stats = {}
     for i, name in enumerate(order):
-        seen = sum(1 for s in samples if any(p["name"] == name for p in s["phases"]))
+        seen = sum(1 for phases, _ in timed if any(p["name"] == name for p in phases))
         stats[name] = PhaseStats(float(medians[i]), float(per_sample[:, i].min()), float(per_sample[:, i].max()),
                                  float(medians[i]) / total if total > 0 else 0.0, seen)
-    return BackendPhases(str(cell.get("backend")), str(cell.get("placement", "host")), len(samples), stats,
-                         float(np.median([s["seconds"] for s in samples])),
-                         max(sum_check(s["phases"], s["seconds"]) for s in samples), cell.get("cache_mode"))
+    return BackendPhases(cell.backend, cell.placement or "host", len(timed),
+                         stats, float(np.median([seconds for _, seconds in timed])),
+                         max(sum_check(phases, seconds) for phases, seconds in timed), cell.cache_mode)
 
 
-
-
-def per_label(cells: list[dict[str, Any]], rows: list[Row]) -> dict[str, list[BackendPhases]]:
+def per_label(cells: list[Cell], rows: list[Row]) -> dict[str, list[BackendPhases]]:
     """The boot phases of every cell that recorded them (guestbench.instruments.markers), by the cells' label
     (`rows`: the cells' rows, their samples as read)."""
     groups: dict[str, list[BackendPhases]] = {}
     for cell, row in zip(cells, rows):
         bp = cell_phases(cell, row.samples)
         if bp is not None:
-            groups.setdefault(str(cell.get("label") or cell.get("measurement")), []).append(bp)
+            groups.setdefault(cell.label or str(cell.measurement), []).append(bp)
     return groups
 
 

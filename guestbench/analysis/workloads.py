@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guestbench.analysis.stats import summarize
-from guestbench.analysis.cells import Row
+from guestbench.analysis.cells import Row, status
+from guestbench.results.model import Cell, Sample
 from guestbench.workloads import TOO_FAST
 
 RATE_UNITS = ("MB/s", "KiB/s", "IOPS", "/s", "files/s")
@@ -43,11 +44,11 @@ def spot(values: list[Any]) -> Spot:
 
 @dataclass
 class MetricColumn:
-    cell: dict[str, Any]  # {} for a concurrency set's sum
+    cell: Cell | None  # None for a concurrency set's sum
     header: str
     n: int
     status: str  # "" when it has samples, else why not
-    samples: list[dict[str, Any]] = field(default_factory=list)  # the cell's samples as read (its row's)
+    samples: list[Sample] = field(default_factory=list)  # the cell's samples (its row's)
 
 
 @dataclass
@@ -93,40 +94,39 @@ class Durability:
     flushes: Spot  # flush requests that reached the disk per trial
 
 
-def _header(cell: dict[str, Any], varied: list[str]) -> str:
-    variant = cell.get("variant") or {}
+def _header(cell: Cell, varied: list[str]) -> str:
+    variant = cell.variant or {}
     parts = [f"guest {variant[k]}" if k == "guest" else str(variant[k]) for k in varied if k in variant]
-    return " · ".join([*parts, str(cell.get("backend") or "?")])
+    return " · ".join([*parts, cell.backend or "?"])
 
 
-def _status(cell: dict[str, Any], read: list[dict[str, Any]]) -> str:
+def _status(cell: Cell, read: list[Sample]) -> str:
     if read:
         return ""
-    status = str(cell.get("status") or "no samples")
-    reason = cell.get("skip_reason")
-    if not reason and cell.get("failures"):
-        reason = (cell["failures"][0] or {}).get("reason")
-    return f"{status}: {reason}" if reason else status
+    said = status(cell, unknown="no samples")
+    reason = cell.skip_reason
+    if not reason and cell.failures:
+        reason = cell.failures[0].reason
+    return f"{said}: {reason}" if reason else said
 
 
-def metric_tables(cells: list[dict[str, Any]], rows: list[Row]) -> list[MetricTable]:
+def metric_tables(cells: list[Cell], rows: list[Row]) -> list[MetricTable]:
     """One table per workload group and placement, in file order; durability has its own table (`rows`: the
     cells' rows, their samples as read)."""
-    groups: dict[tuple[str, str], list[tuple[dict[str, Any], list[dict[str, Any]]]]] = {}
+    groups: dict[tuple[str, str], list[tuple[Cell, list[Sample]]]] = {}
     verdicts: dict[tuple[Any, Any, Any], str] = {}
     for cell, row in zip(cells, rows):
-        if cell.get("measurement") == "durability":
-            verdicts[(cell.get("backend"), cell.get("cache_mode"), cell.get("placement"))] = \
-                durability_text(cell, row.samples)
-        elif cell.get("metrics"):
-            key = (str(cell.get("group") or cell.get("label")), str(cell.get("placement") or "host"))
+        if cell.measurement == "durability":
+            verdicts[(cell.backend, cell.cache_mode, cell.placement)] = durability_text(cell, row.samples)
+        elif cell.metrics:
+            key = (cell.group or cell.label, cell.placement or "host")
             groups.setdefault(key, []).append((cell, row.samples))
     return [_table(group, placement, members, verdicts) for (group, placement), members in groups.items()]
 
 
-def durability_text(cell: dict[str, Any], read: list[dict[str, Any]]) -> str:
+def durability_text(cell: Cell, read: list[Sample]) -> str:
     """A durability cell's verdict over its trials, e.g. "honoured (5/5)" or "lost (5/5 trials)"."""
-    got = [str((s.get("metrics") or {}).get("verdict")) for s in read]
+    got = [str((s.metrics or {}).get("verdict")) for s in read]
     if not got:
         return _status(cell, read) or "no trials"
     counts = {v: got.count(v) for v in ("honoured", "lost", "partial") if got.count(v)}
@@ -136,54 +136,52 @@ def durability_text(cell: dict[str, Any], read: list[dict[str, Any]]) -> str:
     return "mixed: " + ", ".join(f"{v} {k}/{len(got)}" for v, k in counts.items())
 
 
-def durability(cells: list[dict[str, Any]], rows: list[Row]) -> list[Durability]:
+def durability(cells: list[Cell], rows: list[Row]) -> list[Durability]:
     out = []
     for c, row in zip(cells, rows):
-        if c.get("measurement") != "durability":
+        if c.measurement != "durability":
             continue
-        figures = [s.get("metrics") or {} for s in row.samples]
+        figures = [s.metrics or {} for s in row.samples]
         write = spot([f["write_bw"] for f in figures if f.get("write_bw") is not None])
         flushes = spot([f["host_flushes"] for f in figures if f.get("host_flushes") is not None])
-        out.append(Durability(str(c.get("backend")), str(c.get("placement") or "host"), str(c.get("cache_mode")),
-                              durability_text(c, row.samples), write, len(figures), str(c.get("disk") or "?"),
+        out.append(Durability(c.backend, c.placement or "host", str(c.cache_mode),
+                              durability_text(c, row.samples), write, len(figures), c.disk or "?",
                               flushes))
     return out
 
 
-def _table(group: str, placement: str, members: list[tuple[dict[str, Any], list[dict[str, Any]]]],
+def _table(group: str, placement: str, members: list[tuple[Cell, list[Sample]]],
            verdicts: dict[tuple[Any, Any, Any], str]) -> MetricTable:
     cells = [c for c, _ in members]
-    varied = list(dict.fromkeys(k for c in cells for k in (c.get("variant") or {})))
+    varied = list(dict.fromkeys(k for c in cells for k in (c.variant or {})))
     columns = [MetricColumn(c, _header(c, varied), len(read), _status(c, read), read) for c, read in members]
     declared: dict[str, dict[str, Any]] = {}
     for c in cells:
-        for mt in c.get("metrics") or []:
+        for mt in c.metrics or []:
             declared.setdefault(mt["key"], mt)
     rows = []
     for key, mt in declared.items():
         spots, spans = [], []
         for col in columns:
-            got = [v for v in ((s.get("metrics") or {}).get(key) for s in col.samples) if v is not None]
+            got = [v for v in ((s.metrics or {}).get(key) for s in col.samples) if v is not None]
             spots.append(spot(got) if got else Spot(blank=bool(col.status)))
             spans.append(_span(got))
         rows.append(MetricRow(key, mt["label"], mt["unit"], bool(mt.get("higher_better", True)), spots, spans))
     _add_aggregates(columns, rows)
-    seconds = [[s.get("seconds") for s in col.samples] if col.cell else [] for col in columns]
+    seconds = [[s.seconds for s in col.samples] if col.cell else [] for col in columns]
     rows.append(MetricRow("wall_s", "wall time of the sample (what is timed, below)", "s", False,
                           [spot(w) for w in seconds], [_span(w) for w in seconds]))
     if verdicts:  # a write figure beside its durability (E1's caveat), when this run measured it
-        seen = [verdicts.get((c.get("backend"), c.get("cache_mode"), c.get("placement")), "not measured in this run")
+        seen = [verdicts.get((c.backend, c.cache_mode, c.placement), "not measured in this run")
                 if c else "" for c in (col.cell for col in columns)]
         rows.append(MetricRow("durability", "fsync durability (this backend and cache mode)", "verdict", True,
                               [Spot(verdict=v) for v in seen]))
     for r in rows:
         r.best = best_marks(r)
     first = cells[0]
-    caches = sorted({str(c.get("cache_mode") or "– (libguestfs's default for scratch disks)") for c in cells})
-    return MetricTable(group, placement, str(first.get("measurement")), columns, rows, first.get("timed"), caches,
-                       str(first.get("what")), varied,
-                       list(dict.fromkeys(str(c["stack"].get("description")) for c in cells
-                                          if isinstance(c.get("stack"), dict))))
+    caches = sorted({c.cache_mode or "– (libguestfs's default for scratch disks)" for c in cells})
+    return MetricTable(group, placement, str(first.measurement), columns, rows, first.timed, caches, str(first.what),
+                       varied, list(dict.fromkeys(str(c.stack.get("description")) for c in cells if c.stack is not None)))
 
 
 def _add_aggregates(columns: list[MetricColumn], rows: list[MetricRow]) -> None:
@@ -191,16 +189,17 @@ def _add_aggregates(columns: list[MetricColumn], rows: list[MetricRow]) -> None:
     the shared disk delivered to all of them together."""
     sets: dict[tuple[Any, ...], list[int]] = {}
     for i, col in enumerate(columns):
-        if int(col.cell.get("concurrency") or 1) > 1:
-            variant = {k: v for k, v in (col.cell.get("variant") or {}).items() if k != "guest"}
-            sets.setdefault((col.cell.get("backend"), json_key(variant)), []).append(i)
+        if col.cell is not None and (col.cell.concurrency or 1) > 1:
+            variant = {k: v for k, v in (col.cell.variant or {}).items() if k != "guest"}
+            sets.setdefault((col.cell.backend, json_key(variant)), []).append(i)
     for members in reversed(list(sets.values())):
         first = columns[members[0]].cell
-        header = " · ".join([*(str(v) for k, v in (first.get("variant") or {}).items() if k != "guest"),
-                             f"all {len(members)} guests", str(first.get("backend"))])
+        assert first is not None  # a set is made of cells' columns
+        header = " · ".join([*(str(v) for k, v in (first.variant or {}).items() if k != "guest"),
+                             f"all {len(members)} guests", first.backend])
         n = min(columns[i].n for i in members)
         at = members[-1] + 1
-        columns.insert(at, MetricColumn({}, header, n, ""))
+        columns.insert(at, MetricColumn(None, header, n, ""))
         for r in rows:
             meds = [r.spots[i].median for i in members]
             total = sum(m for m in meds if m is not None) if r.unit in RATE_UNITS and None not in meds else None

@@ -18,9 +18,7 @@ compare_doc = on_first_use("guestbench.output.compare_doc")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    doc = load_results(args.file)
-    doc["_path"] = args.file
-    formats.emit(results_doc.printable(doc), args.format)
+    formats.emit(results_doc.printable(load_results(args.file), args.file), args.format)
     return 0
 
 

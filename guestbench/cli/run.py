@@ -111,13 +111,12 @@ def cmd_scenario(args: argparse.Namespace) -> int:
         _exit_with_stdin()
     err = rich_console.Console(stderr=True)
     rf = _run_fleet(args, sc, err) if args.cluster else _run(args, sc, err)
-    doc = dict(rf.doc)
-    doc["_path"] = str(rf.path)
-    formats.emit(results_doc.printable(doc), args.format)
+    run = rf.run()
+    formats.emit(results_doc.printable(run, str(rf.path)), args.format)
     err.print(f"results: {rf.path}", highlight=False)
     from guestbench.run.runner import exit_status
 
-    return exit_status(rf.doc)
+    return exit_status(run)
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
@@ -132,14 +131,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
     with rf.lock:
         rf.doc["ab"] = {"a": a, "b": b, "noise_percent": noise}
         rf.save()
-    doc = dict(rf.doc)
-    doc["_path"] = str(rf.path)
+    run = rf.run()
     if not formats.FORMATS[args.format].whole:  # a machine's format prints the comparison alone
-        formats.emit(results_doc.printable(doc), args.format)
-    c = ab.comparison(doc, a, b, noise, str(rf.path), args.gate_resources)
+        formats.emit(results_doc.printable(run, str(rf.path)), args.format)
+    c = ab.comparison(run, a, b, noise, str(rf.path), args.gate_resources)
     formats.emit(compare_doc.printable([c], fail_above), args.format)
     err.print(f"results: {rf.path}", highlight=False)
-    status = exit_status(rf.doc)
+    status = exit_status(run)
     return status or (1 if compare.regressions([c], fail_above) else 0)
 
 

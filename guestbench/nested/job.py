@@ -22,6 +22,7 @@ import yaml
 import guestbench
 from guestbench.backends import appliance
 from guestbench.backends import BACKENDS
+from guestbench.results.model import Run
 from guestbench.measurements import get as get_measurement
 from guestbench.nested import image as nested_image
 from guestbench.nested.image import GUEST_CACHE, GUEST_DATA
@@ -150,12 +151,12 @@ def guest_results(output: Path) -> dict[str, Any] | None:
     return None
 
 
-def exit_problem(doc: dict[str, Any]) -> str | None:
+def exit_problem(run: Run) -> str | None:
     """Why the nested placement produced nothing usable, if it did not."""
-    info = (doc.get("placements") or {}).get(PLACEMENT)
-    if not isinstance(info, dict):
+    info = run.placements.get(PLACEMENT)
+    if info is None:
         return None
-    error = (info.get("level1") or {}).get("error")
+    error = (info.level1 or {}).get("error")
     return str(error) if error else None
 
 

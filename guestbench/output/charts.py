@@ -35,6 +35,7 @@ from guestbench.backends import BACKENDS, Backend  # noqa: E402
 from guestbench.util.errors import printable  # noqa: E402
 from guestbench.output.document import Chart, slug  # noqa: E402
 from guestbench.analysis.cells import Row
+from guestbench.results.model import Density
 from guestbench.output.tables.timing import fmt_mb_per_s  # noqa: E402
 from guestbench.util.units import NONE, fmt_seconds
 
@@ -218,21 +219,20 @@ def phase_chart(scenario: str, pt: phase_table.PhaseTable) -> Chart:
 # ---------------------------------------------------------------------------------------------- all
 
 
-def density_chart(scenario: str, rec: dict[str, Any]) -> Chart:
+def density_chart(scenario: str, rec: Density) -> Chart:
     """A density item on one backend: median start-up (min–max whiskers) and launches per minute per level."""
     f = density_report.level_figures(rec)
-    levels = [lv for lv in rec.get("levels") or [] if isinstance(lv, dict) and lv.get(f.key)]
-    backend = str(rec.get("backend"))
+    levels = [(lv, sp) for lv in rec.levels if (sp := getattr(lv, f.key)) is not None and sp.median is not None]
+    backend = rec.backend
     colour = backend_colour(backend)
     fig = Figure(figsize=(7.5, 3.6))
     ax = fig.subplots()
-    xs = [lv["appliances"] for lv in levels]
-    med = [lv[f.key]["median"] for lv in levels]
-    err = [[m - lv[f.key]["min"] for m, lv in zip(med, levels)],
-           [lv[f.key]["max"] - m for m, lv in zip(med, levels)]]
+    xs = [lv.appliances for lv, _ in levels]
+    med = [sp.median for _, sp in levels]
+    err = [[sp.median - sp.min for _, sp in levels], [sp.max - sp.median for _, sp in levels]]
     ax.errorbar(xs, med, yerr=err, color=colour, marker="o", capsize=4, label=f"{backend}: median {f.name} (s)")
     if med:
-        bound = med[0] * float(rec.get("slowdown_pct") or 200) / 100
+        bound = med[0] * float(rec.slowdown_pct or 200) / 100
         ax.axhline(bound, color="#999999", linestyle="--", linewidth=1, label=f"bound: {bound:.3g} s")
     ax.set_xscale("log", base=2)
     ax.set_xticks(xs or [1], [str(x) for x in xs] or ["1"])
@@ -240,7 +240,7 @@ def density_chart(scenario: str, rec: dict[str, Any]) -> Chart:
     ax.set_ylabel(f"{f.name}, s")
     ax.set_ylim(bottom=0)
     rate = ax.twinx()
-    rate.plot(xs, [lv.get(f.rate_key) or 0 for lv in levels], color="#444444", marker="s", linestyle=":",
+    rate.plot(xs, [getattr(lv, f.rate_key) or 0 for lv, _ in levels], color="#444444", marker="s", linestyle=":",
               label=f"{f.count} per minute")
     rate.set_ylabel(f"{f.count} per minute")
     rate.set_ylim(bottom=0)
@@ -248,11 +248,11 @@ def density_chart(scenario: str, rec: dict[str, Any]) -> Chart:
     ax.legend(handles=handles, loc="upper left", fontsize=8)
     _titles(ax, f"density on {backend}", scenario)
     png, svg = _render(fig)
-    return Chart(name=slug(f"density-{rec.get('label')}-{backend}-{rec.get('placement')}"),
-                 title=f"density: {rec.get('label')} on {backend}",
+    return Chart(name=slug(f"density-{rec.label}-{backend}-{rec.placement}"),
+                 title=f"density: {rec.label} on {backend}",
                  encoding=f"Dots: median {f.name} of all appliances of a level, whiskers min–max; dashed: the "
                           f"slowdown bound; squares: {f.count} per minute of the level (right axis).",
-                 context=f"Stopped ({rec.get('stopped')}): {rec.get('why')}. {rec.get('verdict')}.",
+                 context=f"Stopped ({rec.stopped}): {rec.why}. {rec.verdict}.",
                  png=png, svg=svg)
 
 

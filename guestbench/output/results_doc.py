@@ -26,6 +26,7 @@ from guestbench.analysis.fleet import FleetFindings, analyze_results
 from guestbench.analysis.cells import Row
 from guestbench.analysis import workloads
 from guestbench.analysis.findings import Findings
+from guestbench.results.model import Run
 from guestbench.output.tables import cost as cost_table
 from guestbench.util.reasons import short_reason
 from guestbench.output.document import Bullets, Document, Figure, Para, Part, Section, Table, slug
@@ -35,9 +36,9 @@ from guestbench.util.units import NONE
 INTRO = ("One section per results file. Absolute seconds compare only within one run (same machine, same "
          "time); across runs use guestbench compare, which tests the difference.")
 
-def show_document(doc: dict[str, Any], *, brief: bool = False) -> Document:
+def show_document(run: Run, *, brief: bool = False) -> Document:
     """What `show` prints: one results file, no charts. `brief` shortens reasons to a sentence (terminal)."""
-    return document(analyze_results(doc), brief=brief)
+    return document(analyze_results(run), brief=brief)
 
 
 def document(s: Findings | FleetFindings, *, brief: bool = False) -> Document:
@@ -46,21 +47,20 @@ def document(s: Findings | FleetFindings, *, brief: bool = False) -> Document:
     return Document(f"guestbench: {s.name}", sections=[section(s, brief=brief)])
 
 
-def printable(doc: dict[str, Any]) -> Printable:
+def printable(run: Run, path: str | None = None) -> Printable:
     """One results file in any format: `show`, and a scenario's final print (its findings computed once)."""
-    s = functools.cache(lambda: analyze_results(doc))
+    s = functools.cache(lambda: analyze_results(run, path))
     return Printable(document=lambda: document(s()), brief=lambda: document(s(), brief=True),
                      summary=lambda: json_export.results_summary(s()), csv=lambda: csv_export.to_csv(s()))
 
 
-def report_document(inputs: list[tuple[str, dict[str, Any]]], *, charts: bool = True) -> Document:
+def report_document(inputs: list[tuple[str, Run]], *, charts: bool = True) -> Document:
     """What `guestbench report` writes: a section per results file, with charts and fingerprints."""
     taken: set[str] = set()
     sections = []
-    for path, doc in inputs:
-        doc = dict(doc, _path=path)
+    for path, run in inputs:
         stem = _unique_stem(path, taken)
-        s = analyze_results(doc)
+        s = analyze_results(run, path)
         title = f"{s.name} — {Path(path).name}"
         if isinstance(s, FleetFindings):
             sections += fleet_sections(s, title=title, anchor=stem, full=True, stem=stem if charts else None)
@@ -133,8 +133,8 @@ def section(s: Findings, *, title: str = "", anchor: str = "", brief: bool = Fal
 
 def _header(s: Findings) -> list[Para]:
     out = [Para(timing_table.run_line(s.facts), "meta"), Para(f"Host: {s.host_line}", "meta")]
-    fleet = s.fleet_host
-    out += [Para(f"host {fleet['name']} ({fleet.get('status')}): {fleet['error']}", "warning")] if fleet.get("error") else []
+    member = s.member
+    out += [Para(f"host {member.name} ({member.status}): {member.error}", "warning")] if member and member.error else []
     nested, error = timing_table.nested_line(s.nested), timing_table.nested_error(s.nested)
     out += [Para(f"Nested: {nested}", "meta")] if nested else []
     out += [Para(error, "warning")] if error else []

@@ -1,36 +1,47 @@
-"""A fleet run's document seen host by host: each host's share as the document a one-machine run would have
-written, so that every table, warning and exit status built for one machine applies to each host unchanged."""
+"""A fleet run seen host by host: each host's share as the run a one-machine run would have recorded, so that every table, warning and exit status built for one machine applies to each host unchanged."""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
-HOST_KEYS = ("host", "backends", "placements", "order", "started_utc", "finished_utc", "guestbench")
+from guestbench.results.model import Run
 
 
-def is_fleet(doc: dict[str, Any]) -> bool:
-    return isinstance(doc.get("hosts"), dict) and bool(doc["hosts"])
+@dataclass(frozen=True)
+class Member:
+    """A host of a fleet run as its share ended: its name, status (None: not started), why it ended early, and
+    its Dask worker's address."""
+
+    name: str
+    status: str | None
+    error: str | None
+    address: str | None
 
 
-def names(doc: dict[str, Any]) -> list[str]:
+def is_fleet(run: Run) -> bool:
+    return bool(run.hosts)
+
+
+def names(run: Run) -> list[str]:
     """The fleet's hosts, those that ran cells first, each in name order."""
-    hosts = doc.get("hosts") if isinstance(doc.get("hosts"), dict) else {}
-    ran = {c.get("host") for c in doc.get("cells") or [] if isinstance(c, dict)}
-    return sorted(hosts, key=lambda n: (n not in ran, n))
+    ran = {c.host for c in run.cells}
+    return sorted(run.hosts, key=lambda n: (n not in ran, n))
 
 
-def view(doc: dict[str, Any], name: str) -> dict[str, Any]:
-    """Host `name`'s share of a fleet document, as a one-machine document (its fingerprint as `host`)."""
-    info = doc["hosts"].get(name) or {}
-    out = {k: v for k, v in doc.items() if k not in ("hosts", "cells", *HOST_KEYS)}
-    out.update({k: info[k] for k in HOST_KEYS if k in info})
-    out.setdefault("backends", {})
-    out["cells"] = [c for c in doc.get("cells") or [] if isinstance(c, dict) and c.get("host") == name]
-    status = info.get("status")
-    if status in ("lost", "failed", "interrupted") or (status is None and info.get("error")):
-        out["status"] = "interrupted" if status in ("lost", "interrupted") else "failed"
-    out["fleet_host"] = {"name": name, "status": status, "error": info.get("error"), "address": info.get("address")}
-    return out
+def view(run: Run, name: str) -> tuple[Member, Run]:
+    """Host `name` of a fleet run, and its share as a one-machine run (its fingerprint as `host`; what the fleet
+    host did not record stays unrecorded, not the coordinator's)."""
+    info = run.hosts[name]
+    status = info.status
+    ended = "interrupted" if status in ("lost", "interrupted") else "failed" \
+        if status == "failed" or (status is None and info.error) else None
+    share = dataclasses.replace(
+        run, hosts={}, cells=[c for c in run.cells if c.host == name], host=info.host, backends=info.backends,
+        placements=info.placements, order=info.order, started_utc=info.started_utc, finished_utc=info.finished_utc,
+        guestbench=info.guestbench, status=ended or run.status)
+    return Member(name, status, info.error, info.address), share
 
 
 # what makes the same cell's figures move from one host to another, as the fingerprint records it
@@ -51,11 +62,10 @@ def _get(fp: dict[str, Any], dotted: str) -> Any:
     return value
 
 
-def differences(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def differences(run: Run) -> list[tuple[str, dict[str, Any]]]:
     """(what, {host: value}) for every fingerprint key whose value differs between hosts that ran cells."""
-    ran = {c.get("host") for c in doc.get("cells") or [] if isinstance(c, dict)}
-    prints = {n: (doc["hosts"][n] or {}).get("host") for n in names(doc) if n in ran}
-    prints = {n: fp for n, fp in prints.items() if isinstance(fp, dict)}
+    ran = {c.host for c in run.cells}
+    prints = {n: fp for n in names(run) if n in ran and (fp := run.hosts[n].host) is not None}
     out = []
     for key, what in MOVERS:
         values = {n: _get(fp, key) for n, fp in prints.items()}

@@ -92,6 +92,11 @@ class ResultsFile:
         }
         return cls(None, doc, where) if new else cls(where, doc)
 
+    def run(self) -> Run:
+        """The document as it stands, as the typed model its readers take."""
+        with self.lock:
+            return Run.from_dict(self.doc)
+
     def _data(self) -> bytes:
         data = _encode(self.doc)  # not JSON (a set, an object): TypeError here, the file is untouched
         if validate.enabled():
@@ -137,8 +142,8 @@ def read_json(path: str | Path, what: str, expected: str) -> Any:
     return limits.loads(limits.read_capped(path, what), str(path), expected)
 
 
-def load_results(path: str | Path) -> dict[str, Any]:
-    """Read a results file of any readable version as a current-version document (a plain dict), refusing what no run
+def load_results(path: str | Path) -> Run:
+    """Read a results file of any readable version as the typed model of a current-version run, refusing what no run
     can have written (negative or non-finite seconds, a sample without rep, an unknown status, ...); any
     problem is a one-line UserError naming the file and the field."""
     p = Path(path)
@@ -152,6 +157,6 @@ def load_results(path: str | Path) -> dict[str, Any]:
     if not isinstance(doc.get("cells"), list):
         raise UserError("key 'cells' is missing or not a list", source=str(p))
     try:
-        return Run.from_dict(doc).to_dict()
+        return Run.from_dict(doc)
     except ModelError as e:
         raise UserError(e.message, source=str(p), key=e.key) from None

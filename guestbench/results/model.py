@@ -1,8 +1,10 @@
 """The results document as typed objects: what each field holds, which values can be real, and v1 → v2.
 
-Readers keep working on plain dicts (`load_results` returns ``Run.from_dict(doc).to_dict()``); the model is the
-one place that says what a results file may hold, so a doctored or damaged file is refused with one line naming
-the field (``cells[3].samples[1].seconds: -1.2 is negative; ...``) instead of being printed as if it were real.
+Every reader takes these objects (`load_results` returns a `Run`; the run being written is read through
+`ResultsFile.run()`); the model is the one place that says what a results file may hold, so a doctored or damaged
+file, or a snapshot another machine sends back, is refused with one line naming the field
+(``cells[3].samples[1].seconds: -1.2 is negative; ...``) instead of being printed as if it were real. The run
+itself writes plain dicts (guestbench.run.record), which are read back through the model like any file.
 
 Two rules keep the round trip lossless (docs/results-format.md):
 - keys the model does not know go to ``extra`` and come back from ``to_dict``, so a newer guestbench's fields

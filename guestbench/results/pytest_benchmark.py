@@ -23,7 +23,6 @@ import math
 import re
 import statistics
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from guestbench.util.errors import UserError
@@ -115,24 +114,22 @@ def _commit_info(gb: Any) -> dict[str, Any]:
             "project": "guestbench", "branch": None, "time": None, "author_time": None}
 
 
-def export(doc: dict[str, Any]) -> dict[str, Any]:
+def export(run: Run) -> dict[str, Any]:
     """A guestbench results document as pytest-benchmark JSON (see the module docstring)."""
-    scenario = _mapping(doc.get("scenario"))
+    scenario = run.scenario or {}
     prefix = f"guestbench:{scenario.get('source') or scenario.get('name') or 'results'}"
     benchmarks, without = [], []
-    for cell in doc.get("cells") or []:
-        if not isinstance(cell, dict):
+    for cell in run.cells:
+        written = cell.to_dict()
+        if not cell.samples:
+            without.append(written)
             continue
-        samples = [s for s in cell.get("samples") or [] if isinstance(s, dict) and _is_number(s.get("seconds"))]
-        if not samples:
-            without.append(cell)
-            continue
-        extra = {k: v for k, v in cell.items() if k not in ("samples", "pytest_benchmark")}
-        extra["sample_meta"] = [{k: v for k, v in s.items() if k != "seconds"} for s in samples]
-        label = str(cell.get("label") or cell.get("measurement") or "?")
-        backend = str(cell.get("backend") or "?")
-        origin = _mapping(cell.get("pytest_benchmark"))
-        placement = str(cell.get("placement") or "host")
+        extra = {k: v for k, v in written.items() if k not in ("samples", "pytest_benchmark")}
+        extra["sample_meta"] = [{k: v for k, v in s.items() if k != "seconds"} for s in written["samples"]]
+        label = cell.label or cell.measurement or "?"
+        backend = cell.backend or "?"
+        origin = _mapping(cell.extra.get("pytest_benchmark"))
+        placement = cell.placement or "host"
         param = backend if placement == "host" else f"{backend}-{placement}"  # host and nested: distinct names
         name = f"{bench_name(label)}[{param}]"
         benchmarks.append({
@@ -140,14 +137,13 @@ def export(doc: dict[str, Any]) -> dict[str, Any]:
             "fullname": origin.get("fullname", f"{prefix}::{name}"),
             "params": origin.get("params", {"guestbench_backend": backend}), "param": origin.get("param", param),
             "extra_info": extra,
-            "options": origin.get("options", {"timer": "perf_counter", "warmup": bool(cell.get("warmups"))}),
-            "stats": stats_fields([float(s["seconds"]) for s in samples]),
+            "options": origin.get("options", {"timer": "perf_counter", "warmup": bool(cell.warmups)}),
+            "stats": stats_fields([float(s.seconds) for s in cell.samples]),
         })
-    section = {k: v for k, v in doc.items() if k not in ("cells", "_path")}
+    section = {k: v for k, v in run.to_dict().items() if k != "cells"}
     section["cells_without_samples"] = without
-    host = _mapping(doc.get("host"))
-    return {"machine_info": _machine_info(host), "commit_info": _commit_info(doc.get("guestbench")),
-            "benchmarks": benchmarks, "datetime": _utc_to_iso(doc.get("started_utc")), "version": _format_version(),
+    return {"machine_info": _machine_info(run.host or {}), "commit_info": _commit_info(run.guestbench),
+            "benchmarks": benchmarks, "datetime": _utc_to_iso(run.started_utc), "version": _format_version(),
             SECTION: section}
 
 

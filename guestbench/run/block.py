@@ -16,6 +16,7 @@ from typing import Any
 from guestbench.analysis import stats
 from guestbench.host.paths import workdir_for
 from guestbench.results.figures import figures
+from guestbench.results.model import Cell
 from guestbench.run.cell import MAX_WORKER_RESTARTS, CellRun, RunContext, Seat
 from guestbench.run.executor import Executor
 from guestbench.run.record import CellDoc, numbered
@@ -86,7 +87,7 @@ class Block:
         if self.target is None:
             return None
         with self.ctx.recorder.lock:
-            figs = figures(cell)
+            figs = figures(Cell.from_dict(cell))  # the live cell, read as any results file's is
         reached = worst_precision([stats.relative_precision(f.values) for f in figs])
         record: dict[str, Any] = {"target": self.target, "reached": reached, "n": len(cell["samples"]),
                                   "cap": self.ctx.sc.rep_cap, "method": stats.PRECISION_METHOD}

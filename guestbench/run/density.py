@@ -155,9 +155,11 @@ class DensityTrials:
                 1 for c in cells if c.get("cold_s") is not None and self.job == "startup")
         return Level(appliances=n, launches=launches,
                      failures=failures, wall_s=wall, seconds=[s["seconds"] for s in samples],
-                     cpu_s=[v for v in map(cell_figures.cpu_s, samples) if v is not None],
-                     peak_mib=[v for v in map(cell_figures.peak_mib, samples) if v is not None],
-                     charged_mib=[v for v in map(cell_figures.charged_mib, samples) if v is not None],
+                     cpu_s=[v for v in (cell_figures.cpu_s(s.get("resources")) for s in samples) if v is not None],
+                     peak_mib=[v for v in (cell_figures.peak_mib(s.get("resources")) for s in samples)
+                               if v is not None],
+                     charged_mib=[v for v in (cell_figures.charged_mib(s.get("resources")) for s in samples)
+                                  if v is not None],
                      host_used_before_mib=mem.before / 2**20, host_used_peak_mib=mem.peak / 2**20,
                      busy=sum(1 for s in samples if (s.get("load") or {}).get("busy") is True), job=self.job)
 

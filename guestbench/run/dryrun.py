@@ -24,7 +24,7 @@ from guestbench.backends import BACKENDS
 from guestbench.util.errors import UserError
 from guestbench.measurements import get as get_measurement
 from guestbench.results.figures import sample_seconds
-from guestbench.results import read_json
+from guestbench.results import Cell, load_results
 from guestbench.run import plan as planner
 from guestbench.run import probe
 from guestbench.scenario import Scenario
@@ -83,41 +83,52 @@ def verdict(name: str) -> Verdict:
     return Verdict("usable" if cached.usable else "not usable", cached.reason)
 
 
-def history(results_dir: Path) -> tuple[list[str], list[dict[str, Any]]]:
-    """The readable results files in `results_dir` (others are passed over: a dry run reports, it does not judge)."""
+@dataclass(frozen=True)
+class Earlier:
+    """A cell with samples in an earlier results file (`file`: its name)."""
+
+    file: str
+    cell: Cell
+
+    @property
+    def placement(self) -> str:
+        return self.cell.placement or "host"
+
+
+def earlier_cells(results_dir: Path) -> tuple[list[str], list[Earlier]]:
+    """The readable results files in `results_dir` and their cells with samples; the files the model refuses are
+    passed over (a dry run reports, it does not judge)."""
     names, cells = [], []
     for path in sorted(results_dir.glob("*.json")) if results_dir.is_dir() else []:
         try:  # bounded: a FIFO or a device among them is passed over, not waited on (results.limits)
-            doc = read_json(path, "results file", "a guestbench results file")
+            found = [c for c in load_results(path).cells if c.samples]
         except UserError:
             continue
-        found = [c for c in doc.get("cells") or [] if isinstance(c, dict) and sample_seconds(c)] \
-            if isinstance(doc, dict) else []
         if found:
             names.append(path.name)
-            cells += [dict(c, _file=path.name) for c in found]
+            cells += [Earlier(path.name, c) for c in found]
     return names, cells
 
 
-def _launch_s(backend: str, placement: str, earlier: list[dict[str, Any]]) -> float | None:
+def _launch_s(backend: str, placement: str, earlier: list[Earlier]) -> float | None:
     """An appliance start-up on this backend and placement, from earlier start-up cells."""
-    found = [s for c in earlier if c.get("backend") == backend and c.get("placement", "host") == placement
-             and c.get("measurement") == "startup" for s in sample_seconds(c)]
+    found = [s for e in earlier if e.cell.backend == backend and e.placement == placement
+             and e.cell.measurement == "startup" for s in sample_seconds(e.cell)]
     return statistics.median(found) if found else None
 
 
-def estimate(cell: PlannedCell, earlier: list[dict[str, Any]]) -> None:
+def estimate(cell: PlannedCell, earlier: list[Earlier]) -> None:
     """Fill in the cell's estimate and the figure it rests on, from the closest earlier cell."""
-    same = [c for c in earlier if c.get("backend") == cell.backend and c.get("measurement") == cell.measurement
-            and c.get("placement", "host") == cell.placement]
-    exact = [c for c in same if c.get("params") == cell.params]
+    same = [e for e in earlier if e.cell.backend == cell.backend and e.cell.measurement == cell.measurement
+            and e.placement == cell.placement]
+    exact = [e for e in same if e.cell.params == cell.params]
     if not (exact or same):
         return
-    newest = (exact or same)[-1]["_file"]  # the newest file says most about this machine as it is now
-    pick = [c for c in exact or same if c["_file"] == newest]
-    per = statistics.median(s for c in pick for s in sample_seconds(c))
+    newest = (exact or same)[-1].file  # the newest file says most about this machine as it is now
+    pick = [e for e in exact or same if e.file == newest]
+    per = statistics.median(s for e in pick for s in sample_seconds(e.cell))
     total = per * cell.iterations
-    basis = f"{cell.iterations} × median {per:.1f} s ({pick[-1]['_file']}{'' if exact else ', other parameters'})"
+    basis = f"{cell.iterations} × median {per:.1f} s ({pick[-1].file}{'' if exact else ', other parameters'})"
     if not get_measurement(cell.measurement).times_launch:
         launch = _launch_s(cell.backend, cell.placement, earlier)
         if launch is None:
@@ -131,7 +142,7 @@ def dry_run(sc: Scenario, results_dir: Path) -> DryRun:
     names = list(sc.backends) if sc.backends is not None else list(BACKENDS)
     verdicts = {n: verdict(n) for n in names}
     runnable = [n for n in names if verdicts[n].state != "not usable"]
-    files, earlier = history(results_dir)
+    files, earlier = earlier_cells(results_dir)
     cells = []
     for placement in sc.placements:
         for group in planner.plan(sc, runnable):

@@ -57,12 +57,12 @@ class NestedPlacement:
                           interrupted=True)
             raise
         final = job.guest_results(result.output)
-        if final is not None:
-            merger.take(final)
         error = None
         if final is None:
             error = "the level-1 guest brought back no results file; its console last said: " + \
                 " / ".join(result.console[-3:])
+        elif not merger.take(final):
+            error = f"the level-1 guest's results file was refused: {merger.refused or 'not a results document'}"
         elif result.exit_status not in (0, 1):  # 1: some cell has no samples, reported per cell
             error = f"guestbench inside the level-1 guest ended with exit status {result.exit_status}"
         if error:

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from guestbench.measurements import get as get_measurement
-from guestbench.results import ResultsFile
+from guestbench.results import ModelError, ResultsFile, Run
 from guestbench.scenario import Scenario
 
 ENDED_UNRUN = ("skipped", "unavailable")  # a cell that ended without its iterations: they count as done
@@ -25,13 +25,20 @@ class Remote:
         self.info = info
         self.key, self.value = tag
         self.fields = fields
+        self.refused: str | None = None  # why the newest document it sent was not taken (the model refused it)
 
     def take(self, doc: dict[str, Any], save: bool = True) -> bool:
         """The remote run's newest document replaces what it sent before (the file rewritten unless `save` is
-        False: the caller saves once for several). False when it is no results document, or its run was
-        written off (a late snapshot from a lost host changes nothing)."""
+        False: the caller saves once for several). False when it is no results document, its run was written
+        off (a late snapshot from a lost host changes nothing), or it holds what no run writes: it comes from
+        another machine, and this run's file must stay one that every reader accepts (`refused` says why)."""
         cells = doc.get("cells")
         if not isinstance(cells, list) or self.info.get("status") == "lost":
+            return False
+        try:
+            Run.from_dict(doc)
+        except ModelError as e:
+            self.refused = str(e)
             return False
         with self.results.lock:
             for k in self.fields:

@@ -13,7 +13,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from rich.console import Console
 
@@ -25,7 +25,7 @@ from guestbench.util.errors import Interrupted
 from guestbench.measurements import get as get_measurement
 from guestbench.nested.job import exit_problem
 from guestbench.host.paths import make_run_dir, remove_tree, workdir_for
-from guestbench.results import ResultsFile
+from guestbench.results import ResultsFile, Run
 from guestbench.results import figures as cell_figures
 from guestbench.results import hosts as fleet_hosts
 from guestbench.run import lockstep
@@ -196,23 +196,23 @@ def run_scenario(sc: Scenario, opts: RunOptions, console: Console | None = None,
     return Runner(sc, opts, console or Console(stderr=True), executor).run()
 
 
-def exit_status(doc: dict[str, Any]) -> int:
+def exit_status(run: Run) -> int:
     """0 when every measured cell has samples; 1 when some usable backend produced none, the level-1 run failed,
     or (a fleet run) a host was lost or its run failed."""
-    if fleet_hosts.is_fleet(doc):
-        views = [fleet_hosts.view(doc, n) for n in fleet_hosts.names(doc)]
-        ran = [v for v in views if v["cells"] or v["fleet_host"]["status"] is not None]
-        lost = any(v["fleet_host"]["status"] in ("lost", "failed") for v in ran)
-        return max([1 if lost else 0, *(exit_status(v) for v in ran)])
-    if exit_problem(doc):
+    if fleet_hosts.is_fleet(run):
+        views = [fleet_hosts.view(run, n) for n in fleet_hosts.names(run)]
+        ran = [(member, share) for member, share in views if share.cells or member.status is not None]
+        lost = any(member.status in ("lost", "failed") for member, _ in ran)
+        return max([1 if lost else 0, *(exit_status(share) for _, share in ran)])
+    if exit_problem(run):
         return 1
-    unusable = {name for name, av in doc.get("backends", {}).items() if av.get("usable") is False}
-    for cell in doc.get("cells", []):
-        if cell.get("backend") in unusable:  # a deferred probe's failed first launch: reported like a probe's
+    unusable = {name for name, verdict in run.backends.items() if verdict.usable is False}
+    for cell in run.cells:
+        if cell.backend in unusable:  # a deferred probe's failed first launch: reported like a probe's
             continue
-        if cell_figures.is_density(cell) and cell.get("concurrency", 1) > 1:
+        if cell_figures.is_density(cell) and (cell.concurrency or 1) > 1:
             continue  # a density level past the first may fail: that is where the levels stopped (run.density)
-        if not cell.get("samples") and cell.get("status") != "unavailable":  # unavailable: reported, expected
+        if not cell.samples and cell.status != "unavailable":  # unavailable: reported, expected
             return 1
     return 0
 

@@ -8,6 +8,13 @@ from fractions import Fraction
 
 from guestbench.util.errors import clip
 
+
+def number(value: object) -> float | None:
+    """A finite float, or None: JSON may hold null, and bool is not a number here (one reader for every output)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
 _UNITS: dict[str, int] = {
     "": 1, "b": 1,
     "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

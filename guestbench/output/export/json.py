@@ -14,13 +14,14 @@ from guestbench.analysis import phases
 from guestbench.analysis import cost
 from guestbench.analysis.fleet import FleetFindings
 from guestbench.analysis.placements import PlacementRow
-from guestbench.analysis.findings import Nested, Findings
+from guestbench.analysis.findings import Findings, Member, Nested
 from guestbench.analysis.stats import CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary
 from guestbench.output.tables.phases import phase_tables
 from guestbench.analysis.compare import ALPHA, Comparison, ComparisonRow, TEST_METHOD, fmt_threshold, regressions
 from guestbench.analysis.stats import PERMUTATION_METHOD
 from collections.abc import Sequence
-from guestbench.analysis.cells import Row, mapping, number
+from guestbench.analysis.cells import Row
+from guestbench.util.units import number
 
 if TYPE_CHECKING:
     from guestbench.output.formats import Printable
@@ -55,13 +56,18 @@ def _row_dict(r: Row) -> dict[str, Any]:
     }
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    """A fingerprint's part, which the results keep as recorded (a raw JSON object, or not one)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _short_fingerprint(host: dict[str, Any]) -> dict[str, Any]:
     """The fingerprint keys a reader of the summary needs, of the host or of the level-1 guest."""
     short: dict[str, Any] = {k: host[k] for k in ("hostname", "cores", "memory_bytes", "os", "kernel", "arch") if k in host}
-    versions = mapping(host.get("versions"))
+    versions = _mapping(host.get("versions"))
     tools = {k: versions[k] for k in ("libguestfs", "qemu", "libvirt", "uml") if versions.get(k)}
     return {"cpu_model": host.get("cpu_model"),
-            "virtualization": mapping(host.get("virtualization")).get("summary"), **short, "versions": tools}
+            "virtualization": _mapping(host.get("virtualization")).get("summary"), **short, "versions": tools}
 
 
 def _phase_dict(bp: phases.BackendPhases) -> dict[str, Any]:
@@ -89,7 +95,7 @@ def to_summary_json(s: Findings) -> dict[str, Any]:
         "rows": [_row_dict(r) for r in s.rows],
         **{k: v for k, v in _metrics(s).items() if v},  # present for workload runs only
         **_cost_dict(s),
-        **({"density": s.density} if s.density else {}),
+        **({"density": [d.to_dict() for d in s.density]} if s.density else {}),
         "phases": [{"label": pt.title, "backends": [_phase_dict(bp) for bp in pt.summaries]}
                    for pt in phase_tables(s.phases)],
         "unusable_backends": s.unusable,
@@ -193,7 +199,8 @@ def _metrics(s: Findings) -> dict[str, Any]:
     each figure as its median and its sample range (min, max, n) per column."""
     tables = []
     for mt in s.workloads:
-        columns = [{"header": c.header, "backend": c.cell.get("backend"), "label": c.cell.get("label"), "n": c.n,
+        columns = [{"header": c.header, "backend": c.cell.backend if c.cell else None,
+                    "label": c.cell.label if c.cell else None, "n": c.n,
                     "status": c.status or None} for c in mt.columns]
         rows = [{"key": r.key, "label": r.label, "unit": r.unit, "higher_better": r.higher_better,
                  "values": metrics_report.values(r), "medians": r.medians,
@@ -227,9 +234,14 @@ def results_summary(s: Findings | FleetFindings) -> dict[str, Any]:
         return to_summary_json(s)
     return {"scenario": s.name, "status": s.facts.status, "results_file": s.facts.path,
             "host": _short_fingerprint(s.fingerprint if isinstance(s.fingerprint, dict) else {}),
-            "hosts": {h.name: {**to_summary_json(h.findings), "fleet_host": h.findings.fleet_host} for h in s.hosts},
+            "hosts": {h.name: {**to_summary_json(h.findings), "fleet_host": _member(h.findings.member)}
+                      for h in s.hosts},
             "fleet": {"tables": fleet_tables(s), "warnings": fleet_report.warnings(s)}}
 
+
+
+def _member(m: Member | None) -> dict[str, Any]:
+    return {} if m is None else {"name": m.name, "status": m.status, "error": m.error, "address": m.address}
 
 
 def dryrun_summary(dr: DryRun) -> dict[str, Any]:

@@ -18,14 +18,13 @@ import base64
 import html
 import struct
 from pathlib import Path
-from typing import Any
 
 from guestbench.host import safe_write
 from guestbench.util.errors import UserError, printable
 from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Table, slug
 from guestbench.output.render.markdown import to_markdown
 from guestbench.output.results_doc import report_document
-from guestbench.results import atomic_write_bytes
+from guestbench.results import Run, atomic_write_bytes
 
 INDEX = "index.html"
 MARKDOWN = "report.md"
@@ -135,7 +134,7 @@ def to_html(document: Document) -> str:
     return "\n".join(out)
 
 
-def write(inputs: list[tuple[str, dict[str, Any]]], out_dir: Path) -> list[Path]:
+def write(inputs: list[tuple[str, Run]], out_dir: Path) -> list[Path]:
     """Write index.html, report.md and every chart as PNG and SVG into `out_dir`; return the paths written."""
     safe_write.resolve_dir(out_dir, "report directory", make=True)  # before the work; checked again per file
     document = report_document(inputs)

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from guestbench.results.model import Density, Spread
 
 HEADER = ["appliances", "launches", "start-up median s (min–max)", "× single", "launches/min", "CPU s per launch",
           "peak MiB per appliance", "host used MiB (before → peak)", "failures", "busy"]
@@ -21,14 +22,14 @@ class LevelFigures:
     rate_key: str  # "launches_per_min" or "jobs_per_min"
 
 
-def level_figures(rec: dict[str, Any]) -> LevelFigures:
-    job = str(rec.get("job") or "startup")
+def level_figures(rec: Density) -> LevelFigures:
+    job = rec.job or "startup"
     if job == "startup":
         return LevelFigures("startup_s", "start-up", "launches", "launches_per_min")
     return LevelFigures("job_s", job, "jobs", "jobs_per_min")
 
 
-def header(rec: dict[str, Any]) -> list[str]:
+def header(rec: Density) -> list[str]:
     f = level_figures(rec)
     return ["appliances", f.count, f"{f.name} median s (min–max)", "× single", f"{f.count}/min",
             f"CPU s per {'launch' if f.count == 'launches' else 'job'}", *HEADER[6:]]
@@ -42,44 +43,44 @@ class DensityTable:
     header: list[str]
 
 
-def _spread(d: Any, fmt: str = "{:.3g}") -> str:
-    if not isinstance(d, dict) or d.get("median") is None:
+def _spread(d: Spread | None, fmt: str = "{:.3g}") -> str:
+    if d is None or d.median is None:
         return "–"
-    med, lo, hi = (fmt.format(d[k]) for k in ("median", "min", "max"))
+    med, lo, hi = (fmt.format(v) for v in (d.median, d.min, d.max))
     return med if lo == hi else f"{med} ({lo}–{hi})"
 
 
-def tables(records: list[dict[str, Any]]) -> list[DensityTable]:
-    """A table per density record (guestbench.analysis.findings keeps them as the run wrote them)."""
+def tables(records: list[Density]) -> list[DensityTable]:
+    """A table per density record, a row per level."""
     out = []
     for rec in records:
         f = level_figures(rec)
-        levels = [lv for lv in rec.get("levels") or [] if isinstance(lv, dict)]
-        base = ((levels[0].get(f.key) or {}).get("median")) if levels else None
+        spreads: list[Spread | None] = [getattr(lv, f.key) for lv in rec.levels]
+        medians = [sp.median if sp else None for sp in spreads]
+        base = medians[0] if medians else None
         rows = []
-        for lv in levels:
-            med = (lv.get(f.key) or {}).get("median")
-            rows.append([str(lv.get("appliances")), str(lv.get(f.count)), _spread(lv.get(f.key)),
-                         f"{med / base:.2f}" if med and base else "–",
-                         f"{lv[f.rate_key]:.3g}" if lv.get(f.rate_key) else "–",
-                         _spread(lv.get("cpu_s_per_launch")), _spread(lv.get("peak_mib_per_appliance"), "{:.0f}"),
-                         f"{lv.get('host_used_before_mib', 0):,.0f} → {lv.get('host_used_peak_mib', 0):,.0f}",
-                         str(lv.get("failures")), str(lv.get("busy_samples", 0))])
-        title = f"density: {rec.get('label')} on {rec.get('backend')}" + \
-            (f" ({rec['placement']})" if rec.get("placement") not in (None, "host") else "")
-        what = (f"Each level launches N appliances at the same moment (start-up: launch() plus one daemon round "
-                f"trip, each appliance with one scratch disk), every appliance a start-up cell of its own; "
-                f"launches/min counts every launch of the level (cold, warm-up, samples) over its wall time"
+        for lv, spread, med in zip(rec.levels, spreads, medians):
+            rate = getattr(lv, f.rate_key)
+            rows.append([str(lv.appliances), str(getattr(lv, f.count)), _spread(spread),
+                         f"{med / base:.2f}" if med and base else "–", f"{rate:.3g}" if rate else "–",
+                         _spread(lv.cpu_s_per_launch), _spread(lv.peak_mib_per_appliance, "{:.0f}"),
+                         f"{lv.host_used_before_mib or 0:,.0f} → {lv.host_used_peak_mib or 0:,.0f}",
+                         str(lv.failures), str(lv.busy_samples or 0)])
+        title = f"density: {rec.label} on {rec.backend}" + \
+            (f" ({rec.placement})" if rec.placement not in (None, "host") else "")
+        what = ("Each level launches N appliances at the same moment (start-up: launch() plus one daemon round "
+                "trip, each appliance with one scratch disk), every appliance a start-up cell of its own; "
+                "launches/min counts every launch of the level (cold, warm-up, samples) over its wall time"
                 if f.count == "launches" else
                 f"Each level launches N appliances, then they do the {f.name} job together, sample by sample "
-                f"({rec.get('timed')}), every appliance a cell of that measurement; jobs/min counts every timed job "
+                f"({rec.timed}), every appliance a cell of that measurement; jobs/min counts every timed job "
                 f"of the level (warm-ups and samples) over its wall time, launches included")
         caption = (f"{what}; CPU s per {'launch' if f.count == 'launches' else 'job'} (counted by each worker's control group where the host allows one) and peak MiB (PSS) "
                    f"per appliance as guestbench.instruments.usage records them; host used = MemTotal − MemAvailable, "
                    f"read every "
                    f"0.2 s; the memory rule projects the next level from the largest of an appliance's PSS peak, its "
-                   f"group's charged peak and the host's growth per appliance. Stopped ({rec.get('stopped')}): {rec.get('why')}. Verdict: "
-                   f"{rec.get('verdict')}.")
+                   f"group's charged peak and the host's growth per appliance. Stopped ({rec.stopped}): {rec.why}. Verdict: "
+                   f"{rec.verdict}.")
         out.append(DensityTable(title, rows, caption, header(rec)))
     return out
 

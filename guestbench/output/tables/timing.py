@@ -7,7 +7,8 @@ import math
 from typing import Any
 from guestbench.instruments.load import BUSY_RULE
 from guestbench.analysis.stats import CI_METHOD, OUTLIER_METHOD
-from guestbench.analysis.cells import Row, cores_text, no_data_text, number
+from guestbench.analysis.cells import Row, cores_text, no_data_text
+from guestbench.util.units import number
 from guestbench.analysis.placements import Level1
 from guestbench.analysis.findings import Nested, RunFacts
 from guestbench.util.units import NONE, fmt_seconds
@@ -70,16 +71,15 @@ def _precision_text(group: list[Row]) -> str:
     parts = []
     for r in group:
         p = r.precision
-        if not p:
+        if p is None:
             continue
-        reached = number(p.get("reached"))
-        got = f"±{reached:.1%}" if reached is not None else "no CI"
+        got = f"±{p.reached:.1%}" if p.reached is not None else "no CI"
         why = {"target": "target reached", "cap": "stopped at the cap without the target",
-               "ended": "ended early"}.get(str(p.get("stopped")), "still sampling")
+               "ended": "ended early"}.get(str(p.stopped), "still sampling")
         parts.append(f"{r.backend} ({r.placement or NONE}) {got} at n={r.n} ({why})")
     if not parts:
         return ""
-    target = number(group[0].precision.get("target")) if group[0].precision else None
+    target = group[0].precision.target if group[0].precision else None
     goal = f"target ±{target:.1%}, " if target is not None else ""
     return f" Precision ({goal}half-width of the 95% CI / median): {'; '.join(parts)}."
 

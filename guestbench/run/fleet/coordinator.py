@@ -189,7 +189,7 @@ class FleetRun:
                 self._drain(progress, bars, timeout=0.2)
                 for name, fut in list(pending.items()):
                     if fut.done():
-                        self._ended(name, fut)
+                        self.host_ended(name, fut)
                         del pending[name]
                 if pending and time.monotonic() >= next_check:
                     next_check = time.monotonic() + LIVENESS_EVERY_S
@@ -246,26 +246,30 @@ class FleetRun:
             self._rf().save()  # once per batch: with many hosts, rewriting the file is the coordinator's cost
         return list(latest)
 
-    def merge(self, name: str, doc: dict[str, Any], save: bool = True) -> None:
+    def merge(self, name: str, doc: dict[str, Any], save: bool = True) -> str | None:
         """The host's newest results document replaces what it sent before (the file rewritten unless `save`
-        is False: the caller saves once for several hosts)."""
+        is False: the caller saves once for several hosts); why it was refused, if the model refused it."""
         if name in self._rf().doc.get("hosts", {}):
-            self._remote(name).take(doc, save)
+            remote = self._remote(name)
+            remote.take(doc, save)
+            return remote.refused
+        return None
 
     def _remote(self, name: str) -> Remote:
         return Remote(self._rf(), self._host(name), ("host", name), HOST_FIELDS)
 
-    def _ended(self, name: str, fut: Any) -> None:
+    def host_ended(self, name: str, fut: Any) -> None:
         """A host's task returned (or raised): take its final document, say how it ended."""
         try:
             out = fut.result()
         except Exception as e:  # the task itself broke on the worker (not a failed sample: those are in its doc)
             self._host_error(name, f"its task failed on the worker: {type(e).__name__}: {e}")
             return
-        if isinstance(out.get("doc"), dict):
-            self.merge(name, out["doc"])
+        refused = self.merge(name, out["doc"]) if isinstance(out.get("doc"), dict) else None
         status = self._host(name).get("status")
-        if out.get("doc") is None:
+        if refused:
+            self._host_error(name, f"its results were refused: {refused}")
+        elif out.get("doc") is None:
             last = " / ".join((out.get("stderr") or "").strip().splitlines()[-2:])
             self._host_error(name, f"its run wrote no results (exit status {out.get('exit')}): {last}")
         elif out.get("exit") not in (0, 1):
