@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -167,3 +168,9 @@ def test_guest_results_reads_the_output_disk_copy(tmp_path: Path) -> None:
     (tmp_path / "results" / "20261122T000000Z-n.json").write_text(json.dumps(_guest_doc(3, "complete")))
     doc = nested_run.guest_results(tmp_path)
     assert doc is not None and doc["status"] == "complete"
+    # what the guest wrote is not trusted: a newer name that is a FIFO, or a file past the size cap, is passed over
+    # (not waited on, not read whole)
+    os.mkfifo(tmp_path / "results" / "20261122T000001Z-fifo.json")
+    with open(tmp_path / "results" / "20261122T000002Z-big.json", "wb") as f:
+        f.truncate(2**40)
+    assert nested_run.guest_results(tmp_path) == doc

@@ -10,7 +10,6 @@ doc["placements"]["nested"].
 from __future__ import annotations
 
 import io
-import json
 import shlex
 import tarfile
 from dataclasses import asdict, dataclass
@@ -22,7 +21,8 @@ import yaml
 import guestbench
 from guestbench.backends import appliance
 from guestbench.backends import BACKENDS
-from guestbench.results.model import Run
+from guestbench.results import Run, read_json
+from guestbench.util.errors import UserError
 from guestbench.measurements import get as get_measurement
 from guestbench.nested import image as nested_image
 from guestbench.nested.image import GUEST_CACHE, GUEST_DATA
@@ -139,12 +139,13 @@ def job_files(sc: Scenario, level1: Level1) -> dict[str, bytes | Path]:
 
 
 def guest_results(output: Path) -> dict[str, Any] | None:
-    """The results file the guest wrote (the authoritative copy, from its output disk), if any."""
+    """The results file the guest wrote (the authoritative copy, from its output disk), if any; read as any
+    untrusted JSON is (bounded: results.limits), and then through the model where it is merged (run.remote)."""
     files = sorted((output / "results").glob("*.json")) if (output / "results").is_dir() else []
     for path in reversed(files):
         try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
+            doc = read_json(path, "level-1 results file", "a guestbench results file")
+        except UserError:
             continue
         if isinstance(doc, dict):
             return doc
