@@ -43,6 +43,17 @@ def fleet_doc(split: dict[str, list[str]], **fingerprint: Any) -> dict[str, Any]
     return doc
 
 
+def fleet_run(tmp_path: Path, sc: Any, doc: dict[str, Any]) -> coordinator.FleetRun:
+    """A coordinator of `doc`'s hosts, each starting, with its results file in `tmp_path` (nothing submitted)."""
+    from guestbench.results import ResultsFile
+
+    run = coordinator.FleetRun(sc, coordinator.FleetOptions(address="tcp://s:1"), Console(file=open("/dev/null", "w")))
+    run.results = ResultsFile.create(tmp_path / "r.json", scenario=doc["scenario"], host=doc["host"],
+                                     command=["t"], guestbench=doc["guestbench"])
+    run.results.doc["hosts"] = {n: {"address": h["address"], "status": "starting"} for n, h in doc["hosts"].items()}
+    return run
+
+
 def test_resources_a_worker_offers_and_a_host_share_asks_for() -> None:
     offered = resources.advertised(["uml", "tcg"])
     assert offered == {"bench": 1, "uml": 1, "tcg": 1}
@@ -81,16 +92,11 @@ def test_a_snapshot_crosses_as_compressed_json_and_anything_else_is_ignored() ->
 
 
 def test_a_lost_host_keeps_its_samples_and_its_unfinished_iterations_become_failures(tmp_path: Path) -> None:
-    from guestbench.results import ResultsFile
-
     doc = fleet_doc({"alpha": ["uml"], "beta": ["tcg"]})
     real = next(c for c in doc["cells"] if c["backend"] == "tcg")  # the scenario the real run had
     sc = parse_scenario({"name": "t", "backends": ["uml", "tcg"], "repetitions": len(real["samples"]),
                          "warmup": len(real["warmups"]), "measurements": ["startup"]}, "t")
-    run = coordinator.FleetRun(sc, coordinator.FleetOptions(address="tcp://s:1"), Console(file=open("/dev/null", "w")))
-    run.results = ResultsFile.create(tmp_path / "r.json", scenario=doc["scenario"], host=doc["host"],
-                                     command=["t"], guestbench=doc["guestbench"])
-    run.results.doc["hosts"] = {n: {"address": h["address"], "status": "starting"} for n, h in doc["hosts"].items()}
+    run = fleet_run(tmp_path, sc, doc)
     beta_doc = fleet_doc({"beta": ["tcg"]})
     cell = beta_doc["cells"][0]
     planned = len(cell["samples"]) + len(cell["warmups"]) + 1  # + the cold launch
@@ -110,14 +116,9 @@ def test_a_lost_host_keeps_its_samples_and_its_unfinished_iterations_become_fail
 
 
 def test_a_hosts_results_that_no_run_writes_are_refused_and_its_host_is_failed_saying_why(tmp_path: Path) -> None:
-    from guestbench.results import ResultsFile
-
     doc = fleet_doc({"alpha": ["uml"], "beta": ["tcg"]})
     sc = parse_scenario({"name": "t", "backends": ["uml", "tcg"], "measurements": ["startup"]}, "t")
-    run = coordinator.FleetRun(sc, coordinator.FleetOptions(address="tcp://s:1"), Console(file=open("/dev/null", "w")))
-    run.results = ResultsFile.create(tmp_path / "r.json", scenario=doc["scenario"], host=doc["host"],
-                                     command=["t"], guestbench=doc["guestbench"])
-    run.results.doc["hosts"] = {n: {"address": h["address"], "status": "starting"} for n, h in doc["hosts"].items()}
+    run = fleet_run(tmp_path, sc, doc)
     beta = fleet_doc({"beta": ["tcg"]})
     assert run.merge("beta", {**beta, "status": "running"}) is None
     hostile = copy.deepcopy(beta)
@@ -167,16 +168,11 @@ class _SilentScheduler:
 @pytest.mark.timeout(30)
 def test_a_scheduler_that_stops_answering_costs_its_hosts_after_a_deadline_not_a_hang(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from guestbench.results import ResultsFile
-
     monkeypatch.setattr(coordinator, "SCHEDULER_SILENT_S", 0.5)
     monkeypatch.setattr(coordinator, "LIVENESS_EVERY_S", 0.1)
     doc = fleet_doc({"alpha": ["uml"], "beta": ["tcg"]})
     sc = parse_scenario({"name": "t", "backends": ["uml", "tcg"], "measurements": ["startup"]}, "t")
-    run = coordinator.FleetRun(sc, coordinator.FleetOptions(address="tcp://s:1"), Console(file=open("/dev/null", "w")))
-    run.results = ResultsFile.create(tmp_path / "r.json", scenario=doc["scenario"], host=doc["host"],
-                                     command=["t"], guestbench=doc["guestbench"])
-    run.results.doc["hosts"] = {n: {"address": h["address"], "status": "starting"} for n, h in doc["hosts"].items()}
+    run = fleet_run(tmp_path, sc, doc)
     client = _SilentScheduler()
     plans = [coordinator.HostPlan(n, h["address"], {}, h["backends"]) for n, h in doc["hosts"].items()]
     run.supervise(client, plans)  # returns: both hosts written off
