@@ -87,7 +87,10 @@ def test_a_snapshot_crosses_as_compressed_json_and_anything_else_is_ignored() ->
     got = coordinator.snapshot({"host": "alpha", "doc": packed})
     assert got == {"host": "alpha", "doc": doc} and isinstance(got["doc"]["cells"], list)
     for bad in ({"host": "alpha", "doc": b"not zlib"}, {"host": "alpha"}, "text",
-                {"host": "a", "doc": zlib.compress(b"[1]")}, {"host": "a", "doc": json.dumps(doc)}):
+                {"host": "a", "doc": zlib.compress(b"[1]")}, {"host": "a", "doc": json.dumps(doc)},
+                # what a host sends is not trusted: inflating past a results file's cap, or nesting too deep
+                {"host": "a", "doc": zlib.compress(b" " * (65 * 2**20) + b"{}")},
+                {"host": "a", "doc": zlib.compress(b"[" * 100_000 + b"]" * 100_000)}):
         assert coordinator.snapshot(bad)["doc"] is None
 
 

@@ -176,6 +176,10 @@ def test_the_report_says_where_precision_got_and_flags_a_cell_at_its_cap() -> No
     assert "uml (host) ±25.0% at n=3 (stopped at the cap without the target)" in timing_table.caption([row])
     assert any("stopped at the cap (3 samples) at ±25.0%, short of the target ±1.0%" in w
                for w in analyze(doc).warnings)
+    from guestbench.output.export.json import results_summary  # --json carries the record as written
+
+    (summary,) = json.loads(json.dumps(results_summary(analyze(doc)), allow_nan=False))["rows"]
+    assert summary["precision"] == {"target": 0.01, "reached": 0.25, "n": 3, "cap": 3, "stopped": "cap"}
     cell["precision"] = {"target": 0.3, "reached": 0.25, "n": 3, "cap": 9, "stopped": "target"}
     assert not any("cap" in w for w in analyze(run_of({"cells": [cell]})).warnings)
 

@@ -575,3 +575,11 @@ def test_a_nested_record_no_run_writes_is_refused_naming_the_field(tmp_path: Pat
     with pytest.raises(ModelError) as refused:
         typed(doc)
     assert refused.value.key == key
+
+
+def test_a_nested_record_with_nothing_in_it_is_no_nested_run(tmp_path: Path) -> None:
+    doc = nested_results(tmp_path)
+    doc["placements"] = {"nested": {}}
+    doc["cells"] = [c for c in doc["cells"] if c["placement"] == "host"]
+    assert findings(doc).nested is None and "Nested:" not in render_text(doc)
+    assert "level1" not in to_summary_json(doc)

@@ -418,3 +418,18 @@ def test_every_key_the_shipped_and_fresh_runs_wrote_is_in_the_model() -> None:
         assert not any(left.values()), f"{name}: keys the model does not know: {left}"
         seen += 1
     assert seen >= 10
+
+
+@pytest.mark.parametrize("where", ["cells.0.samples.0.seconds", "cells.0.samples.0.metrics.x", "cells.0.bytes",
+                                   "cells.0.samples.0.resources.cpu_s"])
+def test_an_integer_past_floats_range_is_refused_not_raised(where: str) -> None:
+    """A document that did not come through a file's number bound (a snapshot another machine sent) may hold an
+    integer no float can hold: refused naming the field, never an OverflowError."""
+    doc = _base()
+    doc["cells"][0]["samples"][0].setdefault("metrics", {})
+    doc["cells"][0]["samples"][0].setdefault("resources", {})
+    _set(where, 10**400)(doc)
+    with pytest.raises(ModelError) as refused:
+        Run.from_dict(doc)
+    assert refused.value.key == where.replace(".0.", "[0].").replace(".0", "[0]")
+    assert "finite" in refused.value.message or "is not a number >= 0" in refused.value.message

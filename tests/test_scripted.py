@@ -182,3 +182,16 @@ def test_a_signal_mid_block_stops_every_cell_and_keeps_what_was_sampled(tmp_path
     assert kept["unsafe"] == 2 and kept["writeback"] in (2, 3), kept
     assert all(c["status"] in ("interrupted", "done") for c in doc["cells"])
     assert not list(Path(os.environ["GUESTBENCH_TMPDIR"]).glob("guestbench-run-*")), "the run directory is removed"
+
+
+def test_figures_no_sample_can_hold_are_recorded_as_a_failure_and_the_file_stays_readable(tmp_path: Path) -> None:
+    """A worker's figure the results model would refuse (a NaN from a tool's output) never enters the file: that
+    iteration is a failure saying why, and every reader still accepts the file."""
+    doc, _ = _run(tmp_path, {"repetitions": 3, "measurements": ["startup"]},
+                  _probe_or(lambda cache, n: Step(seconds=2.0, metrics={"x": float("nan")} if n == 2 else None)))
+    (cell,) = doc["cells"]
+    assert [s["rep"] for s in cell["samples"]] == [1, 3]
+    (failure,) = cell["failures"]
+    assert failure["rep"] == 2 and failure["reason"] == (
+        "its figures cannot be recorded as a sample: metrics.x: NaN is not finite; allowed: a finite number or a string")
+    assert sorted([*(s["seq"] for s in cell["samples"]), failure["seq"]]) == [1, 2, 3]  # its place kept

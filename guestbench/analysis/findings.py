@@ -117,6 +117,7 @@ def read_run(run: Run, path: str | None = None) -> RunInfo:
     scenario = run.scenario or {}
     facts = RunFacts(run.status, run.started_utc, run.finished_utc, run.order, path)
     nested = run.placements.get("nested")
+    nested = nested if nested is not None and nested.source_keys else None  # `{}`: nothing recorded yet
     unusable_at = {("host", name): verdict.reason or "no reason recorded"
                    for name, verdict in run.backends.items() if verdict.usable is False}
     unusable_at |= {("nested", name): verdict.reason or "no reason recorded"

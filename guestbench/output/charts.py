@@ -229,7 +229,8 @@ def density_chart(scenario: str, rec: Density) -> Chart:
     ax = fig.subplots()
     xs = [lv.appliances for lv, _ in levels]
     med = [sp.median for _, sp in levels]
-    err = [[sp.median - sp.min for _, sp in levels], [sp.max - sp.median for _, sp in levels]]
+    err = [[sp.median - (sp.min if sp.min is not None else sp.median) for _, sp in levels],  # no range: no whisker
+           [(sp.max if sp.max is not None else sp.median) - sp.median for _, sp in levels]]
     ax.errorbar(xs, med, yerr=err, color=colour, marker="o", capsize=4, label=f"{backend}: median {f.name} (s)")
     if med:
         bound = med[0] * float(rec.slowdown_pct or 200) / 100

@@ -41,6 +41,14 @@ def refuse(value: Any, key: str, problem: str, allowed: str) -> ModelError:
     return ModelError(key, f"{show(value)} {problem}; allowed: {allowed}")
 
 
+def finite(value: int | float) -> bool:
+    """Whether a number is finite as a float: an integer past float's range (JSON allows any) is not."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def text(value: Any, key: str) -> str:
     if not isinstance(value, str):
         raise refuse(value, key, "is not a string", "text")
@@ -71,7 +79,7 @@ def tally(value: Any, key: str) -> int:
 
 def amount(value: Any, key: str) -> int | float:
     """A byte count: a number no smaller than zero."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not finite(value) or value < 0:
         raise refuse(value, key, "is not a number >= 0", "a number of bytes >= 0")
     return value
 
@@ -80,7 +88,7 @@ def seconds(value: Any, key: str) -> int | float:
     """A duration a clock measured: finite and never negative (kept as written, so 3 stays 3)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise refuse(value, key, "is not a number", SECONDS)
-    if not math.isfinite(value):
+    if not finite(value):
         raise refuse(value, key, "is not finite", SECONDS)
     if value < 0:
         raise refuse(value, key, "is negative", SECONDS)
@@ -89,7 +97,7 @@ def seconds(value: Any, key: str) -> int | float:
 
 def figure(value: Any, key: str) -> int | float:
     """A measured figure that cannot be negative (MiB, launches per minute, a percentage): a finite number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not finite(value) or value < 0:
         raise refuse(value, key, "is not a number >= 0", "a finite number >= 0")
     return value
 
@@ -165,7 +173,7 @@ def figures(value: Any, key: str) -> dict[str, Any]:
     for name, figure in mapping(value, key).items():
         if figure is not None and (isinstance(figure, bool) or not isinstance(figure, (int, float, str))):
             raise refuse(figure, at(key, name), "is not a number or a string", "a number or a string")
-        if isinstance(figure, float) and not math.isfinite(figure):
+        if isinstance(figure, (int, float)) and not finite(figure):
             raise refuse(figure, at(key, name), "is not finite", "a finite number or a string")
     return value  # type: ignore[no-any-return]
 

@@ -91,8 +91,9 @@ class Earlier:
     cell: Cell
 
     @property
-    def placement(self) -> str:
-        return self.cell.placement or "host"
+    def placement(self) -> str | None:
+        """As the cell recorded it; a cell written before placements existed ran on the host."""
+        return self.cell.placement if "placement" in self.cell.source_keys else "host"
 
 
 def earlier_cells(results_dir: Path) -> tuple[list[str], list[Earlier]]:

@@ -14,7 +14,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColum
 
 from guestbench.util import units
 from guestbench.host.neighbours import Neighbours
-from guestbench.results import Failure, ResultsFile, Sample, utc_now
+from guestbench.results import Failure, ModelError, ResultsFile, Sample, utc_now
 
 CellDoc = dict[str, Any]  # a cell of the results document, as written (the typed view: results.Cell) (guestbench.results, docs/results-format.md)
 Iteration = tuple[str, int]  # ("cold" | "warmup" | "rep", its number among its kind, 1-based)
@@ -122,6 +122,7 @@ class Recorder:
     def sample(self, cell: CellDoc, it: Iteration, seconds: float, *, phases: list[dict[str, Any]] | None = None,
                metrics: dict[str, float | str] | None = None, extra: dict[str, Any] | None = None) -> None:
         kind, k = it
+        refused = None
         with self.lock:
             if kind == "cold":
                 cell["cold_s"] = seconds
@@ -129,10 +130,19 @@ class Recorder:
                 extra = self._shared(seconds, dict(extra or {}))
                 entry = Sample(rep=k, seconds=seconds, utc=utc_now(), phases=phases, metrics=metrics,
                                seq=self._next_seq(), **extra).to_dict()
-                cell["samples" if kind == "rep" else "warmups"].append(entry)
+                try:  # what the worker measured is kept only as the model reads it back (a NaN figure is not)
+                    Sample.from_dict(entry)
+                    cell["samples" if kind == "rep" else "warmups"].append(entry)
+                except ModelError as e:
+                    refused = f"its figures cannot be recorded as a sample: {e}"
+                    cell["failures"].append(Failure(kind=kind, rep=k, reason=refused, utc=entry["utc"],
+                                                    seq=entry["seq"]).to_dict())
             self.results.save()
         self._advance()
-        if not self.console.is_terminal:  # no live progress bar in a log: one line per sample instead
+        if refused is not None:
+            self.console.print(f"[yellow]![/] {cell['backend']} · {cell['label']} · {kind} {k} failed: ", refused,
+                               sep="", highlight=False)
+        elif not self.console.is_terminal:  # no live progress bar in a log: one line per sample instead
             self.console.print(f"{cell['backend']} · {cell['label']} · {kind} {k}: {seconds:.3g} s"
                                f"{_headline(cell, seconds, metrics)}", highlight=False)
 

@@ -5,11 +5,11 @@ progress is counted one way for both."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from guestbench.measurements import get as get_measurement
-from guestbench.results import ModelError, ResultsFile, Run
+from guestbench.results import ModelError, ResultsFile, Run, limits
+from guestbench.util.errors import UserError
 from guestbench.scenario import Scenario
 
 ENDED_UNRUN = ("skipped", "unavailable")  # a cell that ended without its iterations: they count as done
@@ -32,6 +32,7 @@ class Remote:
         False: the caller saves once for several). False when it is no results document, its run was written
         off (a late snapshot from a lost host changes nothing), or it holds what no run writes: it comes from
         another machine, and this run's file must stay one that every reader accepts (`refused` says why)."""
+        self.refused = None
         cells = doc.get("cells")
         if not isinstance(cells, list) or self.info.get("status") == "lost":
             return False
@@ -52,9 +53,9 @@ class Remote:
 
     def take_bytes(self, content: bytes) -> bool:
         """A snapshot as the bytes of its file: half a file (it was being written) is no document."""
-        try:
-            doc = json.loads(content)
-        except ValueError:
+        try:  # bounded as any untrusted JSON: numbers of bounded length, no nesting past the parser's depth
+            doc = limits.loads(content, "snapshot", "a guestbench results file")
+        except UserError:
             return False
         return isinstance(doc, dict) and self.take(doc)
 

@@ -50,7 +50,7 @@ def _row_dict(r: Row) -> dict[str, Any]:
         "median_cpu_s": json_float(r.cpu_s), "median_peak_mib": json_float(r.peak_mib),
         "cold_s": json_float(r.cold_s), "cache_mode": r.cache_mode, "timed": r.timed,
         "status": r.status, "skip_reason": r.skip_reason, "first_failure": r.first_failure,
-        **({"precision": r.precision} if r.precision else {}),
+        **({"precision": r.precision.to_dict()} if r.precision else {}),
         **({"host_load": {"judged": r.judged, "busy": r.busy, "busiest_other_cores": r.busiest,
                           **({"shared": r.shared} if r.shared else {})}} if r.judged or r.shared else {}),
     }

@@ -46,6 +46,8 @@ class DensityTable:
 def _spread(d: Spread | None, fmt: str = "{:.3g}") -> str:
     if d is None or d.median is None:
         return "–"
+    if d.min is None or d.max is None:  # a spread recorded without its range: the median alone
+        return fmt.format(d.median)
     med, lo, hi = (fmt.format(v) for v in (d.median, d.min, d.max))
     return med if lo == hi else f"{med} ({lo}–{hi})"
 
@@ -65,7 +67,7 @@ def tables(records: list[Density]) -> list[DensityTable]:
                          f"{med / base:.2f}" if med and base else "–", f"{rate:.3g}" if rate else "–",
                          _spread(lv.cpu_s_per_launch), _spread(lv.peak_mib_per_appliance, "{:.0f}"),
                          f"{lv.host_used_before_mib or 0:,.0f} → {lv.host_used_peak_mib or 0:,.0f}",
-                         str(lv.failures), str(lv.busy_samples or 0)])
+                         str(lv.failures), str(lv.busy_samples) if "busy_samples" in lv.source_keys else "0"])
         title = f"density: {rec.label} on {rec.backend}" + \
             (f" ({rec.placement})" if rec.placement not in (None, "host") else "")
         what = ("Each level launches N appliances at the same moment (start-up: launch() plus one daemon round "

@@ -25,6 +25,8 @@ from typing import Any, Callable
 import yaml
 
 from guestbench.host.paths import temp_root
+from guestbench.results import limits
+from guestbench.util.errors import UserError
 
 POLL_S = 0.25  # how often the child's results file is looked at
 STOP_GRACE_S = 120.0  # after SIGTERM, how long the child may take to clean up before SIGKILL
@@ -46,10 +48,15 @@ def pack(doc: dict[str, Any]) -> bytes:
 
 
 def unpack(data: Any) -> dict[str, Any] | None:
-    """The document `pack` made, or None for anything else."""
+    """The document `pack` made, or None for anything else: what a host sends is not trusted, so it is inflated
+    to at most a results file's size cap and parsed as any untrusted JSON is (results.limits)."""
     try:
-        doc = json.loads(zlib.decompress(data))
-    except (TypeError, ValueError, zlib.error):
+        inflate = zlib.decompressobj()
+        raw = inflate.decompress(data, limits.MAX_BYTES)
+        if inflate.unconsumed_tail or not inflate.eof:
+            return None  # larger than any results file guestbench reads, or cut short
+        doc = limits.loads(raw, "snapshot", "a guestbench results file")
+    except (TypeError, ValueError, zlib.error, UserError):
         return None
     return doc if isinstance(doc, dict) else None
 
