@@ -143,7 +143,7 @@ def cell_name(key: Key) -> str:
     return "/".join(part or NONE for part in key)
 
 
-def _key(cell: Cell) -> Key:
+def cell_key(cell: Cell) -> Key:
     """(backend, placement, label); a fleet run's cell names its host in the placement (`host@alpha`), so two
     fleet runs are compared host by host."""
     measurement = cell.measurement or "?"
@@ -157,7 +157,7 @@ def cells_by_key(run: Run, source: str | None = None) -> dict[Key, Cell]:
     """Cells by (backend, placement, label); a key twice in one file is an error, as either could be meant."""
     out: dict[Key, Cell] = {}
     for cell in run.cells:
-        key = _key(cell)
+        key = cell_key(cell)
         if key in out:
             raise UserError(f"cell {cell_name(key)} appears twice; cannot tell which one to compare",
                             source=source, key="cells")

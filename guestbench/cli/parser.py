@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for the report (made if missing; "
                    "its files replace only files of your own)")
 
+    _add_history(sub)
+
     n = sub.add_parser("nested", help="the level-1 guest for nested runs: build its image (cached)")
     nsub = n.add_subparsers(dest="nested_command", required=True, metavar="build")
     nb = nsub.add_parser("build", help="build the level-1 guest image from this host's packages (cached by inputs)")
@@ -104,6 +106,33 @@ def build_parser() -> argparse.ArgumentParser:
     _add_libguestfs_programs(sub)
     _add_ab(sub)
     return p
+
+
+def _add_history(sub: Any) -> None:
+    h = sub.add_parser("history", help="follow every figure across runs: its steps, the run where each started and "
+                       "what changed then",
+                       description="Group the runs by machine (the fingerprint's CPU, cores, memory, VM, /dev/kvm) and "
+                       "cell, order them in time, and find the steps in each figure's series (runs as the units), "
+                       "with their size and CI, the run where each starts and the software that changed there; "
+                       "slow drift too. pytest-benchmark's saved runs (.benchmarks/) are read as runs. With "
+                       "--fail-on-regression the exit status is 1 when a series' newest run regressed.")
+    h.add_argument("paths", nargs="*", default=["results"], metavar="RESULTS",
+                   help="results directories or files (default: results), pytest-benchmark JSON files or "
+                   ".benchmarks/ too")
+    h.add_argument("--noise", action="append", metavar="[CELL=]PCT",
+                   help="the noise floor: a change smaller than PCT percent is no alarm, for every series or for the "
+                   "one CELL names (as the table names it, e.g. tcg/host/startup=8%%); repeatable. By default the "
+                   "larger of 5%% and three times the series' run-to-run noise")
+    h.add_argument("--baseline", metavar="FILE", help="expected values per machine and cell (YAML, as "
+                   "--write-baseline writes it): a newest run worse than its expected value by more than its "
+                   "tolerance is a regression")
+    h.add_argument("--write-baseline", metavar="FILE", help="write the newest level of every series as a baseline "
+                   "(tolerance: its noise floor); the file replaces only a regular file of your own")
+    h.add_argument("--fail-on-regression", action="store_true",
+                   help="exit status 1 when the newest run of a series regressed (or missed its baseline), else 0")
+    h.add_argument("--html", metavar="DIR", help="also write DIR/index.html (a trend chart per series), "
+                   "DIR/report.md and the charts as PNG and SVG")
+    _add_output(h)
 
 
 def _add_run_options(s: argparse.ArgumentParser) -> None:

@@ -67,3 +67,46 @@ def cmd_import(args: argparse.Namespace) -> int:
         sys.stderr.write(f"guestbench: warning: {_one_line(warning)}\n")
     write_json(doc, args.output)
     return 0
+
+
+def _floors(given: list[str] | None) -> tuple[dict[str, float], float | None]:
+    """--noise PCT (every series) and --noise CELL=PCT (one series)."""
+    floors: dict[str, float] = {}
+    default = None
+    for text in given or []:
+        name, sep, pct = text.rpartition("=")
+        value = compare.parse_fail_above(pct if sep else text, "--noise")
+        if sep and name:
+            floors[name] = value
+        else:
+            default = value
+    return floors, default
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from guestbench.analysis import baseline as baselines
+    from guestbench.analysis import history
+    from guestbench.output import history_doc
+    from guestbench.results import store
+
+    floors, default = _floors(args.noise)
+    pinned = baselines.load(args.baseline) if args.baseline else None
+    h = history.build(store.load(args.paths), floors, default)
+    history.check(h, baseline=pinned is not None)
+    missed = baselines.check(h, pinned) if pinned else []
+    if args.html:
+        from guestbench.output import charts
+        from guestbench.output.document import Figure
+        from guestbench.output.render import html
+
+        figs = {s.key: Figure(chart, f"{chart.name}", chart.caption)
+                for s in h.series if len(s.points) > 1 for chart in [charts.trend_chart(h, s)]}
+        html.write_document(history_doc.document(h, charts=figs, baseline_lines=missed), Path(args.html),
+                            key="--html")
+    if args.write_baseline:
+        baselines.write(h, args.write_baseline)
+    formats.emit(history_doc.printable(h, missed), args.format)
+    found = h.regressions() + missed
+    if found and formats.FORMATS[args.format].whole:
+        sys.stderr.write(f"guestbench: {len(found)} regression(s): {_one_line('; '.join(found))}\n")
+    return 1 if found and args.fail_on_regression else 0

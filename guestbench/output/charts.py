@@ -36,6 +36,7 @@ from guestbench.util.errors import printable  # noqa: E402
 from guestbench.output.document import Chart, slug  # noqa: E402
 from guestbench.analysis.cells import Row
 from guestbench.results.model import Density
+from guestbench.analysis.history import History, Series
 from guestbench.output.tables.timing import fmt_mb_per_s  # noqa: E402
 from guestbench.util.units import NONE, fmt_seconds
 
@@ -273,3 +274,41 @@ def document_charts(s: Findings) -> DocumentCharts:
     return DocumentCharts({label: measurement_chart(s.name, label, group) for label, group in s.timing.items()},
                           [density_chart(s.name, rec) for rec in s.density],
                           [phase_chart(s.name, pt) for pt in phase_table.phase_tables(s.phases)])
+
+
+def trend_chart(h: History, s: Series) -> Chart:
+    """One series of `guestbench history`: each run's median with its samples' range, the steps and drift found,
+    and the software that changed, on the run axis."""
+    m = h.machines[s.machine]
+    fig = Figure(figsize=(7.5, 3.4))
+    ax = fig.subplots()
+    xs = [p.run + 1 for p in s.points]
+    med = [p.median for p in s.points]
+    err = [[p.median - min(p.values) for p in s.points], [max(p.values) - p.median for p in s.points]]
+    ax.errorbar(xs, med, yerr=err, color="#4c72b0", marker="o", capsize=3, linestyle="-", linewidth=1,
+                label="median of the run (whiskers: min–max of its samples)")
+    for st in [*s.verdict.steps, *([s.verdict.drift] if s.verdict.drift else [])]:
+        x = s.points[st.at].run + 1
+        colour = "#c44e52" if st.change == "regression" else "#55a868"
+        ax.axvline(x - 0.5, color=colour, linestyle="--", linewidth=1.2, label=f"{st.change} from run {x}")
+        ax.hlines([st.shift.before, st.shift.after], [xs[0], x], [x - 0.5, xs[-1]], colors=colour, linewidth=0.8)
+    for p in s.points:
+        changed = m.changes(p.run)
+        if changed:
+            ax.annotate("\n".join(changed), (p.run + 1, p.median), textcoords="offset points", xytext=(4, 10),
+                        fontsize=6, color="#555555")
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set_xlabel("run (in the order they started)")
+    unit = "s" if s.figure == "seconds" else s.unit
+    ax.set_ylabel(f"{s.figure}, {unit}")
+    if s.figure == "seconds":
+        ax.set_ylim(bottom=0)
+    ax.legend(loc="lower left", fontsize=7)
+    ax.set_title(f"{s.cell}: {s.figure}", loc="left", fontweight="bold")
+    ax.set_title(m.label, loc="right", fontsize=8, color="#555555")
+    png, svg = _render(fig)
+    return Chart(name=slug(f"trend-{s.machine}-{s.key}"), title=f"{s.cell}: {s.figure} on {m.label}",
+                 encoding="Dots: each run's median, whiskers: min–max of its samples; dashed lines: where a step "
+                          "starts, with the levels on either side; grey notes: the software that changed at that run.",
+                 context=f"Noise floor {s.verdict.floor_pct:.1f}%; steps and drift as the table above says.",
+                 png=png, svg=svg)

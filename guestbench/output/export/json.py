@@ -15,6 +15,8 @@ from guestbench.analysis import cost
 from guestbench.analysis.fleet import FleetFindings
 from guestbench.analysis.placements import PlacementRow
 from guestbench.analysis.findings import Findings, Member, Nested
+from guestbench.analysis.history import History
+from guestbench.analysis.steps import METHOD as HISTORY_METHOD
 from guestbench.analysis.stats import CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary
 from guestbench.output.tables.phases import phase_tables
 from guestbench.analysis.compare import ALPHA, Comparison, ComparisonRow, TEST_METHOD, fmt_threshold, regressions
@@ -255,3 +257,32 @@ def dryrun_summary(dr: DryRun) -> dict[str, Any]:
 
 def emit(p: Printable) -> None:
     sys.stdout.write(json.dumps(p.summary(), indent=2, allow_nan=False) + "\n")
+
+
+def _shift_dict(st: Any) -> dict[str, Any]:
+    sh = st.shift
+    return {"at_index": st.at, "change": st.change, "newest_only": st.newest, "before": json_float(sh.before),
+            "after": json_float(sh.after), "ratio": json_float(sh.ratio), "ratio_ci": [json_float(x) for x in sh.ratio_ci],
+            "diff": json_float(sh.diff), "diff_ci": [json_float(x) for x in sh.diff_ci]}
+
+
+def history_summary(h: History, baseline_lines: list[str]) -> dict[str, Any]:
+    """`guestbench history --json`: the machines and their runs, every series with its points, steps, drift and
+    verdict (a step's `at_index` indexes the series' points), and the regressions; strict JSON."""
+    machines = [{"label": m.label, "key": m.key,
+                 "runs": [{"file": r.path, "started_utc": r.started, "host": r.member, "software": r.software}
+                          for r in m.runs]} for m in h.machines]
+    series = []
+    for s in h.series:
+        v = s.verdict
+        series.append({
+            "machine": s.machine, "cell": s.cell, "figure": s.figure, "key": s.key, "unit": s.unit,
+            "higher_better": s.higher_better, "floor_percent": v.floor_pct, "noise_percent": v.sigma_pct,
+            "points": [{"run": p.run, "median": p.median, "ci": [json_float(x) for x in p.ci], "n": len(p.values),
+                        "busy_samples": p.busy} for p in s.points],
+            "steps": [{**_shift_dict(st), "run": s.points[st.at].run,
+                       "software_changes": h.machines[s.machine].changes(s.points[st.at].run)} for st in v.steps],
+            "drift": {**_shift_dict(v.drift), "run": s.points[v.drift.at].run} if v.drift else None,
+            "newest": v.newest})
+    return {"method": HISTORY_METHOD, "machines": machines, "series": series,
+            "regressions": h.regressions() + baseline_lines}

@@ -137,7 +137,13 @@ def to_html(document: Document) -> str:
 def write(inputs: list[tuple[str, Run]], out_dir: Path) -> list[Path]:
     """Write index.html, report.md and every chart as PNG and SVG into `out_dir`; return the paths written."""
     safe_write.resolve_dir(out_dir, "report directory", make=True)  # before the work; checked again per file
-    document = report_document(inputs)
+    return write_document(report_document(inputs), out_dir)
+
+
+def write_document(document: Document, out_dir: Path, key: str = "--output") -> list[Path]:
+    """A document as index.html, report.md and its charts (PNG and SVG) in `out_dir`, each file replacing only
+    a regular file of this user's (host.safe_write); the paths written."""
+    safe_write.resolve_dir(out_dir, "report directory", make=True)
     files: list[tuple[str, bytes]] = []
     for fig in document.figures():
         files += [(fig.png_name, fig.chart.png), (f"{fig.stem}.svg", fig.chart.svg)]
@@ -151,5 +157,5 @@ def write(inputs: list[tuple[str, Run]], out_dir: Path) -> list[Path]:
             written.append(out_dir / name)
     except OSError as e:
         raise UserError(f"cannot write the report: {e.strerror or e}", source="command line",
-                        key=f"--output {out_dir}") from None
+                        key=f"{key} {out_dir}") from None
     return written
