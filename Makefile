@@ -66,13 +66,17 @@ soak-tools: setup
 	$(BIN)/guestbench scenario scenarios/seeds/api-suite.yaml
 
 # pytest-benchmark regression run (benchmarks/); saves every run with its raw samples in .benchmarks/ and,
-# from the second run on, prints the comparison with the previous one. BENCH_ARGS adds pytest options, e.g.
-# BENCH_ARGS=--benchmark-compare-fail=median:15% to fail on a slowdown (see README).
+# from the second run on, prints the comparison with the previous one, then the history of every saved run
+# (guestbench history: steps, where each started, what changed). BENCH_ARGS adds pytest options, e.g.
+# BENCH_ARGS=--benchmark-compare-fail=median:15% to fail on a slowdown (see docs/regression.md).
 bench: setup
 	@args="--benchmark-autosave --benchmark-save-data"; \
 	if ls .benchmarks/*/[0-9][0-9][0-9][0-9]_*.json >/dev/null 2>&1; then args="$$args --benchmark-compare"; fi; \
 	echo "$(BIN)/python -m pytest benchmarks $$args $(BENCH_ARGS)"; \
 	$(BIN)/python -m pytest benchmarks $$args $(BENCH_ARGS)
+	@if [ "$$(ls .benchmarks/*/[0-9][0-9][0-9][0-9]_*.json 2>/dev/null | wc -l)" -ge 2 ]; then \
+	echo "$(BIN)/guestbench history .benchmarks"; $(BIN)/guestbench history .benchmarks; \
+	else echo "guestbench history: one saved run so far; its history starts with the next make bench"; fi
 
 # Experiment E1 at the published sizes on every usable backend (guestbench scenario).
 e1: setup

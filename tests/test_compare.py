@@ -416,3 +416,20 @@ def test_resources_are_compared_but_gated_only_with_gate_resources(tmp_path: Pat
     status, out, _ = run(capsys, base, other, "--fail-above", "10%", "--gate-resources")
     assert status == 1 and "REGRESSION: uml/host/startup cpu_s" in flat(out) and "peak_mib" in flat(out)
     assert "startup: median" not in flat(out)  # the faster seconds are not a regression
+
+
+def test_sides_that_took_turns_are_judged_round_by_round() -> None:
+    """In one interleaved run (guestbench ab) a round's two samples share the moment's load: the paired test sees
+    a 5% slowdown that the round-to-round swings hide from a test of the pooled samples."""
+    a = [10.0, 20.0, 15.0, 30.0, 12.0, 25.0, 18.0]
+    b = [x * 1.05 for x in a]
+    key = ("uml", "host", "startup")
+    pooled = compare.compare_samples(key, a, b, by="permutation")
+    paired = compare.compare_samples(key, a, b, by="permutation", pairs=(a, b))
+    assert pooled.test == "permutation" and pooled.verdict == compare.NO_CHANGE and pooled.p_value > 0.5
+    assert paired.test == "paired" and paired.verdict == compare.SLOWER and paired.p_value < 0.05
+    assert paired.ci_low == pytest.approx(1.05) and paired.ci_high == pytest.approx(1.05)  # every round: 1.05
+    assert paired.p_perm == pooled.p_perm  # the pooled permutation p is still shown beside it
+    # a regression within the noise threshold stays no change, whichever test decided
+    assert compare.compare_samples(key, a, b, by="permutation", pairs=(a, b), noise_pct=10).verdict == \
+        compare.WITHIN_NOISE

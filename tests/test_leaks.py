@@ -12,8 +12,9 @@ from pathlib import Path
 from guestbench.run.leaks import Growth, ProcessReading, growth, hypervisor_processes, judged, read_process
 
 
-def _series(fds: list[int], threads: int = 4, rss: int = 50_000) -> list[ProcessReading]:
-    return [ProcessReading(f, threads, rss) for f in fds]
+def _series(fds: list[int], threads: int | list[int] = 4, rss: int = 50_000) -> list[ProcessReading]:
+    counts = threads if isinstance(threads, list) else [threads] * len(fds)
+    return [ProcessReading(f, t, rss) for f, t in zip(fds, counts)]
 
 
 def test_a_reading_that_caught_the_next_launch_is_no_leak_but_a_raised_floor_is() -> None:
@@ -32,6 +33,14 @@ def test_a_reading_that_caught_the_next_launch_is_no_leak_but_a_raised_floor_is(
     g = growth([busy, leaking], warmup=1, window=3)
     assert g == {"fds": 2, "threads": 0, "rss_kib": 0}
     assert Growth(runner=g).problems() == ["guestbench gained 2 fds"]
+    # a worker is read anywhere in its appliance's cycle (CI: 4 fds and 2 threads in the baseline, between two
+    # appliances; 6 and 3 at the end, during launches): growth up to one appliance's sockets and thread is no
+    # leak of the worker's, past it it is
+    cycle = growth([_series([5, 4, 4, 6, 6], threads=[3, 2, 2, 3, 3])], warmup=1, window=2)
+    assert cycle["fds"] == 2 and cycle["threads"] == 1 and Growth(worker=cycle).problems() == []
+    assert Growth(worker={"fds": 3, "threads": 2}).problems() == ["its worker gained 3 fds",
+                                                                   "its worker gained 2 threads"]
+    assert Growth(runner={"fds": 1}).problems() == ["guestbench gained 1 fds"]  # the runner has no such cycle
 
 
 def test_rss_by_its_median_with_slack() -> None:

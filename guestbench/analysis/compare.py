@@ -21,7 +21,7 @@ from guestbench.results import figures as cell_figures
 from guestbench.results.figures import SECONDS, figures
 from guestbench.results import hosts as fleet_hosts
 from guestbench.results.model import Cell, Run
-from guestbench.analysis.stats import RATIO_CI_METHOD, permutation_p, ratio_ci
+from guestbench.analysis.stats import RATIO_CI_METHOD, paired_p, paired_ratio_ci, permutation_p, ratio_ci
 from guestbench.util.units import NONE, fmt_seconds
 
 
@@ -181,9 +181,10 @@ def min_attainable_p(n_base: int, n_other: int) -> float:
     return min(1.0, 2 / math.comb(n_base + n_other, n_base))
 
 
-def _few_samples_note(n_base: int, n_other: int) -> str | None:
-    smallest_p = min_attainable_p(n_base, n_other)
-    few = min(n_base, n_other) < MIN_N_NOTE
+def _few_samples_note(n_base: int, n_other: int, rounds: int | None = None) -> str | None:
+    """`rounds`: the paired test's pairs, whose smallest two-sided p is 2 / 2^rounds (every sign agreeing)."""
+    smallest_p = min_attainable_p(n_base, n_other) if rounds is None else min(1.0, 2 / 2 ** rounds)
+    few = (min(n_base, n_other) if rounds is None else rounds) < MIN_N_NOTE
     ci = "; a bootstrap CI of so few samples is too narrow" if few else ""
     if smallest_p >= ALPHA:
         return f"too few samples for the test to reach p<{ALPHA:g}: smallest possible p is {smallest_p:.2g}{ci}"
@@ -208,10 +209,12 @@ def _param_differences(base_cell: Cell, other_cell: Cell) -> tuple[str, ...]:
 def compare_samples(key: Key, base: Sequence[float], other: Sequence[float],
                     differences: tuple[str, ...] = (), *, noise_pct: float | None = None,
                     figure: str = "seconds", unit: str = "s", higher_better: bool = False,
-                    by: str = "mann-whitney", gated: bool = True) -> ComparisonRow:
+                    by: str = "mann-whitney", gated: bool = True,
+                    pairs: tuple[list[float], list[float]] | None = None) -> ComparisonRow:
     """All figures of one row from the raw samples of both sides (each side needs at least one). A ratio within
     the noise threshold is no change whatever p says; otherwise the verdict is the test's, in the figure's
-    own words (seconds: slower/faster; other figures: higher/lower)."""
+    own words (seconds: slower/faster; other figures: higher/lower). `pairs`: the two sides' samples round by
+    round, where they took turns (guestbench ab): the verdict's test is then the paired one."""
     med_b, med_o = float(np.median(base)), float(np.median(other))
     ratio = med_o / med_b if med_b > 0 else math.nan
     low, high = ratio_ci(base, other)
@@ -219,6 +222,10 @@ def compare_samples(key: Key, base: Sequence[float], other: Sequence[float],
     p_perm = permutation_p(base, other)
     if by == "permutation":  # the verdict's test (guestbench ab): the permutation test of the medians
         p, test, other_larger = p_perm, "permutation", med_o > med_b
+        if pairs is not None and not math.isnan(paired := paired_p(*pairs)):  # rounds as the units
+            p, test = paired, "paired"
+            other_larger = float(np.mean(np.log(np.asarray(pairs[1]) / np.asarray(pairs[0])))) > 0
+            low, high = paired_ratio_ci(*pairs)
     up, down = (HIGHER, LOWER) if figure != "seconds" else (SLOWER, FASTER)
     verdict = NO_CHANGE if not p < ALPHA else up if other_larger else down
     if noise_pct is not None and not math.isnan(ratio) and abs(ratio - 1) < noise_pct / 100:
@@ -226,7 +233,8 @@ def compare_samples(key: Key, base: Sequence[float], other: Sequence[float],
     return ComparisonRow(backend=key[0], placement=key[1], measurement=key[2], n_base=len(base),
                          n_other=len(other), median_base=med_b, median_other=med_o, ratio=ratio, ci_low=low,
                          ci_high=high, p_value=p, test=test, verdict=verdict,
-                         note=_few_samples_note(len(base), len(other)), differences=differences, figure=figure,
+                         note=_few_samples_note(len(base), len(other), len(pairs[0]) if test == "paired" else None),
+                         differences=differences, figure=figure,
                          unit=unit, higher_better=higher_better, p_perm=p_perm, gated=gated)
 
 
@@ -256,8 +264,19 @@ def compare_docs(base: Run, other: Run, noise_pct: float | None = None,
                 out.append(compare_samples(row_key, f.values, o, _param_differences(base_cell, other_cell),
                                            noise_pct=noise_pct, figure=f.label, unit=f.unit,
                                            higher_better=f.higher_better, by=by,
-                                           gated=f.key in timed or gate_resources))
+                                           gated=f.key in timed or gate_resources,
+                                           pairs=_pairs(base_cell, other_cell, f.key) if by == "permutation"
+                                           else None))
     return out
+
+
+def _pairs(base: Cell, other: Cell, key: str) -> tuple[list[float], list[float]] | None:
+    """The two cells' figure round by round, where both took turns (one run interleaved them): None else."""
+    if not (cell_figures.took_turns(base) and cell_figures.took_turns(other)):
+        return None
+    a, b = cell_figures.by_rep(base, key), cell_figures.by_rep(other, key)
+    rounds = sorted(set(a) & set(b))
+    return ([a[r] for r in rounds], [b[r] for r in rounds]) if len(rounds) >= 2 else None
 
 
 def _absence(cell: Cell | None) -> str:

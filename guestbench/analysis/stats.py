@@ -250,3 +250,46 @@ def permutation_p(base: Sequence[float], other: Sequence[float], resamples: int 
         diffs = np.abs(np.median(shuffled[:, b.size:], axis=1) - np.median(shuffled[:, :b.size], axis=1))
         extreme += int(np.count_nonzero(diffs >= observed - 1e-12 * max(1.0, observed)))
     return (extreme + 1) / (count + 1)
+
+
+PAIRED_METHOD = (f"paired sign-flip permutation test over the rounds (A's and B's samples of one round taken in "
+                 f"turn: the log ratio B/A per round, {PERMUTATIONS:,} random sign flips of the rounds, numpy "
+                 f"default_rng({PERMUTATION_SEED}); its CI: the ratio of medians over {BOOTSTRAP_RESAMPLES:,} "
+                 f"resamples of whole rounds)")
+
+
+def paired_p(base: Sequence[float], other: Sequence[float], resamples: int = PERMUTATIONS,
+             seed: int = PERMUTATION_SEED) -> float:
+    """Two-sided sign-flip permutation p of the mean log ratio other/base over paired rounds: samples taken in
+    turn share the moment's load, so the round is the unit (nan below two pairs or with a non-positive value)."""
+    b, o = np.asarray(base, dtype=float), np.asarray(other, dtype=float)
+    if b.size < 2 or b.size != o.size or np.any(b <= 0) or np.any(o <= 0):
+        return math.nan
+    d = np.log(o / b)
+    observed = abs(float(d.mean()))
+    rng = np.random.default_rng(seed)
+    rows = max(1, CHUNK_ELEMENTS // d.size)
+    extreme = 0
+    for start in range(0, resamples, rows):
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(min(rows, resamples - start), d.size))
+        extreme += int(np.count_nonzero(np.abs((signs * d).mean(axis=1)) >= observed - 1e-12 * max(1.0, observed)))
+    return (extreme + 1) / (resamples + 1)
+
+
+def paired_ratio_ci(base: Sequence[float], other: Sequence[float]) -> tuple[float, float]:
+    """Percentile bootstrap of median(other)/median(base) resampling whole rounds (nan below two pairs)."""
+    b, o = np.asarray(base, dtype=float), np.asarray(other, dtype=float)
+    if b.size < 2 or b.size != o.size:
+        return math.nan, math.nan
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    rows = max(1, CHUNK_ELEMENTS // b.size)
+    ratios = []
+    for start in range(0, BOOTSTRAP_RESAMPLES, rows):
+        pick = rng.integers(0, b.size, size=(min(rows, BOOTSTRAP_RESAMPLES - start), b.size))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios.append(np.median(o[pick], axis=1) / np.median(b[pick], axis=1))
+    got = np.concatenate(ratios)
+    if not np.all(np.isfinite(got)):
+        return math.nan, math.nan
+    low, high = np.percentile(got, [2.5, 97.5])
+    return float(low), float(high)

@@ -91,6 +91,19 @@ def resources(cell: Cell) -> list[Figure]:
     return used(s.resources for s in cell.samples)
 
 
+def by_rep(cell: Cell, key: str) -> dict[int, float]:
+    """One figure of the cell's samples by repetition number (seconds, cpu_s, peak_mib or a workload's key): what
+    pairs a sample with the other side's of the same round."""
+    read = {SECONDS: lambda s: float(s.seconds), "cpu_s": lambda s: cpu_s(s.resources),
+            "peak_mib": lambda s: peak_mib(s.resources)}.get(key, lambda s: number((s.metrics or {}).get(key)))
+    return {s.rep: v for s in cell.samples if (v := read(s)) is not None}
+
+
+def took_turns(cell: Cell) -> bool:
+    """Whether the cell's samples took turns, round by round, with its item's other cells (guestbench.run.turns)."""
+    return cell.order in ("interleaved", "random")
+
+
 def load_figures(cell: Cell) -> dict[str, Any]:
     """How many samples were judged for host load, how many were busy, the busiest one's other cores, and how many
     were taken beside another guestbench run."""

@@ -20,7 +20,7 @@ from guestbench.analysis.steps import METHOD as HISTORY_METHOD
 from guestbench.analysis.stats import CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary
 from guestbench.output.tables.phases import phase_tables
 from guestbench.analysis.compare import ALPHA, Comparison, ComparisonRow, TEST_METHOD, fmt_threshold, regressions
-from guestbench.analysis.stats import PERMUTATION_METHOD
+from guestbench.analysis.stats import PAIRED_METHOD, PERMUTATION_METHOD
 from collections.abc import Sequence
 from guestbench.analysis.cells import Row
 from guestbench.util.units import number
@@ -172,6 +172,8 @@ def comparison_summary(comparisons: Sequence[Comparison], fail_above_pct: float 
     return {
         "baseline": comparisons[0].base_path if comparisons else None,
         "methods": {"test": TEST_METHOD, "permutation": PERMUTATION_METHOD, "ci": RATIO_CI_METHOD, "alpha": ALPHA,
+                    **({"paired": PAIRED_METHOD} if any(r.test == "paired" for c in comparisons for r in c.rows)
+                       else {}),
                     "ratio": "median other / median baseline",
                     "noise_percent": comparisons[0].noise_pct if comparisons else None},
         "fail_above_percent": fail_above_pct,

@@ -3,7 +3,7 @@ notes (`guestbench compare`, `guestbench ab`)."""
 
 from __future__ import annotations
 import math
-from guestbench.analysis.stats import PERMUTATION_METHOD
+from guestbench.analysis.stats import PAIRED_METHOD, PERMUTATION_METHOD
 from guestbench.util.units import NONE
 from guestbench.analysis.compare import (ALPHA, CI_METHOD, Comparison, ComparisonRow, TEST_METHOD, fmt_value,
                                          fmt_threshold)
@@ -36,11 +36,24 @@ def method_text(c: Comparison, fail_above_pct: float | None) -> str:
              else "No noise threshold (--noise): any significant change is reported. ")
     return (f"Baseline {c.base_path}; other {c.other_path}. Ratio = median other / median baseline (> 1 is "
             f"slower for seconds; workload figures say which way is better, e.g. MB/s and IOPS higher, latency "
-            f"lower). p (test): {TEST_METHOD}. p (perm.): {PERMUTATION_METHOD}. Verdict slower/faster "
-            f"(higher/lower) when {'p (perm.)' if c.by == 'permutation' else 'p (test)'} < {ALPHA:g}. "
+            f"lower). p (test): {_test_text(c)}. p (perm.): {PERMUTATION_METHOD}. Verdict slower/faster "
+            f"(higher/lower) when {'p (perm.)' if c.by == 'permutation' and not _paired(c) else 'p (test)'} < "
+            f"{ALPHA:g}. "
             f"{noise}95% CI of ratio: {CI_METHOD}. "
             f"{fmt_threshold(fail_above_pct)}{_ungated_text(c, fail_above_pct)}. "
             "n counts measured samples (warm-ups excluded).")
+
+
+def _paired(c: Comparison) -> bool:
+    return any(r.test == "paired" for r in c.rows)
+
+
+def _test_text(c: Comparison) -> str:
+    """Which test decided: in one run whose sides took turns (ab), the paired test of its rounds."""
+    if not _paired(c):
+        return TEST_METHOD
+    return (f"where the two sides took turns round by round (marked paired), the {PAIRED_METHOD}, which decides "
+            f"those rows' verdicts; else the {TEST_METHOD}")
 
 
 def _ungated_text(c: Comparison, fail_above_pct: float | None) -> str:
