@@ -198,7 +198,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
                        ([str(machines)], "2 machine(s), and no cell was measured in two runs on one machine"),
                        ([str(tmp_path / "ok"), "--noise", "x=fast"], "is not a positive percentage"),
                        ([str(tmp_path / "ok"), "--baseline", str(bad_baseline)], "series.x"),
-                       ([str(tmp_path / "ok"), "--csv"], "is not available with history")):
+                       ([str(tmp_path / "ok"), "--csv"], "is not available with history"),
+                       ([str(tmp_path / "ok"), "--noise", "tcg/host/startupp=5"], "which no series has")):
         status, _, err = history(capsys, *args)
         assert status == 2 and says in _one_line(err), (args, err)
 
@@ -236,3 +237,72 @@ def test_the_step_ci_covers_the_true_step_in_most_series() -> None:
                 covered += st.shift.diff_ci[0] <= 4 <= st.shift.diff_ci[1]
     assert found >= 50 and covered >= 0.9 * found, (found, covered)
     assert math.isclose(steps.judge([[1.0]], False).floor_pct, steps.DEFAULT_FLOOR_PCT)
+
+
+def test_one_bad_newest_run_fails_the_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_series(tmp_path, [20] * 6 + [40])  # the newest run alone, twice as slow
+    status, doc = as_json(capsys, str(tmp_path), "--fail-on-regression")
+    (step,) = series(doc, "tcg/host/startup")["steps"]
+    assert status == 1 and step["newest_only"] and step["run"] == 6 and step["change"] == steps.REGRESSION
+
+
+def test_the_latest_change_decides_and_a_baseline_accepts_one(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    back = write_series(tmp_path / "back", [20, 20, 20, 25, 25, 25, 20, 20, 20])  # slower, then fixed
+    status, doc = as_json(capsys, str(tmp_path / "back"), "--fail-on-regression")
+    assert status == 0 and [s["change"] for s in series(doc, "tcg/host/startup")["steps"]] == [
+        steps.REGRESSION, steps.IMPROVEMENT]
+    write_series(tmp_path / "again", [25, 25, 25, 20, 20, 20, 25, 25, 25])  # faster, then slower again
+    assert as_json(capsys, str(tmp_path / "again"), "--fail-on-regression")[0] == 1
+    # a slowdown the team accepts: pinned by a baseline, the gate judges that series by it from then on
+    write_series(tmp_path / "kept", [20, 20, 20, 20, 25, 25, 25, 25])
+    assert as_json(capsys, str(tmp_path / "kept"), "--fail-on-regression")[0] == 1
+    pinned = tmp_path / "accepted.yaml"
+    assert history(capsys, str(tmp_path / "kept"), "--write-baseline", str(pinned))[0] == 0
+    status, doc = as_json(capsys, str(tmp_path / "kept"), "--baseline", str(pinned), "--fail-on-regression")
+    assert status == 0 and doc["regressions"] == [] and series(doc, "tcg/host/startup")["baseline"] is True
+    # a baseline of another machine pins nothing here: said, and the history judges
+    other = pinned.read_text().replace("Test CPU 9000", "Other CPU")
+    (tmp_path / "other.yaml").write_text(other)
+    status, doc = as_json(capsys, str(tmp_path / "kept"), "--baseline", str(tmp_path / "other.yaml"),
+                          "--fail-on-regression")
+    assert status == 1 and any("pins nothing for Test CPU 9000" in n for n in doc["baseline_notes"])
+
+
+def test_figures_at_zero_are_not_judged_and_json_stays_strict(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    for i, values in enumerate([[0.0, 0.0], [0.0, 0.0], [1.0, 1.0], [1.0, 1.0]]):
+        (tmp_path / f"{i}.json").write_text(json.dumps(results(f"2026-11-1{i}T10:00:00Z", {"uml/startup": values})))
+    status, out, err = history(capsys, str(tmp_path), "--json")
+    (s,) = json.loads(out)["series"]  # strict JSON: json.loads would take NaN, the emitter refuses it
+    assert status == 0 and s["steps"] == [] and s["note"].startswith("not judged") and "NaN" not in out
+
+
+def test_two_machines_keep_their_own_charts_and_untrusted_fingerprints_are_read_as_they_are(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rng = np.random.default_rng(2)
+    for i in range(6):
+        for cpu in ("CPU A", "CPU B"):
+            doc = results(f"2026-11-1{i}T10:00:00Z", {"tcg/startup": noisy(20 if cpu == "CPU A" else 30, rng)})
+            doc["host"]["cpu_model"] = cpu
+            if cpu == "CPU B":  # what a hand-edited file may hold: parts that are not mappings, a huge memory
+                doc["host"].update(virtualization="kvm", versions="x", memory_bytes=float("inf"))
+            (tmp_path / f"{cpu[-1]}{i}.json").write_text(json.dumps(doc))
+    undated = results("not a time", {"tcg/startup": noisy(20, rng)})
+    undated["host"]["cpu_model"] = "CPU A"
+    (tmp_path / "0-undated.json").write_text(json.dumps(undated))
+    out = tmp_path / "page"
+    status, doc = as_json(capsys, str(tmp_path), "--html", str(out))
+    assert status == 0 and [m["label"].split(" ×")[0] for m in doc["machines"]] == ["CPU A", "CPU B"]
+    assert doc["machines"][0]["runs"][-1]["file"].endswith("0-undated.json")  # no start time: after the dated
+    assert len(list(out.glob("trend-*.svg"))) == 2
+    page = (out / "report.md").read_text()
+    assert page.count("trend-0-tcg-host-startup.png") == 1 and page.count("trend-1-tcg-host-startup.png") == 1
+
+
+def test_a_results_directory_named_through_a_link_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_series(tmp_path / "data", [20, 20, 20])
+    (tmp_path / "results").symlink_to(tmp_path / "data")
+    (tmp_path / "data" / "elsewhere.json").symlink_to(tmp_path / "data" / "2026111" "0T100000Z-history.json")
+    status, doc = as_json(capsys, str(tmp_path / "results"))
+    assert status == 0 and len(doc["machines"][0]["runs"]) == 3  # a link below it is not followed

@@ -3,6 +3,7 @@ upload-no-write), runs 4 to 6 through a hypervisor program that waits a fixed de
 qemu when it boots an appliance (a wait, as tests/test_compare_runs.py's, so it takes no core from the tests
 beside it). History must name run 4 as the start of a start-up step of about the delay, with a CI; raise nothing
 for upload-no-write (its launch is not timed); exit 1 with --fail-on-regression; and 0 on runs 1 to 3 alone.
+Marked long (make test-long): six tcg runs take 7 minutes alone here, more beside the suite's other tests.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from conftest import guestbench, write_scenario
 from guestbench.backends import BACKENDS
 from guestbench.host.paths import cache_dir
 
-pytestmark = pytest.mark.launch
+pytestmark = [pytest.mark.launch, pytest.mark.long]  # 7 minutes alone here: make test-long
 
 SCENARIO = """
 name: history-real

@@ -72,10 +72,10 @@ def _machine(item: Any, path: str, key: str) -> tuple[dict[str, Any], dict[str, 
     series = {}
     for name, e in item["series"].items():
         where = f"{key}.series.{name}"
-        if not isinstance(e, dict) or not _number(e.get("expected")) or not _number(e.get("tolerance_percent")) \
-                or not isinstance(e.get("higher_better"), bool):
-            raise UserError("allowed: a mapping with expected and tolerance_percent (numbers >= 0) and "
-                            "higher_better (true or false)", source=path, key=where)
+        if not isinstance(e, dict) or not _number(e.get("expected")) or e["expected"] <= 0 or \
+                not _number(e.get("tolerance_percent")) or not isinstance(e.get("higher_better"), bool):
+            raise UserError("allowed: a mapping with expected (a number > 0), tolerance_percent (a number >= 0) "
+                            "and higher_better (true or false)", source=path, key=where)
         series[str(name)] = Expected(float(e["expected"]), float(e["tolerance_percent"]), e["higher_better"])
     return {k: item["machine"].get(k) for k in MACHINE_KEYS}, series
 
@@ -84,22 +84,45 @@ def _number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
 
 
-def check(h: History, pinned: list[tuple[dict[str, Any], dict[str, Expected]]]) -> list[str]:
-    """One line per series whose newest run is worse than its machine's baseline by more than the tolerance."""
-    out = []
+@dataclass
+class Judged:
+    """What a baseline said of a history: the series it pins (their gate is the baseline's, not the history's),
+    the newest runs that missed it, and what it pins that the history does not have (or the other way round)."""
+
+    pinned: set[tuple[int, str]]  # (machine index, series key)
+    missed: list[str]
+    notes: list[str]
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def check(h: History, pinned: list[tuple[dict[str, Any], dict[str, Expected]]]) -> Judged:
+    """Each pinned series' newest run against its expected level: worse by more than the tolerance is a miss."""
+    out = Judged(set(), [], [])
+    used = set()
     for mi, m in enumerate(h.machines):
         mine = {k: m.key.get(k) for k in MACHINE_KEYS}
-        expected = next((series for key, series in pinned if json.dumps(key, sort_keys=True) ==
-                         json.dumps(mine, sort_keys=True)), None)
-        for s in (x for x in h.series if x.machine == mi and expected and x.key in expected):
-            e = expected[s.key]  # type: ignore[index]
-            newest = s.points[-1].median
-            change = (newest / e.expected - 1) * 100 if e.expected > 0 else math.inf
-            worse = -change if e.higher_better else change
-            if worse > e.tolerance_pct:
-                out.append(f"{m.label}: {s.key}: the newest run ({m.runs[s.points[-1].run].path}) is "
-                           f"{abs(change):.1f}% {'below' if e.higher_better else 'above'} its baseline "
-                           f"{e.expected:.4g} (tolerance {e.tolerance_pct:g}%)")
+        found = [i for i, (key, _) in enumerate(pinned) if _same(key, mine)]
+        if not found:
+            out.notes.append(f"the baseline pins nothing for {m.label}: its series are judged by their history")
+            continue
+        used.add(found[0])
+        expected = pinned[found[0]][1]
+        for s in (x for x in h.series if x.machine == mi and x.key in expected):
+            e = expected[s.key]
+            out.pinned.add((mi, s.key))
+            change = (s.points[-1].median / e.expected - 1) * 100
+            if (-change if e.higher_better else change) > e.tolerance_pct:
+                out.missed.append(f"{m.label}: {s.key}: the newest run ({m.runs[s.points[-1].run].path}) is "
+                                  f"{abs(change):.1f}% {'below' if e.higher_better else 'above'} its baseline "
+                                  f"{e.expected:.4g} (tolerance {e.tolerance_pct:g}%)")
+        keys = {s.key for s in h.series if s.machine == mi}
+        out.notes += [f"the baseline pins {k} on {m.label}, which no run here measured" for k in expected
+                      if k not in keys]
+    out.notes += [f"the baseline's machine {i + 1} matches no machine of these runs" for i in range(len(pinned))
+                  if i not in used]
     return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from guestbench.analysis import steps
@@ -77,11 +78,12 @@ class History:
     series: list[Series]
     floors: dict[str, float] = field(default_factory=dict)  # as given (--noise)
 
-    def regressions(self) -> list[str]:
-        """One line per series whose newest run regressed, for the closing list and the CI gate."""
+    def regressions(self, pinned: set[tuple[int, str]] | None = None) -> list[str]:
+        """One line per series whose newest run regressed, for the closing list and the CI gate; the `pinned`
+        series (machine, key) are judged by a baseline instead."""
         out = []
         for s in self.series:
-            if s.verdict.newest != steps.REGRESSION:
+            if s.verdict.newest != steps.REGRESSION or (s.machine, s.key) in (pinned or set()):
                 continue
             m = self.machines[s.machine]
             regressed = [st for st in s.verdict.steps if st.change == steps.REGRESSION]
@@ -129,7 +131,7 @@ def build(stored: list[Stored], floors: dict[str, float] | None = None,
     floors = floors or {}
     machines: dict[str, Machine] = {}
     runs: dict[str, list[Run]] = {}
-    for entry, fp, run in sorted(shares(stored), key=lambda t: (t[0].started or "", t[0].path, t[0].member or "")):
+    for entry, fp, run in sorted(shares(stored), key=lambda t: (_when(t[0].started), t[0].path, t[0].member or "")):
         mk = json.dumps(machine_key(fp), sort_keys=True)
         if mk not in machines:
             machines[mk] = Machine(machine_key(fp), machine_label(fp), [])
@@ -140,7 +142,22 @@ def build(stored: list[Stored], floors: dict[str, float] | None = None,
     series: list[Series] = []
     for mi, mk in enumerate(order):
         series += _series(mi, runs[mk], floors, default_floor)
+    named = {s.key for s in series} | {s.cell for s in series}
+    unknown = sorted(set(floors) - named)
+    if unknown:
+        raise UserError(f"names {', '.join(unknown)}, which no series has; allowed: a cell as the table names it "
+                        f"(e.g. {series[0].key if series else 'tcg/host/startup'})", source="command line",
+                        key="--noise")
     return History([machines[mk] for mk in order], series, floors)
+
+
+def _when(started: str | None) -> tuple[int, float]:
+    """A run's place in time: its start as recorded (ISO 8601, UTC); a run that recorded none, or one that cannot
+    be read, comes after every dated one (by file name)."""
+    try:
+        return 0, datetime.fromisoformat(str(started).replace("Z", "+00:00")).timestamp()
+    except (TypeError, ValueError, OverflowError, OSError):
+        return 1, 0.0
 
 
 def _series(machine: int, runs: list[Run], floors: dict[str, float], default_floor: float | None) -> list[Series]:

@@ -8,13 +8,15 @@ step is judged against is how much run medians move from run to run.
   run) nor below a third of the noise floor;
 - candidates: a piecewise-constant fit of the relative run medians by ruptures' PELT search (l2 cost, penalty
   2·σ²·ln n: BIC's price of one more mean), each segment at least two runs; and the newest run alone against
-  the runs of its segment before it (a CI gate must see one bad run);
+  the runs of its segment before it, fitted without it (a CI gate must see one bad run);
 - each candidate's size is the ratio of the levels (the median of the run medians) after and before it, with a
   99% t interval of that ratio from σ (standard error 1.2533·σ·√(1/n₁ + 1/n₂), the medians' efficiency, with the
   runs less the segments as degrees of freedom): a change when the interval excludes 1 and the size passes the
   noise floor; a change the wrong way is a regression;
 - drift: the first segment against the last (the first and last third of the runs when the fit finds no step),
-  judged the same way, so that steps each under the floor still add up to an alarm.
+  judged the same way, so that steps each under the floor still add up to an alarm;
+- the newest run regressed when the latest change — the newest run's own, else the last step's, else the drift —
+  is a regression: a step back to where the series was clears it, and so does a baseline that accepts it.
 The noise floor is, unless given, the larger of DEFAULT_FLOOR_PCT and 3σ.
 """
 
@@ -34,12 +36,13 @@ REGRESSION, IMPROVEMENT = "regression", "improvement"
 
 METHOD = ("runs are the units (each its median; samples within a run are not independent); steps: PELT (ruptures, "
           "l2 cost, penalty 2·σ²·ln n, segments of two runs or more) over the run medians, and the newest run against "
-          "its segment; σ the run-to-run noise (1.4826·MAD of successive differences / √2, at least the runs' own "
+          "its segment (fitted without it); σ the run-to-run noise (1.4826·MAD of successive differences / √2, at least the runs' own "
           "sampling error of a median); each step's size is the ratio of the levels (median of run medians) with a "
           f"{CONFIDENCE:.0%} t interval (standard error 1.2533·σ·√(1/n₁+1/n₂)); a change needs the interval to "
           f"exclude 1 and the size to pass the noise floor (by default the larger of {DEFAULT_FLOOR_PCT:g}% and 3σ); "
           "drift: the first segment against the last (the first and last third of the runs without a step), judged "
-          "the same way")
+          "the same way; the newest run regressed when the latest change (its own, a step's, the drift) is a "
+          "regression")
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,8 @@ class Verdict:
     steps: list[Step]  # the changes found (candidates within the noise are left out)
     candidates: int  # the fit's steps before judging
     drift: Step | None  # an accumulated change no single step explains
-    newest: str | None  # REGRESSION when the newest run is worse than where the series started, or than its segment
+    newest: str | None  # REGRESSION when the latest change (the newest run's, a step's, the drift) is a regression
+    note: str | None = None  # why the series was not judged
 
 
 def medians(runs: Sequence[Sequence[float]]) -> np.ndarray:
@@ -133,35 +137,58 @@ def shift(before: Sequence[Sequence[float]], after: Sequence[Sequence[float]], s
     return Shift(lb, la, ratio, (ratio - half, ratio + half), la - lb, (la - lb - half * lb, la - lb + half * lb))
 
 
-def judge(runs: Sequence[Sequence[float]], higher_better: bool, floor_pct: float | None = None) -> Verdict:
-    """Steps, drift and the newest run's verdict of one figure's series (`runs`: each run's samples, oldest first)."""
+def _fit(runs: Sequence[Sequence[float]], floor_pct: float | None) -> tuple[list[int], float | None, float]:
+    """PELT's cuts, σ (about the fitted levels once there are cuts: successive differences across a step overstate
+    it) and the noise floor of `runs`."""
     levels = medians(runs)
     sigma = noise(runs)
     floor = floor_pct if floor_pct is not None else max(DEFAULT_FLOOR_PCT, 300 * sigma if sigma else 0.0)
-    if levels.size < MIN_RUNS:
-        return Verdict(floor, None, [], 0, None, None)
     cuts = candidates(levels, max(sigma or 0.0, floor / 300))
-    bounds = [0, *cuts, levels.size]
-    df = max(1, levels.size - len(bounds) + 1)
-    if cuts:  # the noise around the fitted levels: successive differences across a step overstate it
-        sigma = max(pooled(levels, bounds), _within(runs))
+    if cuts:
+        sigma = max(pooled(levels, [0, *cuts, levels.size]), _within(runs))
         floor = floor_pct if floor_pct is not None else max(DEFAULT_FLOOR_PCT, 300 * sigma)
+    return cuts, sigma, floor
+
+
+def judge(runs: Sequence[Sequence[float]], higher_better: bool, floor_pct: float | None = None) -> Verdict:
+    """Steps, drift and the newest run's verdict of one figure's series (`runs`: each run's samples, oldest first)."""
+    n = len(runs)
+    if n < MIN_RUNS or np.any(medians(runs) <= 0):  # a ratio needs positive levels
+        return Verdict(floor_pct if floor_pct is not None else DEFAULT_FLOOR_PCT, None, [], 0, None, None,
+                       None if n < MIN_RUNS else "not judged: a run's median is 0 or less, and steps are ratios")
+    cuts, sigma, floor = _fit(runs, floor_pct)
+    newest = _newest(runs, higher_better, floor_pct)  # the runs before the newest fitted without it
+    if newest is not None:
+        cuts, sigma, floor = newest[1], newest[2], newest[3]
+    bounds = [0, *cuts, n - (newest is not None)]
+    df = max(1, n - len(bounds))
     s_eff = max(sigma or 0.0, floor / 300)
-    steps = [Step(at, sh, _change(sh, floor, higher_better))
-             for i, at in enumerate(cuts) for sh in [shift(runs[bounds[i]:at], runs[at:bounds[i + 2]], s_eff, df)]]
-    last = bounds[-2]
-    if levels.size - last >= 3:  # the newest run against the runs of its segment before it
-        sh = shift(runs[last:-1], runs[-1:], s_eff, df)
-        steps.append(Step(levels.size - 1, sh, _change(sh, floor, higher_better), newest=True))
-    first, end = (runs[:bounds[1]], runs[last:]) if cuts else _thirds(runs)
+    found = [Step(at, sh, c) for i, at in enumerate(cuts)
+             for sh in [shift(runs[bounds[i]:at], runs[at:bounds[i + 2]], s_eff, df)]
+             if (c := _change(sh, floor, higher_better))]
+    first, end = (runs[:bounds[1]], runs[bounds[-2]:bounds[-1]]) if cuts else _thirds(runs[:bounds[-1]])
     total = shift(first, end, s_eff, df)
     total_change = _change(total, floor, higher_better)
-    found = [s for s in steps if s.change]
-    drift = Step(last if cuts else len(runs) - len(end), total, total_change) \
-        if total_change and not any(s.change == total_change and not s.newest for s in found) else None
-    newest_bad = total_change == REGRESSION or any(s.newest and s.change == REGRESSION for s in found)
-    return Verdict(floor, None if sigma is None else 100 * sigma, found, len(cuts), drift,
-                   REGRESSION if newest_bad else None)
+    drift = Step(bounds[-2] if cuts else bounds[-1] - len(end), total, total_change) \
+        if total_change and not any(s.change == total_change for s in found) else None
+    latest = newest[0] if newest is not None else (found[-1] if found else drift)
+    return Verdict(floor, None if sigma is None else 100 * sigma, found + ([newest[0]] if newest else []),
+                   len(cuts), drift, REGRESSION if latest is not None and latest.change == REGRESSION else None)
+
+
+def _newest(runs: Sequence[Sequence[float]], higher_better: bool,
+            floor_pct: float | None) -> tuple[Step, list[int], float | None, float] | None:
+    """The newest run alone against the runs of its segment before it (two or more), the rest fitted without it:
+    a CI gate must see one bad run, which PELT's two-run segments would pair with a good one."""
+    if len(runs) < 3:
+        return None
+    cuts, sigma, floor = _fit(runs[:-1], floor_pct)
+    start = cuts[-1] if cuts else 0
+    if len(runs) - 1 - start < 2:
+        return None
+    sh = shift(runs[start:-1], runs[-1:], max(sigma or 0.0, floor / 300), max(1, len(runs) - 2 - len(cuts)))
+    change = _change(sh, floor, higher_better)
+    return (Step(len(runs) - 1, sh, change, newest=True), cuts, sigma, floor) if change else None
 
 
 def _thirds(runs: Sequence[Sequence[float]]) -> tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]]:

@@ -93,20 +93,19 @@ def cmd_history(args: argparse.Namespace) -> int:
     pinned = baselines.load(args.baseline) if args.baseline else None
     h = history.build(store.load(args.paths), floors, default)
     history.check(h, baseline=pinned is not None)
-    missed = baselines.check(h, pinned) if pinned else []
+    judged = baselines.check(h, pinned) if pinned is not None else None
     if args.html:
         from guestbench.output import charts
         from guestbench.output.document import Figure
         from guestbench.output.render import html
 
-        figs = {s.key: Figure(chart, f"{chart.name}", chart.caption)
+        figs = {(s.machine, s.key): Figure(chart, f"{chart.name}", chart.caption)
                 for s in h.series if len(s.points) > 1 for chart in [charts.trend_chart(h, s)]}
-        html.write_document(history_doc.document(h, charts=figs, baseline_lines=missed), Path(args.html),
-                            key="--html")
+        html.write_document(history_doc.document(h, charts=figs, judged=judged), Path(args.html), key="--html")
     if args.write_baseline:
         baselines.write(h, args.write_baseline)
-    formats.emit(history_doc.printable(h, missed), args.format)
-    found = h.regressions() + missed
+    formats.emit(history_doc.printable(h, judged), args.format)
+    found = history_doc.regressions(h, judged)
     if found and formats.FORMATS[args.format].whole:
         sys.stderr.write(f"guestbench: {len(found)} regression(s): {_one_line('; '.join(found))}\n")
     return 1 if found and args.fail_on_regression else 0

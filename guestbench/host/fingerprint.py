@@ -9,6 +9,7 @@ must never stop a benchmark from being recorded.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import platform
 import re
@@ -392,20 +393,26 @@ def machine_key(fp: dict[str, Any]) -> dict[str, Any]:
 
     Memory is rounded to GiB because MemTotal shifts by a few MiB between kernels and boots.
     """
-    virt = fp.get("virtualization") or {}
+    virt = _part(fp.get("virtualization"))
     mem = fp.get("memory_bytes")
     return {
         "cpu_model": fp.get("cpu_model"),
         "cores": fp.get("cores"),
-        "memory_gib": round(mem / 2**30) if isinstance(mem, (int, float)) else None,
+        "memory_gib": round(mem / 2**30) if isinstance(mem, (int, float)) and not isinstance(mem, bool)
+        and math.isfinite(mem) else None,
         "vm": virt.get("vm"),
-        "kvm_flavour": (virt.get("kvm") or {}).get("flavour"),
+        "kvm_flavour": _part(virt.get("kvm")).get("flavour"),
     }
+
+
+def _part(value: Any) -> dict[str, Any]:
+    """A part of a recorded fingerprint: results files are read as they are, and a part may not be a mapping."""
+    return value if isinstance(value, dict) else {}
 
 
 def software_key(fp: dict[str, Any]) -> dict[str, Any]:
     """The software under test: a difference here is what a regression run is looking for."""
-    vers = fp.get("versions") or {}
+    vers = _part(fp.get("versions"))
     return {"kernel": fp.get("kernel"), **{k: vers.get(k) for k in ("libguestfs", "qemu", "libvirt", "uml")}}
 
 

@@ -287,11 +287,14 @@ def trend_chart(h: History, s: Series) -> Chart:
     err = [[p.median - min(p.values) for p in s.points], [max(p.values) - p.median for p in s.points]]
     ax.errorbar(xs, med, yerr=err, color="#4c72b0", marker="o", capsize=3, linestyle="-", linewidth=1,
                 label="median of the run (whiskers: min–max of its samples)")
-    for st in [*s.verdict.steps, *([s.verdict.drift] if s.verdict.drift else [])]:
-        x = s.points[st.at].run + 1
+    marks = sorted([*s.verdict.steps, *([s.verdict.drift] if s.verdict.drift else [])], key=lambda st: st.at)
+    cuts = [0, *(st.at for st in marks), len(xs)]
+    for i, st in enumerate(marks):  # each level drawn over its own segment, either side of the step
+        x = xs[st.at]
         colour = "#c44e52" if st.change == "regression" else "#55a868"
         ax.axvline(x - 0.5, color=colour, linestyle="--", linewidth=1.2, label=f"{st.change} from run {x}")
-        ax.hlines([st.shift.before, st.shift.after], [xs[0], x], [x - 0.5, xs[-1]], colors=colour, linewidth=0.8)
+        ax.hlines([st.shift.before, st.shift.after], [xs[cuts[i]], x - 0.5], [x - 0.5, xs[cuts[i + 2] - 1]],
+                  colors=colour, linewidth=0.8)
     for p in s.points:
         changed = m.changes(p.run)
         if changed:

@@ -20,6 +20,12 @@ MAX_FILES = 10_000
 MAX_DEPTH = 4
 """Directory levels walked below a path given (pytest-benchmark keeps its runs one level down, per machine)."""
 
+MAX_ENTRIES = 100_000
+"""Directory entries looked at, at most, below the paths given."""
+
+MAX_TOTAL_BYTES = 2 * 2**30
+"""Bytes read at most over all files: every run is kept while the history is built."""
+
 
 @dataclass(frozen=True)
 class Stored:
@@ -31,13 +37,13 @@ class Stored:
 
 
 def files(paths: list[str]) -> list[Path]:
-    """The JSON files under `paths` (a directory is walked, without following links; a file is taken as named),
-    in a stable order; a path that is neither is refused."""
+    """The JSON files under `paths` (a directory named is walked, links below it not followed; a file is taken as
+    named), in a stable order; a path that is neither is refused."""
     out: list[Path] = []
     for given in paths:
         p = Path(given)
-        if p.is_dir() and not p.is_symlink():
-            out += _walk(p)
+        if p.is_dir():
+            out += _walk(p, given)
         elif p.exists() or p.is_symlink():
             out.append(p)
         else:
@@ -48,15 +54,25 @@ def files(paths: list[str]) -> list[Path]:
     return out
 
 
-def _walk(top: Path) -> list[Path]:
-    found = []
-    for root, dirs, names in os.walk(top, followlinks=False):
-        depth = len(Path(root).relative_to(top).parts)
-        dirs[:] = sorted(d for d in dirs if depth < MAX_DEPTH)
-        found += [Path(root) / n for n in sorted(names) if n.endswith(".json") and not (Path(root) / n).is_symlink()]
-        if len(found) > MAX_FILES:
-            break
-    return found
+def _walk(top: Path, given: str) -> list[Path]:
+    """Regular *.json files below `top`, MAX_DEPTH levels down, each directory read entry by entry so that a huge
+    one costs no more than MAX_ENTRIES entries."""
+    found, seen, todo = [], 0, [(top, 0)]
+    while todo:
+        directory, depth = todo.pop(0)
+        listed = []
+        with os.scandir(directory) as entries:
+            for e in entries:
+                seen += 1
+                if seen > MAX_ENTRIES:
+                    raise UserError(f"more than {MAX_ENTRIES:,} entries; allowed: a results directory", source=given)
+                listed.append(e)
+        for e in sorted(listed, key=lambda e: e.name):
+            if e.is_dir(follow_symlinks=False) and depth < MAX_DEPTH:
+                todo.append((Path(e.path), depth + 1))
+            elif e.name.endswith(".json") and e.is_file(follow_symlinks=False):
+                found.append(Path(e.path))
+    return sorted(found)
 
 
 def read(path: Path) -> Stored:
@@ -76,7 +92,12 @@ def read(path: Path) -> Stored:
 
 def load(paths: list[str]) -> list[Stored]:
     """Every run under `paths`; none at all is refused, as a history of nothing."""
-    found = [read(p) for p in files(paths)]
+    named = files(paths)
+    total = sum(p.stat().st_size for p in named if p.is_file())
+    if total > MAX_TOTAL_BYTES:
+        raise UserError(f"{total / 2**30:.1f} GiB of results; allowed: at most {MAX_TOTAL_BYTES / 2**30:.0f} GiB "
+                        "(name fewer files)", source=" ".join(paths))
+    found = [read(p) for p in named]
     if not found:
         raise UserError("no results files (*.json) found; give a results directory or files",
                         source=" ".join(paths) or "command line")

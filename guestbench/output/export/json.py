@@ -15,6 +15,7 @@ from guestbench.analysis import cost
 from guestbench.analysis.fleet import FleetFindings
 from guestbench.analysis.placements import PlacementRow
 from guestbench.analysis.findings import Findings, Member, Nested
+from guestbench.analysis.baseline import Judged
 from guestbench.analysis.history import History
 from guestbench.analysis.steps import METHOD as HISTORY_METHOD
 from guestbench.analysis.stats import CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary
@@ -268,7 +269,7 @@ def _shift_dict(st: Any) -> dict[str, Any]:
             "diff": json_float(sh.diff), "diff_ci": [json_float(x) for x in sh.diff_ci]}
 
 
-def history_summary(h: History, baseline_lines: list[str]) -> dict[str, Any]:
+def history_summary(h: History, judged: Judged | None) -> dict[str, Any]:
     """`guestbench history --json`: the machines and their runs, every series with its points, steps, drift and
     verdict (a step's `at_index` indexes the series' points), and the regressions; strict JSON."""
     machines = [{"label": m.label, "key": m.key,
@@ -279,12 +280,14 @@ def history_summary(h: History, baseline_lines: list[str]) -> dict[str, Any]:
         v = s.verdict
         series.append({
             "machine": s.machine, "cell": s.cell, "figure": s.figure, "key": s.key, "unit": s.unit,
-            "higher_better": s.higher_better, "floor_percent": v.floor_pct, "noise_percent": v.sigma_pct,
+            "higher_better": s.higher_better, "floor_percent": json_float(v.floor_pct),
+            "noise_percent": None if v.sigma_pct is None else json_float(v.sigma_pct),
             "points": [{"run": p.run, "median": p.median, "ci": [json_float(x) for x in p.ci], "n": len(p.values),
                         "busy_samples": p.busy} for p in s.points],
             "steps": [{**_shift_dict(st), "run": s.points[st.at].run,
                        "software_changes": h.machines[s.machine].changes(s.points[st.at].run)} for st in v.steps],
             "drift": {**_shift_dict(v.drift), "run": s.points[v.drift.at].run} if v.drift else None,
-            "newest": v.newest})
+            "newest": v.newest, "note": v.note, "baseline": bool(judged and (s.machine, s.key) in judged.pinned)})
     return {"method": HISTORY_METHOD, "machines": machines, "series": series,
-            "regressions": h.regressions() + baseline_lines}
+            "regressions": h.regressions(judged.pinned if judged else None) + (judged.missed if judged else []),
+            "baseline_notes": judged.notes if judged else []}
