@@ -248,7 +248,7 @@ def test_one_bad_newest_run_fails_the_gate(tmp_path: Path, capsys: pytest.Captur
 
 def test_the_latest_change_decides_and_a_baseline_accepts_one(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    back = write_series(tmp_path / "back", [20, 20, 20, 25, 25, 25, 20, 20, 20])  # slower, then fixed
+    write_series(tmp_path / "back", [20, 20, 20, 25, 25, 25, 20, 20, 20])  # slower, then fixed
     status, doc = as_json(capsys, str(tmp_path / "back"), "--fail-on-regression")
     assert status == 0 and [s["change"] for s in series(doc, "tcg/host/startup")["steps"]] == [
         steps.REGRESSION, steps.IMPROVEMENT]
