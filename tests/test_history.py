@@ -306,3 +306,24 @@ def test_a_results_directory_named_through_a_link_is_read(tmp_path: Path, capsys
     (tmp_path / "data" / "elsewhere.json").symlink_to(tmp_path / "data" / "2026111" "0T100000Z-history.json")
     status, doc = as_json(capsys, str(tmp_path / "results"))
     assert status == 0 and len(doc["machines"][0]["runs"]) == 3  # a link below it is not followed
+
+
+def test_nine_unchanged_real_runs_here_raise_no_alarm_at_any_point(capsys: pytest.CaptureFixture[str]) -> None:
+    """Must-hold 2 on real runs: tests/data/history/unchanged/ are nine runs of unchanged.yaml (tcg and uml,
+    start-up and upload-no-write, two repetitions) made one after another on this machine (2026-11-27). Judged as
+    a CI gate would after each run from the third on: 4 series × 7 gates, no alarm."""
+    from guestbench.analysis import history as series_of
+    from guestbench.results import store
+
+    stored = sorted(store.load([str(Path(__file__).parent / "data" / "history" / "unchanged")]),
+                    key=lambda s: s.run.started_utc or "")
+    assert len(stored) == 9
+    gates = 0
+    for k in range(3, 10):
+        h = series_of.build(stored[:k])
+        for s in h.series:
+            gates += 1
+            assert not s.verdict.steps and s.verdict.drift is None and s.verdict.newest is None, (k, s.key)
+    assert gates == 28
+    status, doc = as_json(capsys, str(Path(__file__).parent / "data" / "history" / "unchanged"), "--fail-on-regression")
+    assert status == 0 and doc["regressions"] == [] and len(doc["series"]) == 4
