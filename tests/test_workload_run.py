@@ -102,7 +102,11 @@ def test_every_workload_runs_and_its_figures_are_parsed(run: tuple[subprocess.Co
     fio = cells(doc, "fio.qemu-nbd")[0]["samples"][0]["metrics"]
     assert fio["write_iops"] > 0 and fio["write_lat_p99"] >= fio["write_lat_p50"] > 0
     bonnie = cells(doc, "bonnie")[0]["samples"][0]["metrics"]
-    assert isinstance(bonnie["block_output"], float) and bonnie["block_output"] > 0
+    # bonnie++ calls a phase that ended too soon to time "+++++" (CI28: 32 MiB of block output on uml, once in
+    # twenty-odd runs), kept as such; its rates that it did time are numbers
+    assert bonnie["block_output"] == TOO_FAST or (isinstance(bonnie["block_output"], float)
+                                                  and bonnie["block_output"] > 0)
+    assert any(isinstance(v, float) and v > 0 for v in bonnie.values()), bonnie
     assert "per_char_output" not in bonnie  # per_char: false
     assert all(c["samples"][0]["metrics"]["throughput"] > 0 for c in doc["cells"] if c["group"] == "two")
     for c in cells(doc, "tar"):
