@@ -21,13 +21,14 @@ import pytest
 from guestbench.host import cgroups
 from guestbench.run.supervisor import socket_dirs_of
 from suite_day import SuiteDay
+from timeline import Timeline, who_made
 
 ROOT = Path(__file__).resolve().parent.parent
 # A user's own settings are not the tests' fixtures: guestbench's (a prebuilt appliance, the UML channel, a
 # control group), libguestfs's (memsize, debug, a fixed appliance path) and Dask's are cleared for the session.
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1... under `pytest -n`: make test runs TEST_WORKERS
 _SUITE_SWITCHES = ("GUESTBENCH_TEST_TIMES", "GUESTBENCH_CLI_SUBPROCESS_ALL", "GUESTBENCH_TEST_SUITE_STARTED",
-                   "GUESTBENCH_TEST_SESSION")
+                   "GUESTBENCH_TEST_SESSION", "GUESTBENCH_TEST_TIMELINE")
 _inherited = os.environ.get("GUESTBENCH_TEST_SESSION")  # make test's root, or the xdist controller's: below
 for _name in [n for n in os.environ if n.startswith(("GUESTBENCH_", "LIBGUESTFS_", "DASK_"))]:
     if _name not in _SUITE_SWITCHES:  # the suite's own switches
@@ -78,6 +79,26 @@ os.environ["GUESTBENCH_TMPDIR"] = str(_OWN / "tmp")
 os.environ["GUESTBENCH_VALIDATE_RESULTS"] = "1"
 (_OWN / "tmp").mkdir()
 os.chmod(_OWN / "tmp", 0o755)
+# The suite's timeline (tests/timeline.py): every worker's tests and what each saw on the host as it started and
+# ended, so a leftover names the tests that ran when it appeared. GUESTBENCH_TEST_TIMELINE=FILE keeps it after the
+# suite (make test's root, where it is by default, is removed at its end).
+_TIMELINE = Timeline(Path(os.environ.get("GUESTBENCH_TEST_TIMELINE") or _SESSION_TMP / "timeline.log"),
+                     _WORKER or "main")
+
+
+def pytest_runtest_logstart(nodeid: str) -> None:
+    _TIMELINE.start(nodeid)
+
+
+def pytest_runtest_logfinish(nodeid: str) -> None:
+    _TIMELINE.end(nodeid)
+
+
+def made_by(thing: str) -> str:
+    """Who made `thing` (tests/timeline.py's word: sockdir:PATH, loop:NAME=BACKING, domain:NAME), as the
+    suite's timeline tells it."""
+    _TIMELINE.look()
+    return who_made(_TIMELINE.path, thing)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -271,7 +292,8 @@ def wait_no_leftovers(sockdirs_before: set[Path] | None = None, timeout: float =
     assert run_dirs() == [], f"run directories left behind: {run_dirs()}"
     assert leftover_groups() == [], "control groups left behind"
     assert hypervisor_processes() == [], f"processes left behind: {hypervisor_processes()}"
-    assert left == set(), f"libguestfs socket directories left behind: {left}"
+    assert left == set(), ("libguestfs socket directories left behind: "
+                           + " | ".join(made_by(f"sockdir:{d}") for d in sorted(left)))
 
 
 @pytest.fixture
