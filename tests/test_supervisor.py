@@ -141,3 +141,84 @@ def test_after_an_abort_no_worker_starts(no_leftovers) -> None:
         assert sup.current is None and hypervisor_processes() == []
     finally:
         remove_tree(run_dir)
+
+
+# A libguestfs handle whose launch failed, or that was shut down, keeps its /tmp/libguestfsXXXXXX with no live socket in
+# it until guestfs_close removes it (lib/launch-direct.c unlinks guestfsd.sock at shutdown; handle.c removes the
+# directory at close). This child stops there, as a worker killed in that window would be, and says which it is: the
+# path is in libguestfs's own log of the hypervisor's command line.
+_FAILED_LAUNCH = r"""
+import re, sys, time, guestfs
+g = guestfs.GuestFS(python_return_dict=True, close_on_exit=False)
+seen = []
+g.set_event_callback(lambda ev, eh, buf, arr: seen.append(buf), guestfs.EVENT_ALL)
+g.set_verbose(True)
+g.set_tmpdir(sys.argv[2])
+g.set_hv(sys.argv[1])
+g.add_drive_scratch(2**20)
+try:
+    g.launch()
+except RuntimeError:
+    pass
+found = re.search(r"(/tmp/libguestfs[A-Za-z0-9]{6})/guestfsd\.sock", "".join(str(b) for b in seen))
+print(found.group(1) if found else "none", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_worker_leaves_no_socket_directory_it_reported(tmp_path: Path) -> None:
+    """The mechanism behind an empty /tmp/libguestfsXXXXXX that no test owned (issue 45): a process killed between
+    its launch's end and its handle's close leaves the directory, and nothing finds it by the process's sockets. A
+    worker reports its launches' directories (LAUNCHED); the supervisor's kill removes those too."""
+    import subprocess
+    import sys
+
+    from guestbench.run.supervisor import end_tree, reported_socket_dirs, socket_dirs_of
+
+    left = []
+    for report in (False, True):
+        child = subprocess.Popen([sys.executable, "-c", _FAILED_LAUNCH, str(HV / "crash.sh"), str(tmp_path)],
+                                 stdout=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            assert child.stdout is not None
+            sockdir = Path(child.stdout.readline().strip())
+            assert sockdir.is_dir() and str(sockdir).startswith("/tmp/libguestfs"), sockdir
+            assert socket_dirs_of([child.pid]) == []  # no socket of the process leads to it any more
+            end_tree(child, None, reported_socket_dirs([str(sockdir)]) if report else None)
+            left.append(sockdir.exists())
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            if sockdir.exists():
+                import shutil
+
+                shutil.rmtree(sockdir)
+    assert left == [True, False], "unreported it stays behind (the leak); reported it is removed with the worker"
+
+
+def test_a_reported_socket_directory_is_checked_before_anything_is_removed(tmp_path: Path) -> None:
+    """A worker's word names only real libguestfs directories directly under /tmp, of this user, never a link."""
+    import secrets
+
+    from guestbench.run.supervisor import reported_socket_dirs
+
+    def name() -> Path:
+        return Path("/tmp") / ("libguestfs" + secrets.token_hex(3))  # libguestfs's pattern: six characters
+
+    real, link = name(), name()
+    real.mkdir(mode=0o755)
+    try:
+        link.symlink_to(real)
+        elsewhere = tmp_path / "libguestfsAb3xYz"
+        elsewhere.mkdir()
+        assert reported_socket_dirs([str(real)]) == [real]
+        assert reported_socket_dirs([str(link), str(elsewhere), "/tmp/../etc", 7, "/tmp/libguestfsNOPE00"]) == []
+        assert reported_socket_dirs("not a list") == []
+        if os.geteuid() == 0:  # another user's directory of that name is not ours to remove
+            os.chown(real, 65534, 65534)
+            assert reported_socket_dirs([str(real)]) == []
+    finally:
+        if link.is_symlink():
+            link.unlink()
+        real.rmdir()

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar, cast
 
-from guestbench.host import procs
+from guestbench.host import daemons, procs
 from guestbench.host import fingerprint as host
 from guestbench.backends.base import Availability, Backend, HandleConfig, common_preconditions
 from guestbench.backends.direct import explain_kvm_failure, kvm_probe_attempts, kvm_probe_timeout
@@ -30,7 +30,7 @@ def bounded(call: Callable[[], T], timeout: float, connected: threading.Event | 
     """`call()`'s result, or TimeoutError after `timeout` s (and after OPEN_TIMEOUT_S if `call` has not set
     `connected` by then): libvirt's client waits without a deadline on a daemon that accepts and never answers
     (stopped, hung), so the call runs on a thread of its own, left to end when the daemon does (a connection it
-    opens late is closed when it is collected)."""
+    opens late is closed when it is collected). The error says what the daemons were doing at the deadline."""
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -43,10 +43,10 @@ def bounded(call: Callable[[], T], timeout: float, connected: threading.Event | 
     started = time.monotonic()
     thread.start()
     if connected is not None and not connected.wait(min(OPEN_TIMEOUT_S, timeout)):
-        raise TimeoutError(f"libvirtd did not answer within {min(OPEN_TIMEOUT_S, timeout):.0f} s (stopped or hung?)")
+        raise TimeoutError(silence(min(OPEN_TIMEOUT_S, timeout)))
     thread.join(max(0.0, timeout - (time.monotonic() - started)))
     if thread.is_alive():
-        raise TimeoutError(f"libvirtd did not answer within {timeout:.0f} s (stopped or hung?)")
+        raise TimeoutError(silence(timeout))
     if "error" in box:
         error = box.pop("error")  # not kept in box: its traceback holds the frame that holds box (a cycle that
         try:  # keeps a domain and its connection alive until the collector runs, and closes them wherever it does)
@@ -54,6 +54,11 @@ def bounded(call: Callable[[], T], timeout: float, connected: threading.Event | 
         finally:
             del error
     return cast(T, box.pop("value"))
+
+
+def silence(timeout: float) -> str:
+    """A call that passed its deadline, and what the daemons were doing then (host/daemons.py)."""
+    return f"libvirtd did not answer within {timeout:.0f} s (stopped or hung?) [{daemons.describe()}]"
 
 
 def connect_unbounded() -> Any:
@@ -107,8 +112,11 @@ def ensure_daemons(wait_s: float = 15.0) -> str | None:
         for d in DAEMONS:
             if d not in started and not _running(d):
                 exe = shutil.which(d) or f"/usr/sbin/{d}"
+                # a daemon outlives this run: it takes nothing of it (its environment, its directory, which a
+                # test's or a run's temp dir may be and be removed under it)
                 subprocess.run([exe, "-d"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, timeout=30, start_new_session=True)
+                               stderr=subprocess.DEVNULL, timeout=30, start_new_session=True, cwd="/",
+                               env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"})
                 started.append(d)
         err = connect_error(max(1.0, min(OPEN_TIMEOUT_S, deadline - time.monotonic())))
         if err is None:
@@ -120,7 +128,8 @@ def ensure_daemons(wait_s: float = 15.0) -> str | None:
 
 
 def _running(daemon: str) -> bool:
-    return subprocess.run(["pgrep", "-x", daemon], capture_output=True).returncode == 0
+    """This root's daemon runs (a chroot's on the same machine, visible in /proc, is not ours: host/daemons.py)."""
+    return daemons.running(daemon)
 
 
 def guestfs_domains(workdir: Path | None = None) -> set[str]:

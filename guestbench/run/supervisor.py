@@ -14,6 +14,7 @@ import re
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -92,6 +93,23 @@ def socket_dirs_of(pids: list[int]) -> list[Path]:
     return sorted(dirs)
 
 
+def reported_socket_dirs(paths: object) -> list[Path]:
+    """The socket directories a worker reported (its LAUNCHED message), as far as they are still libguestfs's: named
+    so, directly under /tmp, a directory of this user's and no link (a worker's word is checked before anything is
+    removed on it)."""
+    found = []
+    for p in paths if isinstance(paths, list) else []:
+        if not (isinstance(p, str) and _SOCKDIR_RE.match(p) and os.path.dirname(p) == "/tmp"):
+            continue
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            found.append(Path(p))
+    return found
+
+
 def kill_tree(proc: subprocess.Popen[bytes], frozen: list[int] | None = None) -> None:
     """Kill the worker's process group and any descendant that left it; reap the worker. `frozen`: the pids
     end_tree stopped, killed too even if they are no longer the worker's descendants (it exited meanwhile).
@@ -121,10 +139,12 @@ def kill_tree(proc: subprocess.Popen[bytes], frozen: list[int] | None = None) ->
     proc.wait()
 
 
-def end_tree(proc: subprocess.Popen[bytes] | None, cleanup: tuple[Backend, Path] | None) -> None:
+def end_tree(proc: subprocess.Popen[bytes] | None, cleanup: tuple[Backend, Path] | None,
+             reported: list[Path] | None = None) -> None:
     """Kill what is left of a process tree that runs appliances (a worker, a command under `guestbench exec`)
     and remove what it leaves outside it: libguestfs's socket directories and the backend's leftovers of
-    launches that kept their files in the work dir (libvirt domains)."""
+    launches that kept their files in the work dir (libvirt domains). `reported`: socket directories the worker
+    said were its launches' (reported_socket_dirs): removed even when no socket of the tree is left in them."""
     if proc is not None:
         # Found before the kill: libguestfs removes its socket directory itself on a clean close, but a killed
         # process cannot. The tree is frozen first: a launch under way could otherwise make its directory and bind
@@ -133,9 +153,11 @@ def end_tree(proc: subprocess.Popen[bytes] | None, cleanup: tuple[Backend, Path]
         frozen = tree if proc.poll() is None else []
         _signal_all(frozen, signal.SIGSTOP)
         _until_stopped(frozen)
-        sockdirs = socket_dirs_of(tree)
+        sockdirs = set(socket_dirs_of(tree))
         kill_tree(proc, frozen)
-        for d in sockdirs:
+        # and those it reported: between libguestfs's shutdown (its socket closed and unlinked) and its close (the
+        # directory removed), a killed process leaves an empty /tmp/libguestfsXXXXXX that no socket points to
+        for d in sorted(sockdirs | set(reported_socket_dirs([str(p) for p in reported or []]))):
             shutil.rmtree(d, ignore_errors=True)
     if cleanup is not None:
         backend, workdir = cleanup
@@ -193,6 +215,7 @@ class Supervisor:
         self.current: subprocess.Popen[bytes] | None = None
         self._cleanup: tuple[Backend, Path] | None = None  # backend and work dir while a worker runs
         self._group: cgroups.Group | None = None  # the worker's control group, where one could be made
+        self._sockdirs: list[Path] = []  # the socket directories the current worker's launches reported
         # After abort() no worker starts: a thread between its stop check and its Popen would otherwise start
         # one that nobody kills. The lock makes "started" and "aborted" one or the other, never both unseen.
         self.aborted = False
@@ -238,13 +261,14 @@ class Supervisor:
         """Kill whatever worker is still running and remove its leftovers; later workers may start (the end of
         every worker, a power-cut trial). Safe to call at any time, also twice."""
         with self._lock:
-            proc, cleanup, group = self.current, self._cleanup, self._group
-        end_tree(proc, cleanup)
+            proc, cleanup, group, reported = self.current, self._cleanup, self._group, list(self._sockdirs)
+        end_tree(proc, cleanup, reported)
         if group is not None:  # and whatever of the worker's left its tree and group (a daemonised helper)
             group.end()
         with self._lock:
             if self.current is proc:  # only now: a signal during the kill makes its handler kill again
                 self.current = self._cleanup = self._group = None
+                self._sockdirs = []
 
     def abort(self) -> None:
         """What a signal handler calls: kill what is running, remove its leftovers, and start no worker after
@@ -303,6 +327,9 @@ class Supervisor:
                         done = True
                     elif t == Msg.CRASH:
                         crash_reason = msg.get("reason")
+                    elif t == Msg.LAUNCHED:
+                        with self._lock:  # a launch each sample: the latest few (closed ones are gone by then)
+                            self._sockdirs = (self._sockdirs + reported_socket_dirs(msg.get("sockdirs")))[-8:]
                     on_message(msg)
         rc = proc.wait()
         if done and rc == 0:

@@ -31,6 +31,7 @@ from guestbench.measurements.base import CellContext, Measurement, verification_
 from guestbench.host.paths import INSTANCE_ENV, WORKDIR_ENV
 from guestbench.run import lockstep, turns
 from guestbench.run.protocol import Msg, Request
+from guestbench.run.supervisor import socket_dirs_of
 
 # What the appliance's kernel logs when a disk write or read failed: a sample that saw one is not a sample (UML
 # turns a full host disk into exactly this, and a guest's sync() reports nothing)
@@ -210,17 +211,22 @@ class WorkerTask:
                 break
             try:
                 self.iteration(i)
+            # The handle is closed before the failure is reported: a failed or shut-down launch's socket directory
+            # (/tmp/libguestfsXXXXXX) holds no live socket of ours until libguestfs removes it at close, so a kill
+            # that the report may bring would leave it (issue 45).
             except Unavailable as exc:  # the same on every try: say so once and stop
                 self.deadline(None)
-                self.chan.send(Msg.UNAVAILABLE, reason=str(exc))
+                reason = str(exc)
                 self.drop_handles()
+                self.chan.send(Msg.UNAVAILABLE, reason=reason)
                 break
             except Exception as exc:  # a failed sample is data, not a crash: report it and go on
                 if self.step is not None:
                     lockstep.arrive(self.step, self.step_index[i])  # the others need not wait for this iteration
                 self.deadline(None)
-                self.chan.send(Msg.FAILURE, i=i, reason=self.why(exc))
+                reason = self.why(exc)
                 self.drop_handles()
+                self.chan.send(Msg.FAILURE, i=i, reason=reason)
         if self.app is not None:
             self.shutdown(self.app)
         elif self.set_up:  # no appliance of its own: its set-up is undone all the same
@@ -325,7 +331,10 @@ class WorkerTask:
         a.g.ping_daemon()
         elapsed = time.perf_counter() - t0
         self.deadline(None)
-        self.chan.send(Msg.LAUNCHED, s=elapsed, first=self.first_launch)
+        # where libguestfs made this launch's socket directory, found by our own socket in it: the supervisor removes
+        # it if it must kill us after the socket is gone (between shutdown and close), which it cannot find then
+        sockdirs = [str(d) for d in socket_dirs_of([os.getpid()])]
+        self.chan.send(Msg.LAUNCHED, s=elapsed, first=self.first_launch, sockdirs=sockdirs)
         self.first_launch = False
         self.launching = None
         return a, elapsed, a.cut_phases(t0, elapsed)
