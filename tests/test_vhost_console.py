@@ -3,6 +3,11 @@
 The guest runs with the host's filesystem as its root, so the init script touches nothing outside this
 test's tmp_path: proc, sysfs, devtmpfs and a tmpfs are mounted on directories made there beforehand.
 Each test boots UML once (~1.5 s); UML and the server are torn down in a finally, whatever happens.
+
+A guest that writes to the port waits for the host's word (BYE) before it powers off: its write(2)s return
+once the data is in the ring, and at power-off UML unregisters the device, whose driver takes back every
+transmit buffer the server has not taken yet (virtqueue_detach_unused_buf). On a busy machine the server
+can be megabytes behind the guest when it powers off (issue 45).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from guestbench.backends.uml.vhost_console import VhostConsole
 UML = Path("/usr/bin/linux")
 MODULES = sorted(glob.glob("/usr/lib/uml/modules/*/kernel/drivers/char/virtio_console.ko"))
 PORT_NAME = "org.libguestfs.channel.0"
+BYE = "read bye <&3  # power off only once the host has all it was sent (the module's doc)"
 
 pytestmark = [
     pytest.mark.launch,
@@ -87,6 +93,10 @@ class Guest:
 
     def console_text(self) -> str:
         return self.console.read_text(errors="replace")
+
+    def bye(self) -> None:
+        """Tell a guest that waits for it (BYE) that everything it wrote has arrived."""
+        self.host.sendall(b"bye\n")
 
     def wait(self, timeout: float = 20.0) -> str:
         """Wait for the guest to power off; the console text."""
@@ -161,15 +171,17 @@ def _uml_processes(init: Path) -> list[str]:
 
 
 def test_handshake_guest_sees_named_port(tmp_path: Path) -> None:
-    body = """
-d=${PORT##*/}
+    body = f"""
+d=${{PORT##*/}}
 echo "GB-NAME $(cat $T/sys/class/virtio-ports/$d/name)"
 [ -c "$PORT" ] && echo GB-CHARDEV
 exec 3<>$PORT
 echo "hello from $d" >&3
+{BYE}
 """
     with uml_guest(tmp_path, body) as guest:
         greeting = guest.line()
+        guest.bye()
         text = guest.wait()
         guest.thread.join(timeout=10)  # UML has gone: the server notices by itself
         assert not guest.thread.is_alive()
@@ -193,6 +205,7 @@ head -c {size} <&3 > $T/scratch/rx
 echo "SHA $(sha256sum < $T/scratch/rx)" >&3
 cat {tmp_path}/from_guest.bin >&3
 echo DONE >&3
+{BYE}
 """
     with uml_guest(tmp_path, body) as guest:
         assert guest.line() == b"READY"
@@ -200,10 +213,39 @@ echo DONE >&3
         sha = guest.line()
         back = guest.read(len(from_guest))
         assert guest.line() == b"DONE"
+        guest.bye()
         guest.wait()
     assert sha.split()[1] == hashlib.sha256(to_guest).hexdigest().encode()
     assert back == from_guest
-    assert guest.server.stats["bytes_to_guest"] == size
+    assert guest.server.stats["bytes_to_guest"] == size + len(b"bye\n")
+
+
+def test_stalled_reader_loses_nothing(tmp_path: Path) -> None:
+    """A busy machine's slow host reader, made certain (issue 45): the host reads nothing for 3 s, so the server
+    stops taking the guest's buffers (its out buffer is full) and the guest's writer blocks on a full ring; once
+    the host reads again all of it arrives, in order, and only then does the guest power off."""
+    size = 12 * 1024 * 1024  # more than the server's out buffer, the socket's and the ring's (256 x 32 KiB)
+    data = os.urandom(size)
+    (tmp_path / "from_guest.bin").write_bytes(data)
+    body = f"""
+exec 3<>$PORT
+echo READY >&3
+read go <&3
+cat {tmp_path}/from_guest.bin >&3
+echo DONE >&3
+{BYE}
+"""
+    with uml_guest(tmp_path, body) as guest:
+        assert guest.line() == b"READY"
+        guest.host.sendall(b"go\n")
+        time.sleep(3.0)
+        taken = guest.server.stats["bytes_from_guest"]
+        back = guest.read(size)
+        assert guest.line() == b"DONE"
+        guest.bye()
+        guest.wait()
+    assert taken < len(b"READY\n") + size, "the host's stall did not hold the guest back"
+    assert back == data
 
 
 def test_peer_close_reaches_guest_as_eof(tmp_path: Path) -> None:
@@ -241,6 +283,7 @@ for _ in range({n}):
         b += os.read(3, 100 - len(b))
     os.write(3, b)
 "
+{BYE}
 """
     rtts = []
     with uml_guest(tmp_path, body) as guest:
@@ -251,6 +294,7 @@ for _ in range({n}):
             guest.host.sendall(msg)
             assert guest.read(100) == msg
             rtts.append(time.monotonic() - start)
+        guest.bye()
         guest.wait()
     rtts.sort()
     print(f"\nvhost-console round trips of 100 bytes: median {rtts[n // 2] * 1e3:.2f} ms, "
@@ -285,6 +329,7 @@ t0=$(date +%s%N)
 cat $T/scratch/rx >&3
 t1=$(date +%s%N)
 echo "TX $((t1 - t0))" >&3
+{BYE}
 """
     with uml_guest(tmp_path, body, io_timeout=120.0, pinned=pinned) as guest:
         assert guest.line() == b"READY"
@@ -298,6 +343,7 @@ echo "TX $((t1 - t0))" >&3
         back = guest.read(size)
         tx_wall = time.monotonic() - start
         tx = guest.line().split()
+        guest.bye()
         text = guest.wait()
     assert rx[0] == b"RX" and tx[0] == b"TX"
     assert sha[1] == hashlib.sha256(data).hexdigest().encode()

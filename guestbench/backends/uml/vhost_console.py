@@ -24,7 +24,11 @@ What UML 6.1's front end (arch/um/drivers/virtio_uml.c) does, and therefore what
   "user" addresses) and descriptor addresses translate the same way.
 - then per queue: SET_VRING_CALL (the write end of a pipe, not an eventfd), SET_VRING_NUM (256),
   SET_VRING_BASE (0), SET_VRING_ADDR; then per queue SET_VRING_KICK (an eventfd), SET_VRING_ENABLE 1.
-- teardown: SET_VRING_ENABLE 0 for every queue, then GET_FEATURES as a barrier.
+- teardown: SET_VRING_ENABLE 0 for every queue, then GET_FEATURES as a barrier. Power-off tears down too
+  (UML's exitcall unregisters the device), and before that the console driver takes back every transmit
+  buffer not used yet (virtqueue_detach_unused_buf, which also rolls the avail index back): what a guest
+  wrote just before powering off is lost unless it was served first. A guest's write(2) returns once its
+  data is in the ring, so a guest must not power off before its peer has said that it has everything.
 
 Speed: the guest driver returns at most one 4 KiB buffer per read(2), and a guest syscall costs tens
 of microseconds under UML, so the guest reader is the bottleneck. What the server can spare the guest
