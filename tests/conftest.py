@@ -86,6 +86,11 @@ _TIMELINE = Timeline(Path(os.environ.get("GUESTBENCH_TEST_TIMELINE") or _SESSION
                      _WORKER or "main")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if not _WORKER and getattr(config.option, "numprocesses", None):  # xdist's controller relays its workers'
+        _TIMELINE.broken = "the xdist controller: its workers write the timeline"  # test events: not its own
+
+
 def pytest_runtest_logstart(nodeid: str) -> None:
     _TIMELINE.start(nodeid)
 

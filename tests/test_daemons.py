@@ -33,7 +33,10 @@ def test_a_chroots_process_of_the_same_name_is_not_this_roots(tmp_path: Path) ->
     ours = subprocess.Popen([sleep, "300"])
     theirs = subprocess.Popen(["chroot", str(root), sleep, "300"])
     try:
-        found = daemons.pids_of("sleep")
+        deadline = time.monotonic() + 30
+        while daemons.procs.proc_comm(theirs.pid) != "sleep" and time.monotonic() < deadline:  # chrooted, exec'd
+            time.sleep(0.01)
+        found = daemons.pids_of("sleep", uid=None)
         assert ours.pid in found
         assert theirs.pid not in found and not daemons.same_root(theirs.pid)
     finally:
@@ -43,9 +46,10 @@ def test_a_chroots_process_of_the_same_name_is_not_this_roots(tmp_path: Path) ->
 
 
 def test_a_stopped_daemon_is_described_as_stopped_with_its_child(tmp_path: Path) -> None:
-    """A stand-in daemon named as libvirtd is (its comm), stopped, with a child it started: the one line names it
-    stopped, counts its threads and names the child and how long it has run."""
-    script = tmp_path / "libvirtd"
+    """A stand-in daemon (a name of its own: another worker's libvirt runs must not take it for libvirtd), stopped,
+    with a child it started: the one line names it stopped, counts its threads and names the child and its age."""
+    name = f"gbdaemon{os.getpid()}"[:15]
+    script = tmp_path / name
     script.write_text("#!/bin/sh\nsleep 300 &\nwait\n")
     script.chmod(0o755)
     proc = subprocess.Popen([str(script)], start_new_session=True)
@@ -56,9 +60,9 @@ def test_a_stopped_daemon_is_described_as_stopped_with_its_child(tmp_path: Path)
         os.kill(proc.pid, signal.SIGSTOP)
         while (st := daemons.procs.stat(proc.pid)) is not None and st.state != "T" and time.monotonic() < deadline:
             time.sleep(0.01)
-        text = daemons.describe(("libvirtd",))  # the host's own libvirtd may be there too: described beside it
-        assert f"pid {proc.pid} stopped, up " in text, text
-        assert "1 threads: " in text and "waiting on sleep 300 (pid " in text, text
+        text = daemons.describe((name,), uid=os.geteuid())
+        assert text.startswith(f"{name}: pid {proc.pid} stopped, up "), text
+        assert "1 threads: " in text and "waiting on sleep (pid " in text, text
         assert daemons.describe(("no-such-daemon",)) == "no-such-daemon: not running"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)

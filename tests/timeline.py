@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import os
+import stat
 import subprocess
 import time
 from dataclasses import dataclass
@@ -37,14 +38,23 @@ class Timeline:
     def __init__(self, path: Path, worker: str) -> None:
         self.path, self.worker = path, worker
         self._seen: set[str] = set()
+        self.broken: str | None = None  # why it stopped writing: the timeline must never cost a test
 
     def _write(self, kind: str, text: str) -> None:
+        if self.broken is not None:
+            return
         line = f"{time.time():.3f} {self.worker} {kind} {text}"[:_MAX_LINE].replace("\n", " ") + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
+        try:  # a regular file of this user's, never a link or a FIFO someone put in the way
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                    raise OSError(f"{self.path} is not a regular file of this user's")
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+        except OSError as e:
+            self.broken = f"the suite's timeline stopped: {e}"
 
     def look(self) -> None:
         now = host_things()

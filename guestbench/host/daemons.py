@@ -21,17 +21,23 @@ _STATES = {"T": "stopped", "t": "stopped by a tracer", "D": "in an uninterruptib
 
 
 def same_root(pid: int) -> bool:
-    """Whether the process sees the filesystem root this process sees (not a chroot's daemon)."""
+    """Whether the process sees the filesystem root this process sees (not a chroot's daemon). A process whose root
+    this user may not read (root's, to a user who is not) counts as this root's: as pgrep counted it."""
     try:
-        theirs, mine = os.stat(f"/proc/{pid}/root"), os.stat("/proc/self/root")
+        mine = os.stat("/proc/self/root")
+        theirs = os.stat(f"/proc/{pid}/root")
+    except PermissionError:
+        return True
     except OSError:
         return False
     return (theirs.st_dev, theirs.st_ino) == (mine.st_dev, mine.st_ino)
 
 
-def pids_of(name: str) -> list[int]:
-    """Live processes named `name` (their comm) under this root."""
-    return [p for p in procs.pids() if procs.proc_comm(p) == name and procs.proc_start(p) is not None and same_root(p)]
+def pids_of(name: str, uid: int | None = 0) -> list[int]:
+    """Live processes named `name` (their comm) under this root, run by `uid` (root's daemons: another user's process
+    of that name is not libvirtd; None: anyone's)."""
+    return [p for p in procs.pids() if procs.proc_comm(p) == name and procs.proc_start(p) is not None
+            and (uid is None or procs.proc_uid(p) == uid) and same_root(p)]
 
 
 def running(name: str) -> bool:
@@ -74,16 +80,18 @@ def _one(pid: int, kids: dict[int, list[int]]) -> str:
         cst = procs.stat(child)
         if cst is None:
             continue
-        argv = " ".join(procs.argv(child))[:120] or procs.proc_comm(child)
-        children.append(f"{argv} (pid {child}, {cst.state}, {_age_s(cst.start):.0f} s)")
+        # its name, not its command line: reading that takes the child's memory lock, which a qemu stuck in the
+        # kernel may hold, and this runs where a deadline has passed and must not wait on anything
+        children.append(f"{procs.proc_comm(child)} (pid {child}, {cst.state}, {_age_s(cst.start):.0f} s)")
     if children:
         text += "; waiting on " + "; ".join(children[:3])
     return text
 
 
-def describe(names: tuple[str, ...] = ("libvirtd", "virtlogd")) -> str:
-    """One line on what the daemons are doing now, and any qemu that is not running normally (stopped, in an
-    uninterruptible wait, a zombie): for the message of a call that passed its deadline."""
+def describe(names: tuple[str, ...] = ("libvirtd", "virtlogd"), uid: int | None = 0) -> str:
+    """One line on what the daemons (run by `uid`) are doing now, and any qemu that is not running normally (stopped,
+    in an uninterruptible wait, a zombie): for the message of a call that passed its deadline. Reads only files of
+    /proc that never wait on the process read."""
     kids: dict[int, list[int]] = collections.defaultdict(list)
     stuck = []
     for pid in procs.pids():
@@ -95,7 +103,7 @@ def describe(names: tuple[str, ...] = ("libvirtd", "virtlogd")) -> str:
             stuck.append(f"qemu pid {pid} {_STATES[st.state]} for up to {_age_s(st.start):.0f} s")
     parts = []
     for name in names:
-        found = pids_of(name)
+        found = pids_of(name, uid)
         parts.append(f"{name}: " + ("; ".join(_one(p, kids) for p in found) if found else "not running"))
     if stuck:
         parts.append("; ".join(stuck[:4]))

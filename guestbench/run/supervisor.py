@@ -215,7 +215,7 @@ class Supervisor:
         self.current: subprocess.Popen[bytes] | None = None
         self._cleanup: tuple[Backend, Path] | None = None  # backend and work dir while a worker runs
         self._group: cgroups.Group | None = None  # the worker's control group, where one could be made
-        self._sockdirs: list[Path] = []  # the socket directories the current worker's launches reported
+        self._sockdirs: list[Path] = []  # the socket directories the current worker's last launch reported
         # After abort() no worker starts: a thread between its stop check and its Popen would otherwise start
         # one that nobody kills. The lock makes "started" and "aborted" one or the other, never both unseen.
         self.aborted = False
@@ -328,8 +328,8 @@ class Supervisor:
                     elif t == Msg.CRASH:
                         crash_reason = msg.get("reason")
                     elif t == Msg.LAUNCHED:
-                        with self._lock:  # a launch each sample: the latest few (closed ones are gone by then)
-                            self._sockdirs = (self._sockdirs + reported_socket_dirs(msg.get("sockdirs")))[-8:]
+                        with self._lock:  # every directory the worker's sockets are in now: the latest report
+                            self._sockdirs = reported_socket_dirs(msg.get("sockdirs"))[:8]
                     on_message(msg)
         rc = proc.wait()
         if done and rc == 0:
