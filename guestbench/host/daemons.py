@@ -92,14 +92,11 @@ def describe(names: tuple[str, ...] = ("libvirtd", "virtlogd"), uid: int | None 
     """One line on what the daemons (run by `uid`) are doing now, and any qemu that is not running normally (stopped,
     in an uninterruptible wait, a zombie): for the message of a call that passed its deadline. Reads only files of
     /proc that never wait on the process read."""
-    kids: dict[int, list[int]] = collections.defaultdict(list)
+    kids = procs.children()
     stuck = []
     for pid in procs.pids():
         st = procs.stat(pid)
-        if st is None:
-            continue
-        kids[st.ppid].append(pid)
-        if st.state in ("T", "t", "D", "Z") and procs.proc_comm(pid).startswith("qemu-system"):
+        if st is not None and st.state in _STATES and procs.proc_comm(pid).startswith("qemu-system"):
             stuck.append(f"qemu pid {pid} {_STATES[st.state]} for up to {_age_s(st.start):.0f} s")
     parts = []
     for name in names:

@@ -40,6 +40,15 @@ def pids() -> list[int]:
     return [int(e) for e in os.listdir("/proc") if e.isdigit()]
 
 
+def children() -> dict[int, list[int]]:
+    """Every process's children now, by parent pid."""
+    kids: dict[int, list[int]] = {}
+    for pid in pids():
+        if (st := stat(pid)) is not None:
+            kids.setdefault(st.ppid, []).append(pid)
+    return kids
+
+
 def argv(pid: int) -> list[str]:
     """The process's command line, word by word ([] when it is gone, or a kernel thread)."""
     try:

@@ -34,17 +34,9 @@ KILL_GRACE_S = 3.0
 TRAPPED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def _children_map() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = collections.defaultdict(list)
-    for pid in procs.pids():
-        if (st := procs.stat(pid)) is not None:
-            kids[st.ppid].append(pid)
-    return kids
-
-
 def descendants(pid: int) -> list[int]:
     """Every process below pid, found before anything is killed (orphans lose their parent link)."""
-    kids = _children_map()
+    kids = procs.children()
     out: list[int] = []
     todo = [pid]
     while todo:
