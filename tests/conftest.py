@@ -21,7 +21,7 @@ import pytest
 from guestbench.host import cgroups
 from guestbench.run.supervisor import socket_dirs_of
 from suite_day import SuiteDay
-from timeline import Timeline, who_made
+from timeline import Timeline, scratch_files, who_made
 
 ROOT = Path(__file__).resolve().parent.parent
 # A user's own settings are not the tests' fixtures: guestbench's (a prebuilt appliance, the UML channel, a
@@ -153,6 +153,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 _DAY = SuiteDay()
+# Programs' temporary files outside every work dir when the session began (tests/timeline.py's SCRATCH): one more at
+# its end was left by a killed program of some test, which no test's own check looks for; it fails the session.
+_SCRATCH_BEFORE = scratch_files()
+_SCRATCH_LEFT: list[str] = []
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -160,6 +164,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     try:
         if not _WORKER:  # the controller, after its workers: their results files are under its basetemp
+            _SCRATCH_LEFT.extend(made_by(t) for t in sorted(scratch_files() - _SCRATCH_BEFORE))
+            if _SCRATCH_LEFT and session.exitstatus == 0:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
             _DAY.collect(session, _SESSION_TMP)  # before the session's root, where the day's samples are kept, goes
     except Exception as e:  # noqa: BLE001 - the day's figures must never cost the session its clean-up
         _DAY.error = f"{type(e).__name__}: {e}"[:200]
@@ -168,6 +175,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for left in _SCRATCH_LEFT:
+        terminalreporter.write_line(f"FAILED (left on the host) {left}", red=True)
     terminalreporter.write_sep("=", _DAY.line())
 
 

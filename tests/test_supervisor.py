@@ -73,6 +73,25 @@ def test_crashed_hypervisor_is_a_failure_with_its_reason(no_leftovers) -> None:
     assert "simulated hypervisor crash" in failures[0]["reason"]
 
 
+def test_a_hypervisor_keeps_its_temporary_files_in_the_cells_work_dir(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    """qemu makes a snapshot=on drive's overlay (libguestfs's appliance root) in $TMPDIR, else /var/tmp, and supermin
+    its build directory: a program killed in between left them there (issue 45). A cell's programs get its work dir,
+    which the run's clean-up removes however they end; libguestfs's cache (its appliance, qemu's probe answers) stays
+    where it was."""
+    told = tmp_path / "env"
+    monkeypatch.setenv("GUESTBENCH_TEST_HV_ENV", str(told))
+    monkeypatch.delenv("TMPDIR", raising=False)
+    monkeypatch.delenv("LIBGUESTFS_CACHEDIR", raising=False)
+    ex, messages, _ = run_startup("env.sh", timeout=120, iterations=["cold"])
+    assert ex.kind == "done" and [m for m in messages if m["t"] == "failure"], messages
+    env = dict(line.split("=", 1) for line in told.read_text().splitlines())
+    workdir = Path(env["TMPDIR"])
+    assert workdir.name == "cell" and workdir.parent.name.startswith("guestbench-run-"), env
+    assert not workdir.exists()  # removed with its run
+    assert env["LIBGUESTFS_CACHEDIR"] == "/var/tmp", env
+
+
 def test_socket_dirs_are_found_by_the_processes_own_sockets(tmp_path: Path) -> None:
     """Only a libguestfsXXXXXX directory holding a socket bound by the given process is ever returned."""
     import socket

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -98,20 +99,91 @@ def test_probe_invocations_are_not_launches() -> None:
 
 
 def test_concurrent_uml_guests_are_pinned_to_different_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    """UML is pinned to one host CPU; two guests at once (concurrency: 2) must not share it."""
+    """UML is pinned to one host CPU; two guests at once (concurrency: 2) must not share it, and a guest that another
+    run (another worker, a fleet worker on this machine) already pinned takes its CPU out of the choice."""
     import os
+    from collections import Counter
 
-    from guestbench.backends.uml import hv
-    from guestbench.host.paths import INSTANCE_ENV
+    from guestbench.backends.uml import pinning as hv
+    from guestbench.host.paths import INSTANCE_ENV, WORKDIR_ENV
 
+    monkeypatch.delenv(WORKDIR_ENV, raising=False)
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("one CPU: UML is not pinned at all")
     chosen = []
     for instance in ("1", "2", str(len(cpus) + 1)):
         monkeypatch.setenv(INSTANCE_ENV, instance)
-        chosen.append(hv.uml_cpu())
+        chosen.append(hv.uml_cpu(Counter()))
     assert chosen[0] == cpus[-1] and chosen[1] == cpus[-2]  # guest 2 on another CPU than guest 1
     assert chosen[2] == cpus[-1]  # more guests than CPUs: round robin
     monkeypatch.delenv(INSTANCE_ENV)
-    assert hv.uml_cpu() == cpus[-1]  # a lone appliance, as before
+    assert hv.uml_cpu(Counter()) == cpus[-1]  # a lone appliance, as before
+    assert hv.uml_cpu(Counter({cpus[-1]: 1})) == cpus[-2]  # ... unless another run's guest is pinned there
+    assert hv.uml_cpu(Counter({cpus[-1]: 2, cpus[-2]: 1})) == (cpus[0] if len(cpus) > 2 else cpus[-2])
+    assert hv.uml_cpu(Counter({c: 1 for c in cpus})) == cpus[-1]  # all taken alike: the instance's own
+    # runs starting guests at the same moment (none sees the other's yet) start their rounds at CPUs of their own;
+    # within a run, concurrent guests still take different CPUs
+    firsts = set()
+    for run in range(16):
+        monkeypatch.setenv(WORKDIR_ENV, f"/var/lib/guestbench/tmp/guestbench-run-{run}/startup-uml-1")
+        pair = []
+        for instance in ("1", "2"):
+            monkeypatch.setenv(INSTANCE_ENV, instance)
+            pair.append(hv.uml_cpu(Counter()))
+        assert pair[0] != pair[1]
+        firsts.add(pair[0])
+    assert len(firsts) > 1, firsts  # not every run on one CPU
+
+
+def test_pinned_guests_are_counted_by_their_first_process(tmp_path: Path) -> None:
+    """A real process tree named as a UML binary, pinned and in a session of its own as UML is: its leader counts,
+    its children (a UML guest's own processes) do not, and an unpinned one does not."""
+    import contextlib
+    import os
+    import shutil
+    import signal
+
+    from guestbench.backends.uml import pinning as hv
+
+    cpus = sorted(os.sched_getaffinity(0))
+    name = f"gbpin{os.getpid()}"[:15]
+    binary = tmp_path / name
+    shutil.copy("/bin/sh", binary)
+    stay = "sleep 300; true"  # not exec'd: the shell stays, with its name
+    script = f"{binary} -c '{stay}' & {binary} -c '{stay}' & wait"  # two children of the same name
+    pinned = subprocess.Popen(["taskset", "-c", str(cpus[0]), str(binary), "-c", script], start_new_session=True)
+    loose = subprocess.Popen([str(binary), "-c", stay], start_new_session=True,
+                             preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+    try:
+        deadline = time.monotonic() + 30
+        while not _settled(name) and time.monotonic() < deadline:  # each of the 3 shells in its sleep
+            time.sleep(0.05)
+        assert len(_named(name)) == 4, _named(name)
+        assert hv.pinned_guests(name) == ({cpus[0]: 1} if len(cpus) > 1 else {cpus[0]: 2})
+        children = [pid for pid in _named(name) if pid not in (pinned.pid, loose.pid)]
+        pinned.kill()  # a guest killed: its processes linger a moment, orphaned, in its session; not a guest
+        pinned.wait()
+        assert set(children) <= set(_named(name)) and len(children) == 2, (children, _named(name))
+        assert hv.pinned_guests(name) == ({} if len(cpus) > 1 else {cpus[0]: 1})
+    finally:
+        for proc in (pinned, loose):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader
+            proc.wait()
+
+
+def _settled(comm: str) -> bool:
+    """Four processes named `comm`, three of them each waiting in its sleep: none forking any more."""
+    from guestbench.host import procs
+
+    named = _named(comm)
+    sleeping = [pid for pid in procs.pids() if procs.proc_comm(pid) == "sleep"
+                and (st := procs.stat(pid)) is not None and st.ppid in named]
+    return len(named) == 4 and len(sleeping) == 3
+
+
+def _named(comm: str) -> list[int]:
+    from guestbench.host import procs
+
+    return [pid for pid in procs.pids() if procs.proc_comm(pid) == comm]

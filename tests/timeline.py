@@ -20,9 +20,20 @@ from pathlib import Path
 _MAX_LINE = 4000  # one write(2) of an O_APPEND file is not split between writers up to far more than this
 
 
+# Temporary files of the programs a cell runs, made where TMPDIR says, else here: qemu's overlay of a snapshot=on
+# drive (libguestfs's appliance root), supermin's build directory. A cell's programs get its work dir as TMPDIR.
+SCRATCH = ("/var/tmp/vl.??????", "/tmp/vl.??????", "/var/tmp/supermin*.tmpdir", "/tmp/supermin*.tmpdir")
+
+
+def scratch_files() -> set[str]:
+    """Programs' temporary files outside any work dir, each as scratch:PATH."""
+    return {f"scratch:{p}" for pattern in SCRATCH for p in glob.glob(pattern)}
+
+
 def host_things() -> set[str]:
-    """What a test can leave on the host, each as one word: sockdir:PATH, loop:NAME=BACKING, domain:NAME."""
-    found = {f"sockdir:{p}" for p in glob.glob("/tmp/libguestfs??????")}
+    """What a test can leave on the host, each as one word: sockdir:PATH, scratch:PATH, loop:NAME=BACKING,
+    domain:NAME."""
+    found = {f"sockdir:{p}" for p in glob.glob("/tmp/libguestfs??????")} | scratch_files()
     for back in glob.glob("/sys/block/loop*/loop/backing_file"):
         try:
             found.add(f"loop:{back.split('/')[3]}={Path(back).read_text().strip()}")
@@ -100,8 +111,9 @@ def _events(path: Path) -> list[_Event]:
 def birth(path: str) -> float | None:
     """The file's birth time (statx, through coreutils' stat), None where the filesystem keeps none."""
     try:
-        out = subprocess.run(["stat", "-c", "%W", path], capture_output=True, text=True, timeout=5).stdout.strip()
-        return float(out) if out and out not in ("0", "-") else None
+        out = subprocess.run(["stat", "-c", "%.9W", path], capture_output=True, text=True, timeout=5).stdout.strip()
+        born = float(out) if out and out != "-" else 0.0
+        return born if born > 0 else None  # 0: the filesystem keeps none
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return None
 
@@ -134,7 +146,7 @@ def who_made(path: Path, thing: str) -> str:
         return f"{thing} never seen by the timeline's looks"
     before = [e.at for e in events if e.kind in ("start", "end") and e.at < first.at]
     t0 = max(before) if before else events[0].at
-    born = birth(thing.split(":", 1)[1]) if thing.startswith("sockdir:") else None
+    born = birth(thing.split(":", 1)[1]) if thing.startswith(("sockdir:", "scratch:")) else None
     if born is not None:
         t0 = t1 = born
     else:

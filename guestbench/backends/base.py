@@ -15,7 +15,7 @@ from typing import Any
 from guestbench.host import owned
 from guestbench.util.errors import UserError
 from guestbench.backends.appliance import appliance_dir
-from guestbench.host.paths import WORKDIR_ENV
+from guestbench.host.paths import WORKDIR_ENV, scratch_env
 
 QEMU = "qemu-system-x86_64"
 # A user's libguestfs settings that would override a backend's handle configuration; never inherited.
@@ -77,7 +77,7 @@ class HandleConfig:
         env.update(self.environment())
         if workdir is not None:
             env[WORKDIR_ENV] = str(workdir)
-            env["LIBGUESTFS_TMPDIR"] = str(workdir)
+            env.update(scratch_env(workdir))
         return env
 
 

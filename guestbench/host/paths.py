@@ -18,6 +18,15 @@ CACHE_ENV = "GUESTBENCH_CACHE"
 ROOT_CACHE = Path("/var/cache/guestbench")  # root's: only root can make it, whatever $HOME sudo passed on
 
 
+def scratch_env(workdir: str | Path) -> dict[str, str]:
+    """The temporary files of a cell's programs, in its work dir, where its clean-up removes them even when the
+    programs are killed: qemu's temporary overlay of a `snapshot=on` drive (libguestfs's appliance root:
+    /var/tmp/vl.XXXXXX otherwise), supermin's build directory, libguestfs's overlays and sockets' parent. libguestfs
+    takes its cache (the appliance it builds, qemu's probe answers) from TMPDIR too: that stays where it was."""
+    cachedir = os.environ.get("LIBGUESTFS_CACHEDIR") or os.environ.get("TMPDIR") or "/var/tmp"
+    return {"TMPDIR": str(workdir), "LIBGUESTFS_TMPDIR": str(workdir), "LIBGUESTFS_CACHEDIR": cachedir}
+
+
 def cache_path() -> Path:
     """Where the cache is (not made): $GUESTBENCH_CACHE (or, when that is a sticky directory others share such as
     a tmpfs's root, guestbench-<euid> inside it: owned.own_path); else /var/cache/guestbench for root, and

@@ -18,6 +18,7 @@ class Stat:
     ticks: int  # user + system CPU of the process and of the children it reaped (clock ticks)
     start: int  # start time in clock ticks since boot: tells a pid from a later reuse
     rss_pages: int
+    session: int  # the session's leader: a process started with setsid(2) leads its own
 
 
 def stat(pid: int) -> Stat | None:
@@ -27,12 +28,13 @@ def stat(pid: int) -> Stat | None:
     except OSError:
         return None
     # the command name may hold spaces, parentheses and bytes of no encoding (cut at 15): fields after the last ")"
-    # rest[k] is field k+3 of proc(5): state 3, ppid 4, utime stime cutime cstime 14-17, starttime 22, rss 24
+    # rest[k] is field k+3 of proc(5): state 3, ppid 4, session 6, utime stime cutime cstime 14-17, starttime 22,
+    # rss 24
     rest = raw.rsplit(b")", 1)[-1].split()
     if len(rest) < 22:  # not a whole stat line
         return None
     return Stat(rest[0].decode("ascii", "replace"), int(rest[1]), sum(int(v) for v in rest[11:15]), int(rest[19]),
-                int(rest[21]))
+                int(rest[21]), int(rest[3]))
 
 
 def pids() -> list[int]:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, TypeVar
 from guestbench.backends import BACKENDS, Backend
 from guestbench.measurements import get as get_measurement
 from guestbench.measurements.base import CellContext, verification_problem
-from guestbench.host.paths import WORKDIR_ENV, cache_dir, remove_tree, workdir_for
+from guestbench.host.paths import WORKDIR_ENV, cache_dir, remove_tree, scratch_env, workdir_for
 from guestbench.measurements.payload import payload
 from guestbench.scenario import DEFAULT_SAMPLE_TIMEOUT_S, DEFAULT_TIMEOUT_S
 from guestbench.run.protocol import Request
@@ -138,7 +138,7 @@ class InProcessCell:
         self.request = Request(measurement=measurement, params=params, iterations=[], backend=self.config.to_dict(),
                                workdir=str(self.workdir), timeout=timeout, sample_timeout=sample_timeout,
                                appliance={"memsize": memsize, "smp": smp}, verbose=verbose)
-        self.env = _Environment({**self.config.env, WORKDIR_ENV: str(self.workdir)})
+        self.env = _Environment({**self.config.env, WORKDIR_ENV: str(self.workdir), **scratch_env(self.workdir)})
         self.open: list[Handle] = []
         self.verification: dict[str, Any] | None = None
         self.watchdog: Watchdog | None = None

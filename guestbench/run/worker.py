@@ -28,7 +28,7 @@ from guestbench.backends.watch import Watch
 from guestbench.measurements import get as get_measurement
 from guestbench.util.errors import Unavailable
 from guestbench.measurements.base import CellContext, Measurement, verification_problem
-from guestbench.host.paths import INSTANCE_ENV, WORKDIR_ENV
+from guestbench.host.paths import INSTANCE_ENV, WORKDIR_ENV, scratch_env
 from guestbench.run import lockstep, turns
 from guestbench.run.protocol import Msg, Request
 from guestbench.run.supervisor import socket_dirs_of
@@ -364,6 +364,7 @@ def main() -> int:
     try:
         req = Request.from_dict(json.load(sys.stdin))
         os.environ[WORKDIR_ENV] = req.workdir  # a hypervisor program of ours puts its files there
+        os.environ.update(scratch_env(req.workdir))  # and qemu's, supermin's: removed with it, however it ends
         os.environ[INSTANCE_ENV] = str(req.instance)
         os.environ.update(req.backend.get("env") or {})
         WorkerTask(req, chan).run()

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from guestbench.backends.uml.channel import CHANNEL_ENV, PORT_NAME, REFUSALS_FILE
-from guestbench.host.paths import INSTANCE_ENV, WORKDIR_ENV
+from guestbench.backends.uml.pinning import pinned
+from guestbench.host.paths import WORKDIR_ENV
 
 QEMU = "qemu-system-x86_64"
 SERIAL_LINE = 3  # ssl3 = /dev/ttyS3 in the guest
@@ -185,18 +186,6 @@ def uml_command(launch: Launch, tmp: Path, channel: str, channel_fd: int | None,
     return argv + kept
 
 
-def uml_cpu() -> int | None:
-    """The host CPU UML is pinned to (none when this process may use only one): the last one for the first
-    of concurrent appliances, the one before for the second, and so on, so that guests sharing a disk
-    do not also share a CPU."""
-    cpus = sorted(os.sched_getaffinity(0))
-    try:
-        instance = max(1, int(os.environ.get(INSTANCE_ENV, "1")))
-    except ValueError:
-        instance = 1
-    return cpus[-1 - (instance - 1) % len(cpus)] if len(cpus) > 1 else None
-
-
 RAM_DIRS = ("/dev/shm", "/tmp")  # where UML may keep guest RAM, best first
 MIN_RAM_FREE_MIB = 256  # below this nothing boots: the appliance's kernel, daemon and page cache touch that much
 
@@ -257,10 +246,6 @@ def run(args: list[str]) -> int:
             vhost_socket = str(tmp / "vhost.sock")
             server = VhostConsole(vhost_socket, PORT_NAME, peer)  # listening now; served once UML is started
         argv = uml_command(launch, tmp, channel, peer.fileno(), vhost_socket)
-        if (cpu := uml_cpu()) is not None and shutil.which("taskset"):
-            # UML is uniprocessor and hands every guest system call over with ptrace: kept on one host
-            # CPU it runs about 3x faster here than when those hand-offs cross CPUs
-            argv = ["taskset", "-c", str(cpu), *argv]
         env = dict(os.environ)
         ram_dir, said = ram_tmpdir(launch.memory_mib)
         if ram_dir is None:
@@ -269,13 +254,16 @@ def run(args: list[str]) -> int:
         if said:
             sys.stderr.write(f"guestbench-uml: warning: {said}\n")
         env["TMPDIR"] = ram_dir
-        sys.stderr.write("guestbench-uml: " + " ".join(argv) + "\n")
-        sys.stderr.flush()
         # No thread runs yet, so preexec_fn is safe: UML must die with this program even if it is SIGKILLed
         # (libguestfs's recovery process does that when its own parent dies).
-        uml = subprocess.Popen(argv, stdin=0, stdout=1, stderr=2, env=env, start_new_session=True,
-                               pass_fds=(peer.fileno(),) if channel == "serial" else (),
-                               preexec_fn=_die_with_parent)
+        with pinned(launch.kernel) as pin:  # on one host CPU (guestbench.backends.uml.pinning)
+            argv = pin.command(argv)
+            sys.stderr.write("guestbench-uml: " + " ".join(argv) + "\n")
+            sys.stderr.flush()
+            uml = subprocess.Popen(argv, stdin=0, stdout=1, stderr=2, env=env, start_new_session=True,
+                                   pass_fds=(peer.fileno(),) if channel == "serial" else (),
+                                   preexec_fn=_die_with_parent)
+            pin.started(uml.pid)
         _start_guardian(uml.pid, tmp)  # before any thread: fork is only safe while single-threaded
         if server is not None:
             threading.Thread(target=_named(server.serve, b"vhost-console"), args=(stop,), name="vhost-console",
