@@ -6,6 +6,7 @@ update re-probes by itself; `--reprobe` forces it. Preconditions (daemons, devic
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -115,6 +116,24 @@ def check(backend: Backend, executor: Executor, run_dir: Path, *, refresh: bool 
     if defer:
         return Availability(True, DEFERRED, {**pre.details, "deferred": True})
     limit = timeout or backend.probe_timeout()
+    with contextlib.ExitStack() as one_at_a_time:
+        # runs that start together (suite workers, a fleet's hosts on one machine, a user's two runs) would each
+        # launch the same probe: one does, the others wait for it and take its verdict from the cache
+        try:
+            one_at_a_time.enter_context(locks.exclusive(cache_dir() / "locks" / f"probe-{backend.name}.lock",
+                                                        f"the {backend.name} probe",
+                                                        limit * backend.probe_attempts() + 60))
+        except locks.LockTimeout:  # the other run's probe overran its own deadlines: probe without it
+            pass
+        if not refresh and (cached := cached_verdict(backend, key)) is not None:
+            cached.details = {**cached.details, **pre.details, "waited_for_another_probe": True}
+            return cached
+        return _probe(backend, executor, run_dir, limit, key, pre)
+
+
+def _probe(backend: Backend, executor: Executor, run_dir: Path, limit: float, key: dict[str, Any],
+           pre: Availability) -> Availability:
+    """Launch probes (as many as the backend allows to fail) and store the verdict."""
     av = launch_probe(backend, executor, run_dir, limit)
     earlier: list[str] = []  # why the attempts before `av` did not launch
     earlier_output: list[list[str]] = []  # and where those that hung stopped
