@@ -164,9 +164,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     try:
         if not _WORKER:  # the controller, after its workers: their results files are under its basetemp
-            _SCRATCH_LEFT.extend(made_by(t) for t in sorted(scratch_files() - _SCRATCH_BEFORE))
-            if _SCRATCH_LEFT and session.exitstatus == 0:
+            left = sorted(scratch_files() - _SCRATCH_BEFORE)
+            if left and session.exitstatus == 0:  # before the naming, which must not lose the failure
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            _SCRATCH_LEFT.extend(left)
+            _SCRATCH_LEFT[:] = [made_by(t) for t in left]
             _DAY.collect(session, _SESSION_TMP)  # before the session's root, where the day's samples are kept, goes
     except Exception as e:  # noqa: BLE001 - the day's figures must never cost the session its clean-up
         _DAY.error = f"{type(e).__name__}: {e}"[:200]

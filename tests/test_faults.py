@@ -299,9 +299,9 @@ measurements:
                                capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert "SHARED host" in " ".join(shown.stdout.split()), shown.stdout[-2000:]
     assert shared >= 2
-    # one probe launch: the run that waited for the other's takes its verdict (run/probe.check)
-    waited = [_doc(tmp_path / f"r{k}")["backends"]["uml"]["details"].get("waited_for_another_probe") for k in (1, 2)]
-    assert sorted(map(bool, waited)) == [False, True], waited
+    # one probe launch: the other run takes its verdict, cached (run/probe.check: waiting for it if it is under way)
+    cached = [_doc(tmp_path / f"r{k}")["backends"]["uml"]["details"].get("cached") for k in (1, 2)]
+    assert sorted(map(bool, cached)) == [False, True], cached
     # the shared cache: one appliance, one payload with the right checksum, one verdict; no half-made leftovers
     (appliance,) = [d for d in (fresh / "tmp" / APPLIANCES_DIR / "uml-standard").iterdir() if d.is_dir()]
     assert not appliance.name.startswith("."), appliance

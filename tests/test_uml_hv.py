@@ -152,10 +152,15 @@ def test_pinned_guests_are_counted_by_their_first_process(tmp_path: Path) -> Non
     shutil.copy("/bin/sh", binary)
     stay = "sleep 300; true"  # not exec'd: the shell stays, with its name
     script = f"{binary} -c '{stay}' & {binary} -c '{stay}' & wait"  # two children of the same name
-    pinned = subprocess.Popen(["taskset", "-c", str(cpus[0]), str(binary), "-c", script], start_new_session=True)
-    loose = subprocess.Popen([str(binary), "-c", stay], start_new_session=True,
-                             preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+    if not shutil.which("taskset"):
+        pytest.skip("no taskset here: UML is not pinned at all")
+    started: list[subprocess.Popen[bytes]] = []
     try:
+        pinned = subprocess.Popen(["taskset", "-c", str(cpus[0]), str(binary), "-c", script], start_new_session=True)
+        started.append(pinned)
+        loose = subprocess.Popen([str(binary), "-c", stay], start_new_session=True,
+                                 preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+        started.append(loose)
         deadline = time.monotonic() + 30
         while not _settled(name) and time.monotonic() < deadline:  # each of the 3 shells in its sleep
             time.sleep(0.05)
@@ -167,7 +172,7 @@ def test_pinned_guests_are_counted_by_their_first_process(tmp_path: Path) -> Non
         assert set(children) <= set(_named(name)) and len(children) == 2, (children, _named(name))
         assert hv.pinned_guests(name) == ({} if len(cpus) > 1 else {cpus[0]: 1})
     finally:
-        for proc in (pinned, loose):
+        for proc in started:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader
             proc.wait()
@@ -187,3 +192,56 @@ def _named(comm: str) -> list[int]:
     from guestbench.host import procs
 
     return [pid for pid in procs.pids() if procs.proc_comm(pid) == comm]
+
+
+def test_a_guests_cpu_choice_is_held_until_its_uml_runs_and_the_next_guest_takes_another(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pin, as the hypervisor program uses it, with a real pinned process standing in for UML: the choice's lock is
+    held from the choice until the process runs under UML's name, then let go; the next guest, seeing it, takes
+    another CPU. Without taskset, or with no lock to be had, a guest is never failed for it."""
+    import contextlib
+    import fcntl
+    import os
+    import shutil
+    import signal
+
+    from guestbench.backends.uml import pinning
+    from guestbench.host.paths import INSTANCE_ENV, WORKDIR_ENV
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or not shutil.which("taskset"):
+        pytest.skip("one CPU or no taskset: UML is not pinned at all")
+    for name in (INSTANCE_ENV, WORKDIR_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GUESTBENCH_CACHE", str(tmp_path / "cache"))
+    binary = tmp_path / f"gbchoose{os.getpid()}"[:15]
+    shutil.copy("/bin/sh", binary)
+    lock = tmp_path / "cache" / "uml-cpu.lock"
+
+    def held() -> bool:
+        with open(lock) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return False
+            except BlockingIOError:
+                return True
+
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        with pinning.pinned(str(binary)) as first:
+            assert first.cpu == cpus[-1] and held()
+            proc = subprocess.Popen(first.command([str(binary), "-c", "sleep 300; true"]), start_new_session=True)
+            started.append(proc)
+            first.started(proc)
+            assert not held() and pinning.procs.proc_comm(proc.pid) == binary.name
+        assert os.stat(lock).st_mode & 0o777 == 0o600
+        with pinning.pinned(str(binary)) as second:
+            assert second.cpu == cpus[-2]  # the first guest's CPU is taken
+        monkeypatch.setenv("PATH", str(tmp_path / "no-such-dir"))
+        with pinning.pinned(str(binary)) as third:  # no taskset: UML runs unpinned, not refused
+            assert third.cpu is None and third.command(["x"]) == ["x"]
+    finally:
+        for p in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()

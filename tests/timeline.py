@@ -26,8 +26,15 @@ SCRATCH = ("/var/tmp/vl.??????", "/tmp/vl.??????", "/var/tmp/supermin*.tmpdir", 
 
 
 def scratch_files() -> set[str]:
-    """Programs' temporary files outside any work dir, each as scratch:PATH."""
-    return {f"scratch:{p}" for pattern in SCRATCH for p in glob.glob(pattern)}
+    """This user's programs' temporary files outside any work dir, each as scratch:PATH (another user's are not the
+    suite's)."""
+    def mine(path: str) -> bool:
+        try:
+            return os.lstat(path).st_uid == os.geteuid()
+        except OSError:
+            return False
+
+    return {f"scratch:{p}" for pattern in SCRATCH for p in glob.glob(pattern) if mine(p)}
 
 
 def host_things() -> set[str]:

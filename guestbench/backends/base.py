@@ -74,10 +74,11 @@ class HandleConfig:
         libguestfs's overlays and guestbench's hypervisor files go there, so that whatever a killed program
         leaves is found by path and removed."""
         env = {k: v for k, v in os.environ.items() if k not in LIBGUESTFS_OVERRIDES}
-        env.update(self.environment())
+        if workdir is not None:
+            env.update(scratch_env(workdir, env))
+        env.update(self.environment())  # a scenario's env: over guestbench's choices
         if workdir is not None:
             env[WORKDIR_ENV] = str(workdir)
-            env.update(scratch_env(workdir))
         return env
 
 

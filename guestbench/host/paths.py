@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from guestbench.host import owned
@@ -18,12 +19,13 @@ CACHE_ENV = "GUESTBENCH_CACHE"
 ROOT_CACHE = Path("/var/cache/guestbench")  # root's: only root can make it, whatever $HOME sudo passed on
 
 
-def scratch_env(workdir: str | Path) -> dict[str, str]:
+def scratch_env(workdir: str | Path, env: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The temporary files of a cell's programs, in its work dir, where its clean-up removes them even when the
     programs are killed: qemu's temporary overlay of a `snapshot=on` drive (libguestfs's appliance root:
-    /var/tmp/vl.XXXXXX otherwise), supermin's build directory, libguestfs's overlays and sockets' parent. libguestfs
-    takes its cache (the appliance it builds, qemu's probe answers) from TMPDIR too: that stays where it was."""
-    cachedir = os.environ.get("LIBGUESTFS_CACHEDIR") or os.environ.get("TMPDIR") or "/var/tmp"
+    /var/tmp/vl.XXXXXX otherwise), supermin's build directory, libguestfs's overlays. libguestfs takes its cache
+    (the appliance it builds, qemu's probe answers) from TMPDIR too: that stays where `env` has it. A scenario's own
+    `env:` is applied over these."""
+    cachedir = env.get("LIBGUESTFS_CACHEDIR") or env.get("TMPDIR") or "/var/tmp"
     return {"TMPDIR": str(workdir), "LIBGUESTFS_TMPDIR": str(workdir), "LIBGUESTFS_CACHEDIR": cachedir}
 
 

@@ -67,8 +67,9 @@ def proc_start(pid: int) -> int | None:
 
 
 def proc_comm(pid: int) -> str:
+    """A process's name; any user may give theirs bytes of no encoding (prctl PR_SET_NAME)."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
+        return Path(f"/proc/{pid}/comm").read_bytes().decode("utf-8", "replace").strip()
     except OSError:
         return ""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -98,6 +99,7 @@ class _Environment:
         self.saved: dict[str, str | None] | None = None
 
     def apply(self) -> None:
+        tempfile.gettempdir()  # this process's own temp dir, chosen now: never the cell's work dir (TMPDIR below)
         names = set(self.values) | set(LIBGUESTFS_OVERRIDES)
         self.saved = {k: os.environ.get(k) for k in names}
         for k in LIBGUESTFS_OVERRIDES:
@@ -138,7 +140,7 @@ class InProcessCell:
         self.request = Request(measurement=measurement, params=params, iterations=[], backend=self.config.to_dict(),
                                workdir=str(self.workdir), timeout=timeout, sample_timeout=sample_timeout,
                                appliance={"memsize": memsize, "smp": smp}, verbose=verbose)
-        self.env = _Environment({**self.config.env, WORKDIR_ENV: str(self.workdir), **scratch_env(self.workdir)})
+        self.env = _Environment({**scratch_env(self.workdir), **self.config.env, WORKDIR_ENV: str(self.workdir)})
         self.open: list[Handle] = []
         self.verification: dict[str, Any] | None = None
         self.watchdog: Watchdog | None = None

@@ -263,8 +263,8 @@ def run(args: list[str]) -> int:
             uml = subprocess.Popen(argv, stdin=0, stdout=1, stderr=2, env=env, start_new_session=True,
                                    pass_fds=(peer.fileno(),) if channel == "serial" else (),
                                    preexec_fn=_die_with_parent)
-            pin.started(uml.pid)
-        _start_guardian(uml.pid, tmp)  # before any thread: fork is only safe while single-threaded
+            _start_guardian(uml.pid, tmp)  # at once, and before any thread: fork is safe only while single-threaded
+            pin.started(uml)
         if server is not None:
             threading.Thread(target=_named(server.serve, b"vhost-console"), args=(stop,), name="vhost-console",
                              daemon=True).start()

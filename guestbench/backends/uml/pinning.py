@@ -10,6 +10,8 @@ import fcntl
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import time
 import zlib
 from collections import Counter
@@ -23,12 +25,16 @@ CHOICE_WAIT_S = 2.0  # the longest a guest waits for another's choice to be seen
 
 
 def pinned_guests(comm: str) -> Counter[int]:
-    """How many running UML guests are pinned to each host CPU, whoever started them: processes named `comm` (UML's
-    binary) that lead their own session (the hypervisor program starts UML so; a guest's own processes share its
-    name, its session and its pin, and those of a guest just killed linger a moment, orphaned)."""
+    """How many running UML guests of this user's are pinned to each host CPU, whichever run started them: processes
+    named `comm` (UML's binary) that lead their own session (the hypervisor program starts UML so; a guest's own
+    processes share its name, its session and its pin, and those of a guest just killed linger a moment, orphaned).
+    Another user's processes are not counted: anyone can name a process so, and steer the choice."""
     taken: Counter[int] = Counter()
+    me = os.geteuid()
     for pid in procs.pids():
         if procs.proc_comm(pid) != comm or (st := procs.stat(pid)) is None or st.session != pid or st.state in "ZX":
+            continue
+        if procs.proc_uid(pid) != me:
             continue
         try:
             cpus = os.sched_getaffinity(pid)
@@ -68,18 +74,31 @@ class Pin:
         self.cpu: int | None = None
 
     def choose(self) -> None:
+        """Take the lock and a CPU; on any failure no CPU: UML then runs where the kernel puts it (slower, never
+        failed for it)."""
         if len(os.sched_getaffinity(0)) < 2 or not shutil.which("taskset"):
             return
-        self._lock = _take_lock()
-        self.cpu = uml_cpu(pinned_guests(self.comm))
+        t0 = time.monotonic()
+        try:
+            self._lock = _take_lock()
+            self.cpu = uml_cpu(pinned_guests(self.comm))
+        except Exception as e:  # noqa: BLE001 - pinning is an optimisation
+            self.release()
+            self.cpu = None
+            sys.stderr.write(f"guestbench-uml: warning: UML not pinned to a CPU: {type(e).__name__}: {e}\n")
+        if (waited := time.monotonic() - t0) > 0.1:  # inside the timed launch: said
+            sys.stderr.write(f"guestbench-uml: waited {waited:.2f} s for another guest's choice of CPU\n")
 
     def command(self, argv: list[str]) -> list[str]:
+        """UML's command line, run on the chosen CPU."""
         return ["taskset", "-c", str(self.cpu), *argv] if self.cpu is not None else argv
 
-    def started(self, pid: int) -> None:
-        """UML is `pid`: once the kernel names it as UML (taskset has exec'd it), the next guest may choose."""
+    def started(self, uml: subprocess.Popen[bytes]) -> None:
+        """UML is started: once the kernel names it as UML (taskset has exec'd it), the next guest may choose;
+        not later than CHOICE_WAIT_S, nor once it has ended (taskset could not run it)."""
         deadline = time.monotonic() + CHOICE_WAIT_S
-        while self._lock is not None and procs.proc_comm(pid) not in (self.comm, "") and time.monotonic() < deadline:
+        while (self._lock is not None and uml.poll() is None and procs.proc_comm(uml.pid) not in (self.comm, "")
+               and time.monotonic() < deadline):
             time.sleep(0.002)
         self.release()
 
@@ -106,10 +125,13 @@ def _take_lock() -> int | None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return fd
         except BlockingIOError:
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                return None
-            time.sleep(0.005)
+            if time.monotonic() < deadline:
+                time.sleep(0.005)
+                continue
+        except OSError:  # no locks on this filesystem (ENOLCK): choose without
+            pass
+        os.close(fd)
+        return None
 
 
 @contextlib.contextmanager
