@@ -212,3 +212,25 @@ def test_a_cache_whose_wrapper_path_libguestfs_would_overflow_on_probes_tcg(tmp_
     verdict = json.loads(proc.stdout)["backends"]["tcg"]
     assert "crashed" not in verdict["reason"] and "status -6" not in verdict["reason"], verdict
     assert verdict["usable"] or "did not finish within 10 s" in verdict["reason"], verdict
+
+
+def test_a_kvm_device_of_a_group_unknown_here_makes_libvirt_unusable_with_the_fix(tmp_path: Path) -> None:
+    """A qemu package installed in a chroot over this host's /dev gave /dev/kvm that root's kvm group: libvirt then
+    probed qemu at every domain start (40 s each), past the level-1 guest's deadline (issue 45). A device node stands
+    in for /dev/kvm here (a file of the same owner and group)."""
+    import grp
+    import os
+
+    from guestbench.backends.libvirt import kvm_group_problem
+
+    dev = tmp_path / "kvm"
+    dev.write_text("")
+    known = {g.gr_gid for g in grp.getgrall()}
+    unknown = next(gid for gid in range(4_000_000, 4_001_000) if gid not in known)
+    os.chown(dev, 0, unknown)
+    why = kvm_group_problem(dev)
+    assert why is not None and why.startswith(f"{dev} belongs to group {unknown}, which names no group on this host")
+    assert why.endswith(f"chgrp kvm {dev}")
+    os.chown(dev, 0, 0)
+    assert kvm_group_problem(dev) is None  # a known group
+    assert kvm_group_problem(tmp_path / "none") is None  # no device: nothing to say

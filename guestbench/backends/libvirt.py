@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import grp
 import os
 import shutil
 import subprocess
@@ -239,6 +240,25 @@ def kill_orphaned_qemus(workdir: Path) -> list[str]:
     return killed
 
 
+def kvm_group_problem(dev: Path = Path("/dev/kvm")) -> str | None:
+    """Why libvirt would probe qemu again at every domain start: /dev/kvm owned by a group this host does not know.
+    A qemu package installed in a chroot over this host's /dev gives it that root's kvm group; libvirt's qemu user
+    then cannot open it, and libvirt 9 takes its cached qemu capabilities for stale at each start (about 40 s a start
+    here, past the level-1 guest's 60 s deadline: docs/development.md's flake log). None when /dev/kvm is absent
+    or its group is known."""
+    try:
+        gid = os.stat(dev).st_gid
+    except OSError:
+        return None
+    try:
+        grp.getgrgid(gid)
+        return None
+    except KeyError:
+        return (f"{dev} belongs to group {gid}, which names no group on this host (a package installed in a chroot "
+                f"over this host's /dev?): libvirt's qemu user cannot open it, and libvirt then probes qemu again at "
+                f"every domain start; give it its group back: chgrp kvm {dev}")
+
+
 class _LibvirtBackend(Backend):
     settings: list[str] = []
     volatile_disk_as_file = False  # libvirt chowns a disk to its qemu user, which a FUSE mount refuses
@@ -247,6 +267,8 @@ class _LibvirtBackend(Backend):
     def preconditions(self) -> Availability:
         if (missing := common_preconditions()) is not None:
             return missing
+        if (why := kvm_group_problem()) is not None:
+            return Availability(False, why)
         err = ensure_daemons()
         if err is not None:
             return Availability(False, err)
