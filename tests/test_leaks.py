@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from guestbench.run.leaks import Growth, ProcessReading, growth, hypervisor_processes, judged, read_process
@@ -79,6 +80,12 @@ def test_readings_of_a_live_process_and_a_hypervisor_found_by_name(tmp_path: Pat
     shutil.copy("/bin/cat", fake)
     proc = subprocess.Popen([str(fake)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
     try:
+        # Popen returns once exec has closed the child's close-on-exec fds, before the kernel has laid out the new
+        # program's arguments: /proc/PID/cmdline is empty for that moment (CI of 313be43, beside three workers).
+        # Wait for the event, the program in place, then the reading must find it at once.
+        deadline = time.monotonic() + 30
+        while not Path(f"/proc/{proc.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.005)
         assert f"{proc.pid} qemu-system-x86_64" in hypervisor_processes()
     finally:
         proc.communicate(b"")
