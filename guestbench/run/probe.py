@@ -108,11 +108,15 @@ def check(backend: Backend, executor: Executor, run_dir: Path, *, refresh: bool 
     if not pre.usable:
         return pre
     key = backend.probe_key()
-    if not refresh:
-        cached = cached_verdict(backend, key)
+
+    def from_cache(**said: Any) -> Availability | None:
+        cached = None if refresh else cached_verdict(backend, key)
         if cached is not None:
-            cached.details = {**cached.details, **pre.details}  # this host's facts now (its appliance's path)
-            return cached
+            cached.details = {**cached.details, **pre.details, **said}  # this host's facts now (its appliance's path)
+        return cached
+
+    if (cached := from_cache()) is not None:
+        return cached
     if defer:
         return Availability(True, DEFERRED, {**pre.details, "deferred": True})
     limit = timeout or backend.probe_timeout()
@@ -125,10 +129,7 @@ def check(backend: Backend, executor: Executor, run_dir: Path, *, refresh: bool 
                                                         limit * backend.probe_attempts() + 60))
         except locks.LockTimeout:  # the other run's probe overran its own deadlines: probe without it
             pass
-        if not refresh and (cached := cached_verdict(backend, key)) is not None:
-            cached.details = {**cached.details, **pre.details, "waited_for_another_probe": True}
-            return cached
-        return _probe(backend, executor, run_dir, limit, key, pre)
+        return from_cache(waited_for_another_probe=True) or _probe(backend, executor, run_dir, limit, key, pre)
 
 
 def _probe(backend: Backend, executor: Executor, run_dir: Path, limit: float, key: dict[str, Any],

@@ -6,10 +6,8 @@ those of one run (concurrent appliances) and those of every other run, suite wor
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import time
@@ -18,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
-from guestbench.host import procs
+from guestbench.host import locks, procs
 from guestbench.host.paths import INSTANCE_ENV, WORKDIR_ENV, cache_dir
 
 CHOICE_WAIT_S = 2.0  # the longest a guest waits for another's choice to be seen; then it chooses anyway
@@ -80,7 +78,8 @@ class Pin:
             return
         t0 = time.monotonic()
         try:
-            self._lock = _take_lock()
+            # a 0600 file in this user's own cache; none to be had within CHOICE_WAIT_S: choose without
+            self._lock = locks.brief(cache_dir() / "uml-cpu.lock", CHOICE_WAIT_S)
             self.cpu = uml_cpu(pinned_guests(self.comm))
         except Exception as e:  # noqa: BLE001 - pinning is an optimisation
             self.release()
@@ -106,32 +105,6 @@ class Pin:
         if self._lock is not None:
             os.close(self._lock)  # the flock goes with the last descriptor
             self._lock = None
-
-
-def _take_lock() -> int | None:
-    """The choice's lock (a 0600 file in guestbench's own cache directory), or None when it cannot be had within
-    CHOICE_WAIT_S or safely: pinning is best effort, never a reason to fail or to wait long."""
-    try:
-        fd = os.open(cache_dir() / "uml-cpu.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except Exception:  # noqa: BLE001 - an unsafe or unwritable cache: choose without the lock
-        return None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        os.close(fd)
-        return None
-    deadline = time.monotonic() + CHOICE_WAIT_S
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() < deadline:
-                time.sleep(0.005)
-                continue
-        except OSError:  # no locks on this filesystem (ENOLCK): choose without
-            pass
-        os.close(fd)
-        return None
 
 
 @contextlib.contextmanager
