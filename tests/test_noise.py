@@ -79,12 +79,14 @@ def test_the_report_marks_busy_cells_and_says_quiet_ones_were_judged() -> None:
     assert any("(other processes up to ? cores)" in w for w in unsaid.warnings)
 
 
+# One launch, and a sample long enough to be judged (MIN_JUDGED_S; 1.2 s on a quiet day): the busy check is the
+# same for every measurement's timed step, and both tests run alone, where every second is the suite's wall time
 BUSY = """name: busy
 backends: [uml]
 repetitions: 1
 warmup: 0
 timeout: 240
-measurements: [startup]
+measurements: [{measurement: upload-no-write, size: 64MiB}]
 """
 
 

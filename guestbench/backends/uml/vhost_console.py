@@ -409,6 +409,8 @@ class VhostConsole:
             os.write(q.call, CALL)
         except BlockingIOError:
             pass  # the pipe is full: UML has an interrupt pending anyway
+        except OSError:  # EPIPE: UML has gone, and the end of its connection ends the loop, not a traceback here
+            return
         self.stats["calls"] += 1
 
     def _nudge(self) -> None:
