@@ -248,6 +248,31 @@ echo DONE >&3
     assert back == data
 
 
+def test_what_the_server_took_reaches_the_peer_after_uml_has_gone(tmp_path: Path) -> None:
+    """A guest that powers off right after a write (issue 45): the server had taken all of it from the ring, but
+    the peer had read none, so most of it waited in the server's out buffer when UML went. It still arrives, in
+    full, and only then does the server end."""
+    size = 768 * 1024  # more than the socket's buffer, less than the server's out buffer (OUT_LIMIT)
+    data = os.urandom(size)
+    (tmp_path / "from_guest.bin").write_bytes(data)
+    body = f"""
+exec 3<>$PORT
+cat {tmp_path}/from_guest.bin >&3
+read off <&3
+"""
+    with uml_guest(tmp_path, body) as guest:
+        deadline = time.monotonic() + 60
+        while guest.server.stats["bytes_from_guest"] < size:  # all of it in the server: none read by the peer
+            assert time.monotonic() < deadline and guest.proc.poll() is None, guest.server.stats
+            time.sleep(0.05)
+        guest.host.sendall(b"off\n")
+        guest.wait()  # UML has gone: its connection to the server is closed
+        back = guest.read(size)
+        guest.thread.join(timeout=10)
+        assert not guest.thread.is_alive()
+    assert back == data
+
+
 def test_peer_close_reaches_guest_as_eof(tmp_path: Path) -> None:
     """When the peer closes, what it sent is still delivered, then the guest reads EOF and serve returns."""
     data = os.urandom(3 * 1024 * 1024 + 17)

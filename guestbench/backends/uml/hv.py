@@ -241,7 +241,7 @@ def run(args: list[str]) -> int:
         peer.connect(launch.channel_socket)  # libguestfs listens; qemu would connect here too
         vhost_socket = None
         if channel == "virtio":
-            from guestbench.backends.uml.vhost_console import VhostConsole
+            from guestbench.backends.uml.vhost_console import DRAIN_S, POLL_S, VhostConsole
 
             vhost_socket = str(tmp / "vhost.sock")
             server = VhostConsole(vhost_socket, PORT_NAME, peer)  # listening now; served once UML is started
@@ -265,19 +265,25 @@ def run(args: list[str]) -> int:
                                    preexec_fn=_die_with_parent)
             _start_guardian(uml.pid, tmp)  # at once, and before any thread: fork is safe only while single-threaded
             pin.started(uml)
+        relay = None
         if server is not None:
-            threading.Thread(target=_named(server.serve, b"vhost-console"), args=(stop,), name="vhost-console",
-                             daemon=True).start()
+            relay = threading.Thread(target=_named(server.serve, b"vhost-console"), args=(stop,),
+                                     name="vhost-console", daemon=True)
+            relay.start()
             server = None  # serve() closes it when it returns
 
         def forward(signum: int, _frame: object) -> None:
-            # libguestfs stops qemu with SIGTERM after syncing the disks: stop UML and all its processes
+            # libguestfs stops qemu with SIGTERM after syncing the disks: stop UML and all its processes, and
+            # the relay at once (libguestfs reads no more)
+            stop.set()
             _kill_group(uml.pid, signal.SIGKILL)
 
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(s, forward)
         rc = uml.wait()
         _kill_group(uml.pid, signal.SIGKILL)  # UML's helper processes, if any outlived it
+        if relay is not None:  # a guest that powered off right after writing: what the relay took goes out first
+            relay.join(DRAIN_S + 2 * POLL_S)
         # UML exits 1 after a clean power-off, and is killed by us when libguestfs shuts it down
         return 0 if rc in (0, 1, -signal.SIGKILL) else (rc if rc > 0 else 128 - rc)
     finally:

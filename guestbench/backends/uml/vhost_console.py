@@ -46,6 +46,7 @@ import select
 import socket
 import struct
 import threading
+import time
 
 # vhost-user front-end requests
 GET_FEATURES = 1
@@ -104,6 +105,7 @@ CHUNK = 256 * 1024  # bytes read from the peer at a time
 OUT_LIMIT = 1024 * 1024  # stop taking guest tx buffers while this much is waiting for the peer
 KICK_BATCH = 16  # when out of guest rx buffers, ask to be kicked after this many come back
 POLL_S = 0.2  # how often `stop` is looked at (and lost notifications are made up for)
+DRAIN_S = 5.0  # once UML has gone, how long what it wrote may still wait for the peer to read it
 CALL = struct.pack("<Q", 1)
 
 _HDR = struct.Struct("<III")
@@ -284,6 +286,7 @@ class VhostConsole:
             for fd, ev in events:
                 if fd == conn_fd:
                     if not self._handle_message():
+                        self._drain_out(stop)
                         return
                 elif fd == peer_fd:
                     hup = ev & (select.EPOLLHUP | select.EPOLLERR)
@@ -328,6 +331,17 @@ class VhostConsole:
             del self._out[:n]
         if self._peer_dead:
             self._out.clear()
+
+    def _drain_out(self, stop: threading.Event) -> None:
+        """UML has gone (a guest may power off right after a write): what the server already took from the guest
+        still goes to the peer, for as long as the peer reads it within DRAIN_S."""
+        deadline = time.monotonic() + DRAIN_S
+        while self._out and not self._peer_dead and not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            select.select([], [self.peer], [], min(left, POLL_S))
+            self._flush_out()
 
     def _pump(self) -> bool:
         """Move everything that can move now, on every queue; signal each queue at most once."""
