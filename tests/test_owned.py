@@ -437,7 +437,7 @@ sys.exit(status)
 def test_a_run_doctor_exec_and_fleet_local_work_beside_every_old_path_another_user_made(old_paths: Path,
                                                                                         drop: Path) -> None:
     # the scenario and results live in the session's directory: /tmp is the namespace's own
-    sc = write_scenario(drop / "s.yaml", "name: beside\nrepetitions: 1\nwarmup: 0\nmeasurements: [startup]\n")
+    sc = write_scenario(drop / "s.yaml", "name: beside\nrepetitions: 1\nwarmup: 0\ncold: false\nmeasurements: [startup]\n")
     gb = [sys.executable, "-m", "guestbench"]
     commands = [[*gb, "scenario", str(sc), "--backend", "uml", "--results", str(drop / "r")],
                 [*gb, "doctor", "--backend", "uml", "--json"],

@@ -157,6 +157,7 @@ def test_startup_with_phases_on_uml_sums_within_one_percent(tmp_path: Path, no_l
 name: phases
 repetitions: 1
 warmup: 0
+cold: false
 timeout: 240
 measurements: [startup]
 """)

@@ -147,6 +147,30 @@ def test_defaults_applied(tmp_path: Path) -> None:
                              "cache": "writeback"}
 
 
+def test_cold_false_skips_a_start_up_cells_cold_launch_and_says_so(tmp_path: Path) -> None:
+    """cold: false saves a start-up cell's first launch (the cold one, reported apart): its iterations, what its
+    cells say was timed, the dry run's line, and the file handed to a nested run all say so."""
+    from guestbench.run.plan import plan
+    from guestbench.output.tables.dryrun import document
+    from guestbench.run.dryrun import DryRun
+
+    sc = scenario_from("name: c\nwarmup: 1\nrepetitions: 2\nmeasurements: [startup, upload]\n", tmp_path)
+    assert sc.cold is True and sc.iterations(True) == ["cold", "warmup", "rep", "rep"]
+    warm = scenario_from("name: c\ncold: false\nwarmup: 1\nrepetitions: 2\nmeasurements: [startup, upload]\n",
+                         tmp_path)
+    assert warm.iterations(True) == ["warmup", "rep", "rep"] and warm.iterations(False) == sc.iterations(False)
+    startup, upload = plan(warm, ["uml"])
+    assert startup.iterations == ["warmup", "rep", "rep"]
+    assert "no cold launch was taken" in startup.cells[0]["timed"] and "reported once as 'cold'" not in \
+        startup.cells[0]["timed"]
+    assert plan(sc, ["uml"])[1].cells[0]["timed"] == upload.cells[0]["timed"]  # a launch-once measurement: as ever
+    assert warm.to_file()["cold"] is False and "cold" not in sc.to_file()
+    assert parse_scenario(warm.to_file(), "again.yaml").cold is False
+    assert "no cold first launch" in " ".join(p.text for p in document(DryRun(warm, {}, [])).intro)
+    with pytest.raises(UserError, match="cold"):
+        scenario_from("name: c\ncold: maybe\nmeasurements: [startup]\n", tmp_path)
+
+
 def test_partial_params_keep_other_defaults(tmp_path: Path) -> None:
     sc = scenario_from("name: x\nmeasurements:\n  - measurement: write-no-upload\n    filesystem: xfs\n"
                        "    cache: unsafe\n", tmp_path)

@@ -36,7 +36,7 @@ def interrupt_mid_run(tmp_path: Path, backend: str, sig: int, *, samples_before:
                       under_way: Callable[[], object] = hypervisor_processes) -> tuple[int, float, dict]:
     """Start a 20-sample start-up run, wait for `samples_before` samples and then for a launch `under_way`
     (a hypervisor process by default), then send `sig`."""
-    sc = write_scenario(tmp_path / "s.yaml", "name: sig\nrepetitions: 20\nwarmup: 0\nmeasurements: [startup]\n")
+    sc = write_scenario(tmp_path / "s.yaml", "name: sig\nrepetitions: 20\nwarmup: 0\ncold: false\nmeasurements: [startup]\n")
     results = tmp_path / "results"
     # a deferred probe: the first launch under way is a cell's, never the backend's probe
     proc = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--backend", backend,

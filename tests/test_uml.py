@@ -110,6 +110,7 @@ def test_scenario_on_uml(tmp_path: Path) -> None:
 name: uml-small
 repetitions: 1
 warmup: 1
+cold: false
 timeout: 240
 appliance: {memsize: 768}
 measurements:

@@ -187,6 +187,10 @@ class Measurement:
         sparse image counts at its full size when the measurement writes it, nothing when it stays empty."""
         return 0
 
+    def timed_text(self, cold: bool) -> str:
+        """What the clock covers in a cell of a scenario that takes (`cold`) or skips its cold launch."""
+        return self.timed
+
     def describe(self, params: dict[str, Any]) -> str:
         shown = ", ".join(f"{p.name}={p.show(params[p.name])}" for p in self.params if p.name in params)
         return f"{self.name}({shown})" if shown else self.name

@@ -110,7 +110,7 @@ def new_cell(sc: Scenario, spec: MeasurementSpec, m: Measurement, backend: str, 
     metrics = m.metrics(spec.params)
     return {
         "backend": backend, "placement": "host", "measurement": spec.measurement, "group": spec.group, **together,
-        "params": dict(spec.params), "timed": m.timed, "cache_mode": m.cache_mode(spec.params),
+        "params": dict(spec.params), "timed": m.timed_text(sc.cold), "cache_mode": m.cache_mode(spec.params),
         "bytes": m.nbytes(spec.params), "what": m.describe(spec.params),
         **({"metrics": [dataclasses.asdict(mt) for mt in metrics]} if metrics else {}),
         **({"phases": True, "phase_markers": BACKENDS[backend].phase_markers} if sc.phases and m.times_launch

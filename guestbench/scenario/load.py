@@ -54,6 +54,7 @@ def parse_scenario(data: object, source: str) -> Scenario:
         memsize=memsize,
         smp=smp,
         phases=c.boolean("phases", data.get("phases", False)),
+        cold=c.boolean("cold", data.get("cold", True)),
         placements=c.placements("placement", data["placement"]) if "placement" in data else ("host",),
         nested=c.nested("nested", data["nested"]) if "nested" in data else NestedSpec(),
         measurements=c.measurements("measurements", data["measurements"], memsize),

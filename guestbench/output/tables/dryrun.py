@@ -24,7 +24,8 @@ def document(dr: DryRun) -> Document:
     """The dry run as a document: the backends' verdicts, the cells, the estimate and what it rests on."""
     sc = dr.scenario
     sampling = (f"{sc.repetitions} to {sc.rep_cap} repetitions (precision {sc.precision:.0%})" if sc.precision
-                else f"{sc.repetitions} repetitions") + f", {sc.warmup} warm-up(s)"
+                else f"{sc.repetitions} repetitions") + f", {sc.warmup} warm-up(s)" + ("" if sc.cold else
+                                                                                 ", no cold first launch")
     verdicts = Table("verdicts", "Backends (cached verdicts; nothing is probed by a dry run)",
                      ["backend", "verdict", "reason"],
                      [[n, v.state, short_reason(v.reason)] for n, v in dr.verdicts.items()])
