@@ -94,7 +94,7 @@ measurements: [{measurement: upload-no-write, size: 64MiB}]
 @pytest.mark.launch
 @pytest.mark.timeout(600)
 def test_a_run_next_to_cpu_hogs_is_flagged_busy(tmp_path: Path, no_leftovers) -> None:
-    """Holds on any machine: two hogs on two cores leave the launch well under a core whatever else runs."""
+    """Holds on any machine: two hogs on two cores leave the sample well under a core whatever else runs."""
     hogs = [subprocess.Popen(HOG) for _ in range(2)]
     try:
         proc_b, hogged = run_scenario_text(tmp_path, BUSY)

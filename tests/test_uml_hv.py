@@ -245,3 +245,43 @@ def test_a_guests_cpu_choice_is_held_until_its_uml_runs_and_the_next_guest_takes
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+
+
+@pytest.mark.parametrize(("connected", "signalled"), [(False, []), (True, [15])], ids=["never-connected", "sigterm"])
+def test_the_relay_is_stopped_at_once_when_uml_never_connected_or_libguestfs_ended_it(connected: bool,
+                                                                                      signalled: list[int]) -> None:
+    """After UML has gone the hypervisor program waits for the vhost relay's drain (what a guest that powered off
+    right after writing still has to send), but not for a relay still waiting for a UML that died before it
+    connected, nor once libguestfs has asked for the end: those are stopped at once (a drain of 600 s here)."""
+    import threading
+    from types import SimpleNamespace
+
+    from guestbench.backends.uml.hv import _end_relay
+
+    stop = threading.Event()
+    relay = threading.Thread(target=stop.wait)  # a server that serves until it is told to stop
+    relay.start()
+    t0 = time.monotonic()
+    _end_relay(relay, SimpleNamespace(connected=connected), stop, signalled, drain_s=600.0)
+    assert stop.is_set() and not relay.is_alive() and time.monotonic() - t0 < 60
+
+
+def test_a_relay_that_ends_by_itself_is_waited_for_before_the_channel_closes() -> None:
+    """The drain's end: the relay ends by itself (its bytes sent) and only then is the channel closed."""
+    import threading
+    from types import SimpleNamespace
+
+    from guestbench.backends.uml.hv import _end_relay
+
+    stop, drained, ended_by = threading.Event(), threading.Event(), []
+
+    def serve() -> None:  # draining until the peer has read it all, or until told to stop
+        while not drained.wait(0.01) and not stop.is_set():
+            pass
+        ended_by.append("drained" if drained.is_set() else "stop")
+
+    relay = threading.Thread(target=serve)
+    relay.start()
+    threading.Timer(0.3, drained.set).start()  # the peer reads the rest
+    _end_relay(relay, SimpleNamespace(connected=True), stop, [], drain_s=600.0)
+    assert ended_by == ["drained"] and not relay.is_alive()

@@ -12,6 +12,7 @@ can be megabytes behind the guest when it powers off (issue 45).
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import hashlib
 import os
@@ -19,7 +20,9 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
+import termios
 import threading
 import time
 from collections.abc import Iterator
@@ -265,6 +268,8 @@ read off <&3
         while guest.server.stats["bytes_from_guest"] < size:  # all of it in the server: none read by the peer
             assert time.monotonic() < deadline and guest.proc.poll() is None, guest.server.stats
             time.sleep(0.05)
+        queued = struct.unpack("i", fcntl.ioctl(guest.host, termios.FIONREAD, b"\0" * 4))[0]
+        assert queued < size, f"the socket took all {size} bytes: nothing waits in the server to be drained"
         guest.host.sendall(b"off\n")
         guest.wait()  # UML has gone: its connection to the server is closed
         back = guest.read(size)

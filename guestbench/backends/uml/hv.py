@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -263,27 +264,31 @@ def run(args: list[str]) -> int:
             uml = subprocess.Popen(argv, stdin=0, stdout=1, stderr=2, env=env, start_new_session=True,
                                    pass_fds=(peer.fileno(),) if channel == "serial" else (),
                                    preexec_fn=_die_with_parent)
-            _start_guardian(uml.pid, tmp)  # at once, and before any thread: fork is safe only while single-threaded
+            # at once, and before any thread: fork is safe only while single-threaded
+            guardian = _start_guardian(uml.pid, tmp)
             pin.started(uml)
-        relay = None
+        relay: tuple[threading.Thread, Any] | None = None
         if server is not None:
-            relay = threading.Thread(target=_named(server.serve, b"vhost-console"), args=(stop,),
-                                     name="vhost-console", daemon=True)
-            relay.start()
+            relay = (threading.Thread(target=_named(server.serve, b"vhost-console"), args=(stop,),
+                                      name="vhost-console", daemon=True), server)
+            relay[0].start()
             server = None  # serve() closes it when it returns
+        signalled: list[int] = []  # the handler takes no lock (stop's would deadlock it in a stop.set below)
 
         def forward(signum: int, _frame: object) -> None:
-            # libguestfs stops qemu with SIGTERM after syncing the disks: stop UML and all its processes, and
-            # the relay at once (libguestfs reads no more)
-            stop.set()
-            _kill_group(uml.pid, signal.SIGKILL)
+            # libguestfs stops qemu with SIGTERM after syncing the disks: stop UML and all its processes (while UML
+            # is unreaped: its group id is not ours after that), and the relay (_end_relay: libguestfs reads no more)
+            signalled.append(signum)
+            if uml.returncode is None:
+                _kill_group(uml.pid, signal.SIGKILL)
 
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(s, forward)
         rc = uml.wait()
         _kill_group(uml.pid, signal.SIGKILL)  # UML's helper processes, if any outlived it
-        if relay is not None:  # a guest that powered off right after writing: what the relay took goes out first
-            relay.join(DRAIN_S + 2 * POLL_S)
+        os.write(guardian, b"r")  # reaped and killed: the guardian must not kill that group id later
+        if relay is not None:
+            _end_relay(*relay, stop, signalled, DRAIN_S + 2 * POLL_S)
         # UML exits 1 after a clean power-off, and is killed by us when libguestfs shuts it down
         return 0 if rc in (0, 1, -signal.SIGKILL) else (rc if rc > 0 else 128 - rc)
     finally:
@@ -309,13 +314,26 @@ def _named(target: Any, name: bytes) -> Any:
     return run
 
 
-def _start_guardian(uml_pgid: int, tmp: Path) -> None:
-    """Fork a process that outlives this program and then removes what UML leaves.
+def _end_relay(relay: threading.Thread, server: Any, stop: threading.Event, signalled: list[int],
+               drain_s: float) -> None:
+    """After UML has gone: what the relay took from a guest that powered off right after writing still goes to
+    libguestfs (the server's bounded drain), unless libguestfs asked for the end (a signal) or UML never
+    connected; then the relay is stopped and waited for, so that the channel is not closed under it."""
+    deadline = time.monotonic() + drain_s
+    while relay.is_alive() and server.connected and not signalled and time.monotonic() < deadline:
+        relay.join(0.05)
+    stop.set()
+    relay.join(2.0)
+
+
+def _start_guardian(uml_pgid: int, tmp: Path) -> int:
+    """Fork a process that outlives this program and then removes what UML leaves; the write end of its pipe.
 
     PDEATHSIG kills UML's main process when this program dies, but UML's helper processes are not its
     children and would run on as orphans. The guardian holds the read end of a pipe whose write end
     only this program holds: end of file means this program is gone, however it died (libguestfs's
-    recovery process SIGKILLs qemu). It then kills UML's process group and removes the overlay.
+    recovery process SIGKILLs qemu). It then kills UML's process group, unless this program wrote "r"
+    first (UML reaped and its group killed: the id may be another group's by then), and removes the overlay.
     """
     r, w = os.pipe()
     pid = os.fork()
@@ -326,14 +344,17 @@ def _start_guardian(uml_pgid: int, tmp: Path) -> None:
                 os.dup2(devnull, fd)
             os.closerange(3, r)
             os.closerange(r + 1, 65536)  # nor the daemon channel: libguestfs must see it close
-            while os.read(r, 1):
-                pass
-            _kill_group(uml_pgid, signal.SIGKILL)
+            reaped = False
+            while said := os.read(r, 1):
+                reaped = reaped or said == b"r"
+            if not reaped:
+                _kill_group(uml_pgid, signal.SIGKILL)
             shutil.rmtree(tmp, ignore_errors=True)
         finally:
             os._exit(0)
     os.close(r)
     os.set_inheritable(w, False)  # UML must not hold it, or the guardian would wait for UML too
+    return w
 
 
 def _die_with_parent() -> None:

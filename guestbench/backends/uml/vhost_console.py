@@ -228,6 +228,11 @@ class VhostConsole:
         finally:
             self.close()
 
+    @property
+    def connected(self) -> bool:
+        """Whether UML has connected (a server still waiting for it ends only when told to stop)."""
+        return self._conn is not None
+
     def close(self) -> None:
         """Release sockets, fds and mappings (serve does it on return; needed only if serve never ran)."""
         if self._closed:
@@ -423,7 +428,7 @@ class VhostConsole:
             os.write(q.call, CALL)
         except BlockingIOError:
             pass  # the pipe is full: UML has an interrupt pending anyway
-        except OSError:  # EPIPE: UML has gone, and the end of its connection ends the loop, not a traceback here
+        except BrokenPipeError:  # UML has gone, and the end of its connection ends the loop, not a traceback here
             return
         self.stats["calls"] += 1
 
