@@ -4,7 +4,9 @@ payload, probe verdict or level-1 image build it once; the second waits for the 
 A lock is an flock(2) on a file beside what it guards (the filelock library): the kernel drops it when its holder
 dies, so a run killed with SIGKILL never leaves a lock that others wait on forever. Lock files are 0644 in a
 directory only the effective user can write (owned.ensure_dir), and an existing one that is not the user's own
-regular file is refused: root opening another user's file or symlink there could truncate what it names.
+regular file is refused: root opening another user's file or symlink there could truncate what it names. A brief
+lock (held for milliseconds, polled every 5 ms) is a 0600 file, opened without following a link and checked
+after opening: the descriptor's own file is the user's regular file, or it is not used.
 """
 
 from __future__ import annotations
