@@ -144,14 +144,15 @@ def test_kvm_verdict_is_specific(no_leftovers) -> None:
     run_dir = make_run_dir()
     try:
         t0 = time.monotonic()
-        av = probe.check(BACKENDS["kvm"], Supervisor(), run_dir, refresh=True, timeout=15)
+        # 10 s: a KVM launch takes 3-4 s where KVM works; on PVM the stock kernel spins a core until killed
+        av = probe.check(BACKENDS["kvm"], Supervisor(), run_dir, refresh=True, timeout=10)
         took = time.monotonic() - t0
     finally:
         remove_tree(run_dir)
-    assert took < 15 + 25
+    assert took < 10 + 25
     if host.kvm_device()["flavour"] == "kvm_pvm":
         assert not av.usable
-        assert "15 s" in av.reason and "kvm_pvm" in av.reason and "hangs in early boot" in av.reason
+        assert "10 s" in av.reason and "kvm_pvm" in av.reason and "hangs in early boot" in av.reason
         assert av.details["msr_quirk"] == "needed"
     else:
         assert av.usable, av.reason

@@ -133,6 +133,25 @@ def test_a_worker_listens_on_loopback_for_a_loopback_scheduler_else_on_the_addre
     assert not address.is_loopback(TEST_NET) and not address.is_loopback("no-such-host.invalid")
 
 
+def test_a_loopback_port_nothing_listens_on_is_known_at_once_without_connecting() -> None:
+    """Dask's client retries a refused connection for its whole time-out (20 s) before saying so; for a loopback
+    scheduler the kernel's socket tables answer now, on both address families, and no connection is made."""
+    from guestbench.run.fleet import address
+
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+            assert not address.listening_here(port)  # bound, not listening
+            s.listen()
+            assert address.listening_here(port)
+            with socket.socket(family, socket.SOCK_STREAM) as peer:  # an accepted connection's port is no listener
+                peer.connect((host, port))
+                conn, _ = s.accept()
+                with conn:
+                    assert not address.listening_here(peer.getsockname()[1])
+
+
 @pytest.mark.launch
 def test_fleet_local_listens_on_loopback_only_and_its_worker_is_unreachable_from_the_network() -> None:
     """Every listening socket of `fleet local` (its scheduler, the worker's keeper, the Dask worker), read with

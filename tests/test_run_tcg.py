@@ -57,7 +57,7 @@ def test_every_measurement_has_its_samples(e1_run, no_leftovers) -> None:
         assert all(0 < s["seconds"] < 240 for s in cell["samples"])
         assert cell["timed"], "every cell says what was timed"
         # the cell's one launch, reported apart where it is not the sample; start-up's cold launch is not taken
-        # (cold: false saves a TCG launch here: a start-up cold launch is in tests/test_faults.py and test_soak.py)
+        # (cold: false saves a TCG launch here: a start-up cold launch is in tests/test_faults.py and test_density.py)
         assert (cell["cold_s"] is None) if label == "startup" else (cell["cold_s"] > 0), (label, cell["cold_s"])
     # a start-up sample is a launch: on TCG it takes seconds, far more than a transfer of 8 MiB into RAM
     assert min(s["seconds"] for s in cells["startup"]["samples"]) > 1.0

@@ -52,6 +52,7 @@ name: small-soak
 backends: [uml]
 repetitions: 6
 warmup: 0
+cold: false  # the soak reads at samples: a cold launch would be one launch more and no reading
 timeout: 300
 measurements:
   - startup
