@@ -182,6 +182,26 @@ def test_param_differences_are_reported(tmp_path: Path, fingerprint: dict[str, A
     assert r.differences == ("params.size: 1000 vs 2000",)
 
 
+def test_a_start_up_cell_with_its_cold_launch_on_one_side_only_is_said_to_differ(
+        tmp_path: Path, fingerprint: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """cold: false makes a start-up cell's first sample its cold launch: not the same timing as a cell that took
+    that launch apart (a cold launch that failed was taken too)."""
+    paths = [write_results(tmp_path / f"{n}.json", {("uml", "startup"): BASE8}, fingerprint) for n in "abcd"]
+    for path, cold_s, failures in ((paths[1], 9.5, []), (paths[2], 9.5, []),
+                                   (paths[3], None, [{"kind": "cold", "rep": 1, "reason": "launch failed"}])):
+        doc = json.loads(path.read_text())
+        doc["cells"][0].update(cold_s=cold_s, failures=failures)
+        path.write_text(json.dumps(doc))
+    runs = [load_results(p) for p in paths]
+    [r] = compare.compare_docs(runs[0], runs[1])
+    assert r.differences == ("cold launch: none (its first sample is the cold one) vs taken apart (the scenario key "
+                             "cold)",)
+    assert [r.differences for r in compare.compare_docs(runs[1], runs[2])] == [()]
+    assert [r.differences for r in compare.compare_docs(runs[2], runs[3])] == [()]
+    status, out, _ = run(capsys, paths[0], paths[1])
+    assert status == 0 and "uml/host/startup: the two cells differ" in flat(out) and "the scenario key cold" in flat(out)
+
+
 # ---------------------------------------------------------------------------------------------- CLI
 
 

@@ -194,7 +194,8 @@ def _few_samples_note(n_base: int, n_other: int, rounds: int | None = None) -> s
 
 
 def _param_differences(base_cell: Cell, other_cell: Cell) -> tuple[str, ...]:
-    """Same label but different size, filesystem or cache mode: the two cells did not time the same thing."""
+    """Same label but different size, filesystem or cache mode, or a start-up cell with its cold launch on one side
+    only: the two cells did not time the same thing."""
     out: list[str] = []
     for name in ("params", "cache_mode", "bytes"):
         a, b = getattr(base_cell, name), getattr(other_cell, name)
@@ -203,7 +204,19 @@ def _param_differences(base_cell: Cell, other_cell: Cell) -> tuple[str, ...]:
                     if a.get(k) != b.get(k)]
         elif a != b:
             out.append(f"{name}: {a!r} vs {b!r}")
+    cold = _took_cold(base_cell), _took_cold(other_cell)
+    if cold[0] is not None and cold[1] is not None and cold[0] != cold[1]:
+        said = {True: "taken apart", False: "none (its first sample is the cold one)"}
+        out.append(f"cold launch: {said[cold[0]]} vs {said[cold[1]]} (the scenario key cold)")
     return tuple(out)
+
+
+def _took_cold(cell: Cell) -> bool | None:
+    """Whether a start-up cell launched once before its samples, reported apart (the scenario's cold: true, the
+    default); None for other measurements, whose one launch is never a sample."""
+    if cell.measurement != "startup":
+        return None
+    return cell.cold_s is not None or any(f.kind == "cold" for f in cell.failures)
 
 
 def compare_samples(key: Key, base: Sequence[float], other: Sequence[float],
