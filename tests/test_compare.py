@@ -182,24 +182,35 @@ def test_param_differences_are_reported(tmp_path: Path, fingerprint: dict[str, A
     assert r.differences == ("params.size: 1000 vs 2000",)
 
 
-def test_a_start_up_cell_with_its_cold_launch_on_one_side_only_is_said_to_differ(
+def test_start_up_cells_whose_first_sample_was_the_cold_launch_on_one_side_only_are_said_to_differ(
         tmp_path: Path, fingerprint: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
-    """cold: false makes a start-up cell's first sample its cold launch: not the same timing as a cell that took
-    that launch apart (a cold launch that failed was taken too)."""
-    paths = [write_results(tmp_path / f"{n}.json", {("uml", "startup"): BASE8}, fingerprint) for n in "abcd"]
-    for path, cold_s, failures in ((paths[1], 9.5, []), (paths[2], 9.5, []),
-                                   (paths[3], None, [{"kind": "cold", "rep": 1, "reason": "launch failed"}])):
+    """cold: false without a warm-up makes a start-up cell's first sample its first launch: not the same timing as
+    a cell whose first launch was taken apart (as its cold launch, a warm-up, or one that failed), or a
+    pytest-benchmark run with warm-up rounds."""
+    warm = {"rep": 1, "seconds": 9.0, "utc": "2026-11-21T19:40:00Z"}
+    sides = {"cold-first": {}, "cold-apart": {"cold_s": 9.5}, "warmup": {"warmups": [warm]},
+             "failed-cold": {"failures": [{"kind": "cold", "rep": 1, "reason": "launch failed"}]},
+             "kindless": {"failures": [{"rep": 1, "reason": "launch failed"}]},
+             "bench-warm": {"warmup_rounds": 1}, "bench-cold": {"warmup_rounds": 0}}
+    runs = {}
+    for name, change in sides.items():
+        path = write_results(tmp_path / f"{name}.json", {("uml", "startup"): BASE8}, fingerprint)
         doc = json.loads(path.read_text())
-        doc["cells"][0].update(cold_s=cold_s, failures=failures)
+        doc["cells"][0].update(change)
         path.write_text(json.dumps(doc))
-    runs = [load_results(p) for p in paths]
-    [r] = compare.compare_docs(runs[0], runs[1])
-    assert r.differences == ("cold launch: none (its first sample is the cold one) vs taken apart (the scenario key "
-                             "cold)",)
-    assert [r.differences for r in compare.compare_docs(runs[1], runs[2])] == [()]
-    assert [r.differences for r in compare.compare_docs(runs[2], runs[3])] == [()]
-    status, out, _ = run(capsys, paths[0], paths[1])
-    assert status == 0 and "uml/host/startup: the two cells differ" in flat(out) and "the scenario key cold" in flat(out)
+        runs[name] = (path, load_results(path))
+
+    def differences(a: str, b: str) -> list[tuple[str, ...]]:
+        return [r.differences for r in compare.compare_docs(runs[a][1], runs[b][1])]
+
+    said = "first sample: the first launch (cold) vs a warm launch (the scenario keys cold and warmup)"
+    for other in ("cold-apart", "warmup", "failed-cold", "bench-warm"):
+        assert differences("cold-first", other) == [(said,)], other
+        assert differences("cold-apart", other) == [()], other
+    assert differences("cold-first", "bench-cold") == [()] and differences("cold-first", "kindless") == [()]
+    status, out, _ = run(capsys, runs["cold-first"][0], runs["warmup"][0])
+    assert status == 0 and f"uml/host/startup: the two cells differ, the ratio may compare different work: {said}" \
+        in flat(out)
 
 
 # ---------------------------------------------------------------------------------------------- CLI

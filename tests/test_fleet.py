@@ -356,7 +356,7 @@ def test_bad_cluster_input_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: p
     sc = write_scenario(tmp_path / "s.yaml", SCENARIO.format(reps=1, backends="uml, tcg", measurement="startup"))
     # port 1: nothing listens there, known at once (not after Dask's 20 s of retries: the fleet-security unit test)
     for args, expect in ((["--cluster", "tcp://127.0.0.1:1"], "cannot reach a Dask scheduler there (nothing listens on "
-                                                               "port 1 of this host)"),
+                                                               "that port of this host)"),
                          (["--hosts", "a"], "--hosts: needs --cluster ADDRESS"),
                          (["--cluster", "tcp://127.0.0.1:1", "--dry-run"], "--dry-run: is not available with --cluster"),
                          (["--cluster", "tls://127.0.0.1:1"], "a tls:// scheduler needs Dask's TLS settings")):

@@ -194,8 +194,8 @@ def _few_samples_note(n_base: int, n_other: int, rounds: int | None = None) -> s
 
 
 def _param_differences(base_cell: Cell, other_cell: Cell) -> tuple[str, ...]:
-    """Same label but different size, filesystem or cache mode, or a start-up cell with its cold launch on one side
-    only: the two cells did not time the same thing."""
+    """Same label but different size, filesystem or cache mode, or start-up cells whose first sample was the cold
+    launch on one side only: the two cells did not time the same thing."""
     out: list[str] = []
     for name in ("params", "cache_mode", "bytes"):
         a, b = getattr(base_cell, name), getattr(other_cell, name)
@@ -204,19 +204,25 @@ def _param_differences(base_cell: Cell, other_cell: Cell) -> tuple[str, ...]:
                     if a.get(k) != b.get(k)]
         elif a != b:
             out.append(f"{name}: {a!r} vs {b!r}")
-    cold = _took_cold(base_cell), _took_cold(other_cell)
+    cold = _first_sample_cold(base_cell), _first_sample_cold(other_cell)
     if cold[0] is not None and cold[1] is not None and cold[0] != cold[1]:
-        said = {True: "taken apart", False: "none (its first sample is the cold one)"}
-        out.append(f"cold launch: {said[cold[0]]} vs {said[cold[1]]} (the scenario key cold)")
+        said = {True: "the first launch (cold)", False: "a warm launch"}
+        out.append(f"first sample: {said[cold[0]]} vs {said[cold[1]]} (the scenario keys cold and warmup)")
     return tuple(out)
 
 
-def _took_cold(cell: Cell) -> bool | None:
-    """Whether a start-up cell launched once before its samples, reported apart (the scenario's cold: true, the
-    default); None for other measurements, whose one launch is never a sample."""
-    if cell.measurement != "startup":
+def _first_sample_cold(cell: Cell) -> bool | None:
+    """Whether a start-up cell's first sample was its first launch: no cold launch taken apart (the scenario's
+    cold: false) and no warm-up before it, or a pytest-benchmark run without warm-up rounds (an import keeps their
+    count, not their samples). None for other measurements, whose one launch is never a sample, and where a
+    failure's kind is not recorded (files from before kinds were)."""
+    if cell.measurement != "startup" or any(f.kind is None for f in cell.failures):
         return None
-    return cell.cold_s is not None or any(f.kind == "cold" for f in cell.failures)
+    rounds = cell.extra.get("warmup_rounds")
+    if rounds is not None:
+        return rounds == 0 if isinstance(rounds, int) else None
+    launched = cell.cold_s is not None or bool(cell.warmups) or any(f.kind in ("cold", "warmup") for f in cell.failures)
+    return not launched
 
 
 def compare_samples(key: Key, base: Sequence[float], other: Sequence[float],

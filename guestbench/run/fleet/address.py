@@ -15,6 +15,7 @@ from guestbench.run.fleet.tls import DOC
 
 ENCRYPTED = ("tls", "wss")  # Dask's protocols with TLS (mutual authentication when configured: docs/fleet.md)
 SHOWN = 80  # the most of a hostile address an error line quotes
+REFUSAL_WAIT_S = 1.0  # a loopback connect is refused or accepted at once; past this, Dask's client decides
 
 
 def parse(address: str, source: str, key: str) -> tuple[str, str, int]:
@@ -44,12 +45,15 @@ def is_loopback(host: str) -> bool:
 
 
 def listening_here(port: int) -> bool:
-    """Whether a socket of this network namespace listens on TCP `port` (on any address; /proc/net/tcp and tcp6).
-    For a loopback scheduler this answers at once what Dask's client would retry for its whole time-out, without
-    a connection that a listening scheduler would log as a failed handshake. Unreadable: assumed yes."""
+    """Whether a socket of this network namespace listens on TCP `port` (on any address; /proc/net/tcp and tcp6,
+    the latter absent without IPv6). Unreadable: assumed yes."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             rows = Path(table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            if table.endswith("6"):
+                continue  # no IPv6 stack: no IPv6 listener
+            return True
         except OSError:
             return True
         for row in rows:
@@ -57,6 +61,29 @@ def listening_here(port: int) -> bool:
             if len(fields) > 3 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
                 return True
     return False
+
+
+def nobody_there(address: str) -> bool:
+    """Whether a loopback scheduler address given with its port surely has no scheduler behind it: nothing in this
+    network namespace listens on the port, and a plain connection is refused (a forwarded loopback port, as some
+    container set-ups make, has no listener here and still answers). Dask's client would retry the refusal for its
+    whole time-out; a listener is never connected to here, so a scheduler's log shows no failed handshake."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        protocol, location = parse_address(address)
+        host, port = parse_host_port(location)  # no default port: Dask's own error says a port is missing
+    except (ValueError, TypeError):
+        return False
+    if protocol not in ("tcp", "tls", "ws", "wss") or not is_loopback(host) or listening_here(int(port)):
+        return False
+    try:
+        with socket.create_connection((host, int(port)), timeout=REFUSAL_WAIT_S):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except (OSError, UnicodeError):
+        return False
 
 
 def check(address: str, insecure: bool, source: str, key: str, warn: Callable[[str], None]) -> None:

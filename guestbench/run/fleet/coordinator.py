@@ -67,9 +67,8 @@ def connect(address: str, insecure: bool = False, warn: Callable[[str], None] = 
     fleet_address.check(address, insecure, "command line", f"--cluster {address}", warn)
     tls.check(address, "client", "command line", f"--cluster {address}")
     start = "start one with 'dask scheduler' (or 'guestbench fleet local N') and give its address"
-    _, host, port = fleet_address.parse(address, "command line", f"--cluster {address}")
-    if fleet_address.is_loopback(host) and not fleet_address.listening_here(port):
-        raise UserError(f"cannot reach a Dask scheduler there (nothing listens on port {port} of this host); {start}",
+    if fleet_address.nobody_there(address):
+        raise UserError(f"cannot reach a Dask scheduler there (nothing listens on that port of this host); {start}",
                         source="command line", key=f"--cluster {address}")
     try:
         return Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
