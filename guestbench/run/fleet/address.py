@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from pathlib import Path
 from typing import Callable
 
 from guestbench.util.errors import UserError
@@ -18,13 +17,14 @@ SHOWN = 80  # the most of a hostile address an error line quotes
 REFUSAL_WAIT_S = 1.0  # a loopback connect is refused or accepted at once; past this, Dask's client decides
 
 
-def parse(address: str, source: str, key: str) -> tuple[str, str, int]:
-    """(protocol, host, port) of a Dask address ("tcp" when none is given, as Dask reads it), or one line."""
+def parse(address: str, source: str, key: str, default_port: int | None = 8786) -> tuple[str, str, int]:
+    """(protocol, host, port) of a Dask address ("tcp" when none is given, as Dask reads it; the port Dask's
+    default unless `default_port` is None, when one must be given), or one line."""
     from distributed.comm.addressing import parse_address, parse_host_port
 
     try:
         protocol, location = parse_address(address)
-        host, port = parse_host_port(location, 8786)
+        host, port = parse_host_port(location, default_port)
     except (ValueError, TypeError):
         raise UserError("is not a scheduler address; allowed: tls://HOST:PORT (or tcp://HOST:PORT)",
                         source=source, key=key[:SHOWN]) from None
@@ -49,17 +49,16 @@ def listening_here(port: int) -> bool:
     the latter absent without IPv6). Unreadable: assumed yes."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
-            rows = Path(table).read_text().splitlines()[1:]
+            with open(table) as rows:  # read row by row: a busy host's tables hold every socket it has
+                for row in rows:
+                    fields = row.split()  # sl local_address rem_address st ...; st 0A is LISTEN; a header first
+                    if len(fields) > 3 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        return True
         except FileNotFoundError:
-            if table.endswith("6"):
-                continue  # no IPv6 stack: no IPv6 listener
-            return True
+            if not table.endswith("6"):
+                return True
         except OSError:
             return True
-        for row in rows:
-            fields = row.split()  # sl local_address rem_address st ...; st 0A is LISTEN
-            if len(fields) > 3 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                return True
     return False
 
 
@@ -68,17 +67,14 @@ def nobody_there(address: str) -> bool:
     network namespace listens on the port, and a plain connection is refused (a forwarded loopback port, as some
     container set-ups make, has no listener here and still answers). Dask's client would retry the refusal for its
     whole time-out; a listener is never connected to here, so a scheduler's log shows no failed handshake."""
-    from distributed.comm.addressing import parse_address, parse_host_port
-
     try:
-        protocol, location = parse_address(address)
-        host, port = parse_host_port(location)  # no default port: Dask's own error says a port is missing
-    except (ValueError, TypeError):
+        protocol, host, port = parse(address, "", "", default_port=None)  # no port: Dask's own error says so
+    except UserError:
         return False
-    if protocol not in ("tcp", "tls", "ws", "wss") or not is_loopback(host) or listening_here(int(port)):
+    if protocol not in ("tcp", "tls", "ws", "wss") or not is_loopback(host) or listening_here(port):
         return False
     try:
-        with socket.create_connection((host, int(port)), timeout=REFUSAL_WAIT_S):
+        with socket.create_connection((host, port), timeout=REFUSAL_WAIT_S):
             return False
     except ConnectionRefusedError:
         return True
