@@ -30,7 +30,7 @@ def test_upload(benchmark, guestbench_backend):
     guestbench_backend.bench_upload(benchmark, rounds=1, size="8MiB", disk_size="80MiB")
 
 def test_launch_deadline(benchmark, guestbench_backend):
-    guestbench_backend.bench_startup(benchmark, rounds=1, warmup_rounds=0, timeout=1.5)
+    guestbench_backend.bench_startup(benchmark, rounds=1, warmup_rounds=0, timeout=0.5)
 '''
 
 
@@ -105,7 +105,7 @@ def test_benchmarks_on_uml_record_what_guestbench_records(pytester: pytest.Pytes
     out = pytester.path / "bench.json"
     result = _run(pytester, "--guestbench-backends=uml", f"--benchmark-json={out}")
     result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["*StepFailed: uml: launch did not finish within 1.5 s; the hypervisor was killed*"])
+    result.stdout.fnmatch_lines(["*StepFailed: uml: launch did not finish within 0.5 s; the hypervisor was killed*"])
 
     doc = json.loads(out.read_text())
     by_name = {b["name"]: b for b in doc["benchmarks"]}

@@ -121,6 +121,7 @@ measurements:
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(next((tmp_path / "r").glob("*.json")).read_text())
     assert doc["backends"]["uml"]["usable"] is True
+    assert doc["backends"]["uml"]["details"]["devices"] == "con=none ssl=none pty.legacy_count=0"  # said in results
     for cell in doc["cells"]:
         assert cell["backend"] == "uml"
         assert cell["failures"] == [] and [s["rep"] for s in cell["samples"]] == [1], cell

@@ -13,6 +13,7 @@ from guestbench.backends.appliance import UML_KERNEL, ApplianceError, appliance_
 from guestbench.backends.base import (Availability, Backend, HandleConfig, hv_path, install_script,
                                       libguestfs_available)
 from guestbench.backends.uml.channel import CHANNEL_ENV
+from guestbench.backends.uml.hv import DEVICES
 
 PTRACE_TRACEME = 0
 
@@ -75,7 +76,8 @@ class Uml(Backend):
         except ApplianceError as e:
             return Availability(False, f"cannot build the UML appliance: {e}")
         return Availability(True, f"UML {version}", {"uml": version, "appliance": str(appliance),
-                                                      "channel": self.channel})
+                                                      "channel": self.channel,
+                                                      "devices": " ".join(DEVICES)})
 
     def handle_config(self, cache_dir: Path, workload: bool = False) -> HandleConfig:
         # always a fixed appliance: the stock one cannot boot on UML
