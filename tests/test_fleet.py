@@ -264,7 +264,7 @@ REPS = 20  # beta's are not all taken in the moment between its first sample and
 
 def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(tmp_path: Path) -> None:
     """A fleet of its own (the worker it kills is gone for good): beta is SIGKILLed after its first sample. Both
-    hosts offer uml (5 s a launch; what is proven is the loss, not the backend: routing is the test above's), and
+    hosts offer uml (3 s a launch; what is proven is the loss, not the backend: routing is the test above's), and
     each launches once: uploads into memory, a second or so each, are the samples."""
     homes = _worker_homes()  # the module's fleet may be up: its workers' directories are not this test's
     sockdirs = socket_dirs()  # libguestfs's, in /tmp as root whatever TMPDIR says; the rest go to the workers' own

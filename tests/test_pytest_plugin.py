@@ -1,6 +1,6 @@
 """guestbench's pytest plugin, run as users run it: pytest in its own process (pytester), real appliances.
 
-The launching test uses UML (about 6 s a launch) with one round; the skip test makes backends unusable the
+The launching test uses UML (about 3 s a launch) with one round; the skip test makes backends unusable the
 way a real machine does, with a probe launch killed at its deadline (1 s), in a private cache so that the
 session's cached verdicts stay true.
 """

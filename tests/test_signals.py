@@ -80,7 +80,7 @@ def check_interrupted(doc: dict, samples_before: int = 1) -> None:
 
 
 def test_sigint_uml(tmp_path: Path) -> None:
-    """On UML (5 s a launch against TCG's 20): a direct TCG run is interrupted in
+    """On UML (3 s a launch against TCG's 11 here): a direct TCG run is interrupted in
     tests/test_workload_run.py::test_sigint_mid_workload_removes_host_storage, libvirt's below."""
     sockdirs = socket_dirs()
     rc, took, doc = interrupt_mid_run(tmp_path, "uml", signal.SIGINT)

@@ -71,7 +71,7 @@ def tcg() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def uml() -> Iterator[Any]:
     """One UML appliance for the module's tests of the stacks' logic (set-up, sizing, aging, undo, refusals):
-    guestbench's own code, the same on every backend; a UML launch costs a fifth of a TCG one. What is qemu's: its
+    guestbench's own code, the same on every backend; a UML launch costs a quarter of a TCG one. What is qemu's: its
     drives (a host loop device, qemu-nbd, FUSE) in test_storage_host; layouts on its /dev/sdX (where the daemon's
     names are the kernel's: UML's ubdX here is the case that maps them) in make test-long."""
     import guestfs

@@ -23,7 +23,7 @@ from conftest import (guestbench, processes_mentioning, run_dirs, session_tmp_pa
 pytestmark = pytest.mark.launch
 
 # A cell is a launch, and launches are what cost time here: tcg (20-30 s a launch) runs what is qemu's own (the
-# durability verdicts of its cache modes, host LVM's refusal); uml (5 s) runs the rest (fio, tar, bonnie++, dbench,
+# durability verdicts of its cache modes, host LVM's refusal); uml (3 s) runs the rest (fio, tar, bonnie++, dbench,
 # two guests in step) and what differs under UML (an NBD export as a FUSE file; its fsync verdict, always "lost", is
 # docs/experiments/durability.md's). qemu-nbd under a tcg drive runs in test_sigint_mid_workload_removes_host_storage
 # and tests/test_storage_host.py, host loop devices as tcg drives there too; md raid1 in the guest in
