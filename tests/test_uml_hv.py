@@ -286,3 +286,14 @@ def test_a_relay_that_ends_by_itself_is_waited_for_before_the_channel_closes() -
     threading.Timer(0.3, drained.set).start()  # the peer reads the rest
     _end_relay(relay, SimpleNamespace(connected=True), stop, [], drain_s=600.0)
     assert ended_by == ["drained"] and not relay.is_alive()
+
+
+def test_the_backend_never_imports_the_program_it_runs_with_python_m() -> None:
+    """runpy warns into the console log users read (`exec -v`) when `python -m guestbench.backends.uml.hv` finds the
+    module already imported by its package: what both share lives in channel.py (CI at 5551e4a: test_exec caught it)."""
+    import sys
+
+    code = ("import sys, guestbench.backends, guestbench.backends.uml; "
+            "print('guestbench.backends.uml.hv' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stdout + done.stderr

@@ -12,8 +12,7 @@ from guestbench.host import fingerprint as host
 from guestbench.backends.appliance import UML_KERNEL, ApplianceError, appliance_dir, prebuilt, uml_kernel_version
 from guestbench.backends.base import (Availability, Backend, HandleConfig, hv_path, install_script,
                                       libguestfs_available)
-from guestbench.backends.uml.channel import CHANNEL_ENV
-from guestbench.backends.uml.hv import DEVICES
+from guestbench.backends.uml.channel import CHANNEL_ENV, DEVICES
 
 PTRACE_TRACEME = 0
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guestbench.backends.uml.channel import CHANNEL_ENV, PORT_NAME, REFUSALS_FILE
+from guestbench.backends.uml.channel import CHANNEL_ENV, DEVICES, PORT_NAME, REFUSALS_FILE
 from guestbench.backends.uml.pinning import pinned
 from guestbench.host.paths import WORKDIR_ENV
 
@@ -37,12 +37,6 @@ SERIAL_LINE = 3  # ssl3 = /dev/ttyS3 in the guest
 # qemu options that take no value; every other option takes exactly one.
 FLAGS = {"-no-user-config", "-nodefaults", "-no-reboot", "-no-hpet", "-enable-kvm", "-nographic", "-S",
          "-no-acpi", "-no-shutdown"}
-# The guest's devices, kept to what libguestfs's qemu appliance has. Debian's UML kernel registers 256 legacy BSD pty
-# pairs (CONFIG_LEGACY_PTYS; its x86 kernel has none) and, on con=/ssl=null, 7 consoles besides con0 and 64 serial
-# lines (libguestfs gives qemu one serial port: 8250.nr_uarts=1). udev's coldplug at boot handled each of those ~580
-# tty devices through ptrace: 2.8 s of a 5.8 s start-up here, against 0.6 s of 3.2 s without them (docs/backends.md).
-# With "none" UML's kernel logs one "setup_one_line failed" line per line not set up: that is all it does.
-DEVICES = ("con=none", "ssl=none", "pty.legacy_count=0")
 # Parts of libguestfs's kernel command line that mean nothing to UML or that UML gets otherwise.
 DROP_APPEND = re.compile(r"^(root|console|8250\.nr_uarts|edd|lpj|tsc|no_timer_check|cgroup_disable|usbcore\.nousb"
                          r"|cryptomgr\.notests|panic|udevtimeout|udev\.event-timeout|printk\.time)(=.*)?$")
