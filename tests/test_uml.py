@@ -187,7 +187,7 @@ def test_boot_mkfs_upload_download_on_uml(appliance: Any, uml_env: dict[str, str
     release, fio = g.debug("sh", ["uname -r; command -v fio || echo no-fio"]).split()
     assert release == uml_kernel_version() and release.startswith("6.") and fio == "no-fio"
     # the tty devices of libguestfs's qemu appliance, no more: the console, no serial line (the daemon's channel is
-    # virtio), no legacy pty (backends/uml/hv.py DEVICES: udev handled 590 more at every boot, half of start-up)
+    # virtio), no legacy pty (backends/uml/channel.py DEVICES: udev handled ~580 more at every boot, half of start-up)
     assert g.debug("sh", ["ls /sys/class/tty"]).split() == ["console", "ptmx", "tty", "tty0"]
     g.mkfs("ext2", "/dev/sda")
     g.mount("/dev/sda", "/")
