@@ -146,6 +146,36 @@ def test_a_lock_file_nobody_opened_before_it_was_made_0600_is_replaced_once_seen
         assert nobody.end() == 0
 
 
+OLD_RUN_HOLDS = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_an_old_0644_lock_file_that_a_run_of_roots_holds_is_waited_on_not_replaced(private: Path) -> None:
+    """An older guestbench's run, still going, holds its 0644 lock file: replacing it would let a second run in
+    beside it, so it is waited on as before."""
+    path = private / "appliance.lock"
+    old = legacy_file(path)
+    run = subprocess.Popen([sys.executable, "-c", OLD_RUN_HOLDS, str(path)], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert run.stdout is not None and run.stdout.readline().strip() == "holding"
+        with pytest.raises(locks.LockTimeout, match=f"another guestbench process has held {path} for over 1 s"):
+            with locks.exclusive(path, "the appliance", 1):
+                pass
+        assert os.path.samestat(os.lstat(path), old)
+    finally:
+        assert run.stdin is not None
+        run.stdin.close()
+        run.wait(20)
+    with locks.exclusive(path, "the appliance", 5):  # let go: now it is replaced
+        assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600
+
+
 def _root_holder(path: Path) -> subprocess.Popen[str]:
     holder = subprocess.Popen([sys.executable, "-c", ROOT_HOLDS, str(path)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, cwd=ROOT)

@@ -90,8 +90,9 @@ def _own_regular(st: os.stat_result) -> bool:
 
 
 def _prepare(path: Path, what: str) -> None:
-    """Leave at `path` nothing another user could have opened: an own file others could open is replaced; what
-    is not the user's own regular file is refused (owned.own_file says why, in one line); nothing is opened."""
+    """Leave at `path` nothing another user could have opened: an own file others could open is replaced (but
+    while a process of the user's holds it); what is not the user's own regular file is refused (owned.own_file
+    says why, in one line); nothing is opened."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -99,8 +100,8 @@ def _prepare(path: Path, what: str) -> None:
     if not _own_regular(st):
         owned.own_file(path, f"the lock file for {what}")  # a symlink, not a file, another user's: raises
         raise owned.UnsafePath(f"the lock file for {what} {path} is not the user's own regular file")
-    if st.st_mode & PRIVATE:
-        _replace(path, st, what)
+    if st.st_mode & PRIVATE and not any(h.ours() for h in holders(st)):  # held by the user's (an older
+        _replace(path, st, what)  # guestbench's run): waited on as it was, never a second one let in beside it
 
 
 def _replace(path: Path, bad: os.stat_result, what: str) -> None:
