@@ -49,7 +49,7 @@ class Holder:
     """A process holding an flock, as /proc/locks and /proc/PID say."""
 
     pid: int  # 0 when the holder is in a PID namespace this process cannot see
-    uid: int | None  # None when it is gone or cannot be seen; -1 when its uids differ (procs.proc_uid)
+    uid: int | None  # its effective uid (whose files it can open); None when it is gone
     command: str
 
     def ours(self) -> bool:
@@ -62,8 +62,9 @@ class Holder:
     def __str__(self) -> str:
         if not self.pid:
             return "a process in another PID namespace"
-        who = {None: "a user it no longer shows (gone)", -1: "several users (its uids differ)"}.get(self.uid)
-        who = who or owned.owner_name(self.uid or 0)
+        if self.uid is None:  # it took the lock and ended; a process it started (or sent the descriptor) keeps it
+            return f"pid {self.pid} (ended: a process it left holds the lock)"
+        who = owned.owner_name(self.uid)
         what = one_line(self.command, squeeze=True, limit=120) if self.command else "its command unknown"
         return f"pid {self.pid} of {who} ({what})"
 
@@ -81,7 +82,7 @@ def holders(st: os.stat_result) -> list[Holder]:
         f = line.split()  # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5391238 0 EOF"
         if len(f) >= 6 and f[1] == "FLOCK" and f[5] == key and f[4].lstrip("-").isdigit():
             pid = max(int(f[4]), 0)
-            found.append(Holder(pid, procs.proc_uid(pid) if pid else None, procs.proc_cmdline(pid) if pid else ""))
+            found.append(Holder(pid, procs.proc_euid(pid) if pid else None, procs.proc_cmdline(pid) if pid else ""))
     return found
 
 
