@@ -253,3 +253,25 @@ def test_nobody_holding_a_killed_runs_old_entry_does_not_keep_that_run_active(
         assert not entry.exists(), "its entry was removed as any dead run's is"
     finally:
         assert nobody.end() == 0
+
+
+def test_a_brief_lock_is_never_made_or_taken_in_a_directory_another_user_could_change(private: Path) -> None:
+    theirs = private / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, *nobody_ids())  # as if nobody had made it where root's cache should be
+    assert locks.brief(theirs / "uml-cpu.lock", 1) is None
+    shared = private / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    assert locks.brief(shared / "uml-cpu.lock", 1) is None
+    assert list(theirs.iterdir()) == list(shared.iterdir()) == [], "nothing made in them"
+    fd = locks.brief(private / "uml-cpu.lock", 1)  # root's own: had, 0600
+    assert fd is not None and stat.S_IMODE(os.fstat(fd).st_mode) == 0o600
+    os.close(fd)
+
+
+def nobody_ids() -> tuple[int, int]:
+    import pwd
+
+    pw = pwd.getpwnam("nobody")
+    return pw.pw_uid, pw.pw_gid
