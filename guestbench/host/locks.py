@@ -36,7 +36,7 @@ from guestbench.util.errors import one_line
 
 NOTICE_S = 3.0  # a wait on a lock longer than this says who holds it
 PROC_LOCKS = Path("/proc/locks")
-GUARD_WAIT_S = 10.0  # a replacement under the guard takes microseconds; longer, its maker is stopped
+GUARD_WAIT_S = NOTICE_S  # a replacement under the guard takes microseconds; longer, its maker is stopped
 PRIVATE = 0o077  # mode bits that let another user open a file (and so hold an flock on it)
 
 
