@@ -101,8 +101,10 @@ def _prepare(path: Path, what: str) -> None:
     if not _own_regular(st):
         owned.own_file(path, f"the lock file for {what}")  # a symlink, not a file, another user's: raises
         raise owned.UnsafePath(f"the lock file for {what} {path} is not the user's own regular file")
-    if st.st_mode & PRIVATE and not any(h.ours() for h in holders(st)):  # held by the user's (an older
-        _replace(path, st, what)  # guestbench's run): waited on as it was, never a second one let in beside it
+    # held by the user's (an older guestbench's run): waited on as it was, never a second run let in beside it.
+    # An older guestbench (no guard) locking it between this look and the rename would be: once, microseconds.
+    if st.st_mode & PRIVATE and not any(h.ours() for h in holders(st)):
+        _replace(path, st, what)
 
 
 def _replace(path: Path, bad: os.stat_result, what: str) -> None:
