@@ -251,7 +251,7 @@ def test_a_fifo_a_symlink_or_another_users_file_in_the_registry_is_ignored_and_n
     assert tree(runs) == before and victim.read_text() == "root's file\n"
 
 
-def test_registry_entries_are_0644_in_a_checked_directory(drop: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_registry_entries_are_0600_in_a_checked_directory(drop: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(neighbours.RUNS_DIR_ENV, str(drop))  # shared: every user's runs in one place no more
     with pytest.raises(owned.UnsafePath, match=f"^the registry of active runs \\(GUESTBENCH_RUNS_DIR\\) {drop} is "
                                                "writable by others"):
@@ -260,17 +260,17 @@ def test_registry_entries_are_0644_in_a_checked_directory(drop: Path, monkeypatc
     old = os.umask(0)
     try:
         with neighbours.Registration("a test") as me:
-            assert stat.S_IMODE(os.lstat(me.path).st_mode) == 0o644
+            assert stat.S_IMODE(os.lstat(me.path).st_mode) == 0o600  # was 0644: anyone could hold it
             assert stat.S_IMODE(os.lstat(drop / "runs").st_mode) == 0o755
     finally:
         os.umask(old)
 
 
-def test_lock_files_are_0644_and_a_planted_one_is_refused(drop: Path) -> None:
+def test_lock_files_are_0600_and_a_planted_one_is_refused(drop: Path) -> None:
     d = drop / "locks"
     with locks.exclusive(d / "a.lock", "a test's thing", 5):
         pass
-    assert stat.S_IMODE(os.lstat(d / "a.lock").st_mode) == 0o644  # was 0666: anyone could open and hold it
+    assert stat.S_IMODE(os.lstat(d / "a.lock").st_mode) == 0o600  # was 0666, then 0644: anyone could hold it
     victim = drop / "victim"
     victim.write_text("root's file\n")
     os.symlink(victim, d / "b.lock")

@@ -3,7 +3,10 @@ only root can write), and a watcher that says, sample by sample, whether another
 time (the sample was taken on a shared host).
 
 Each run holds an flock on its own file in runs_dir() for its whole life. A file whose lock can be taken belongs
-to a run that died (even by SIGKILL: the kernel drops the lock) and is removed by whoever finds it. Two runs on
+to a run that died (even by SIGKILL: the kernel drops the lock) and is removed by whoever finds it. Entries are
+0600, so no other user can open one to hold its lock; an entry others could open (0644, made before 2026-11-28)
+counts only while a process of the user's holds it (locks.holders): another user holding a dead run's entry does
+not keep that run active. Two runs on
 one host both finish and both keep their figures; their samples say that the host was shared, so a reader can
 tell a slow figure from a crowded machine (guestbench.output.tables.timing counts them beside the busy samples).
 """
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guestbench.host import locks
 from guestbench.host import owned
 
 RUNS_DIR_ENV = "GUESTBENCH_RUNS_DIR"
@@ -66,8 +70,8 @@ class Registration:
     def __enter__(self) -> Registration:
         # made under another name, locked and written, then renamed: a *.run file is never seen unlocked
         making = self.path.with_suffix(".making")
-        fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        os.fchmod(fd, 0o644)  # whatever the umask: readable, written by its run alone
+        fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        os.fchmod(fd, 0o600)  # the user's alone: an entry another user could open is one they could hold
         fcntl.flock(fd, fcntl.LOCK_EX)
         entry = RunEntry(self.id, os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), self.what)
         os.write(fd, (json.dumps(entry.to_dict()) + "\n").encode())
@@ -86,7 +90,8 @@ class Registration:
 
 
 def active(exclude: str | None = None) -> list[RunEntry]:
-    """The runs active on this host now (locked entries), but `exclude` (an id); dead runs' entries are removed.
+    """The runs active on this host now (entries locked by the user's processes), but `exclude` (an id); dead
+    runs' entries are removed.
     Only the effective user's regular files count: anything else there (a FIFO, a device, a symlink, another
     user's file) is never followed, waited on or removed, just ignored."""
     found = []
@@ -103,10 +108,11 @@ def active(exclude: str | None = None) -> list[RunEntry]:
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:  # held: the run is alive
-                found.append(_read_entry(fd, path))
-                continue
-            try:  # nobody holds it: its run died without removing it
+            except BlockingIOError:  # held: the run is alive, if the holder could only be the user's
+                if _held_by_the_user(fd):
+                    found.append(_read_entry(fd, path))
+                    continue
+            try:  # no process of the user's holds it: its run died without removing it
                 path.unlink()
             except OSError:
                 pass
@@ -117,8 +123,12 @@ def active(exclude: str | None = None) -> list[RunEntry]:
 
 def _open_entry(path: Path) -> int | None:
     """A descriptor on `path` when it is one of the effective user's regular files; None otherwise (or gone).
-    O_NONBLOCK: opening a FIFO never waits for a writer; O_NOFOLLOW: a symlink is not followed."""
+    Another user's file is not even opened (lstat first); O_NONBLOCK: opening a FIFO never waits for a writer;
+    O_NOFOLLOW: a symlink is not followed; fstat after: what was opened is what lstat saw, the user's."""
     try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return None
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:  # ended meanwhile, a symlink, or not ours to read
         return None
@@ -127,6 +137,13 @@ def _open_entry(path: Path) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def _held_by_the_user(fd: int) -> bool:
+    """Whether the lock on a held entry is a run's: a 0600 entry only the user's processes can have opened; one
+    others could open (an older guestbench's) counts while a process of the user's is among its holders."""
+    st = os.fstat(fd)
+    return not st.st_mode & locks.PRIVATE or any(h.ours() for h in locks.holders(st))
 
 
 def _read_entry(fd: int, path: Path) -> RunEntry:

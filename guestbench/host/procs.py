@@ -89,6 +89,18 @@ def proc_uid(pid: int) -> int | None:
     return None
 
 
+def proc_euid(pid: int) -> int | None:
+    """The effective uid a process runs as (whose files it may open); None if gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("Uid:") and len(line.split()) > 2:
+            return int(line.split()[2])
+    return None
+
+
 def proc_cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
