@@ -106,6 +106,8 @@ def earlier_cells(results_dir: Path) -> tuple[list[str], list[Earlier]]:
     (guestbench.util.walk, results.store's budget): newest first, and past the budget's files or bytes the older
     ones are passed over, said in one line; a file swapped while it is read is passed over, said in one line."""
     names, cells = [], []
+    if not results_dir.is_dir():  # no results directory yet: nothing to estimate from
+        return [], []
     spent = store.budget(depth=0)
     spent.strict = False
     try:
@@ -124,14 +126,12 @@ def earlier_cells(results_dir: Path) -> tuple[list[str], list[Earlier]]:
                 if found:
                     names.append(Path(f.path).name)
                     cells += [Earlier(Path(f.path).name, c) for c in found]
-    except walk.Capped as e:  # a directory of more entries than a results directory has: what was read so far
-        _warn(f"{e}; the estimate reads the results files listed before it")
-    except UserError:  # no results directory yet (or not one): nothing to estimate from
-        pass
+    except walk.Capped as e:  # more entries than a results directory has: refused while listed, nothing read
+        _warn(f"{e}; no earlier results are in the estimate")
     if spent.passed_over:
         _warn(f"{results_dir}: {spent.passed_over:,} older results files passed over; the estimate reads the newest "
               f"{spent.files:,} at most")
-    return names[::-1], [c for e in _by_file(cells)[::-1] for c in e]
+    return names[::-1], [c for group in _by_file(cells)[::-1] for c in group]  # oldest first, as named
 
 
 def _by_file(cells: list[Earlier]) -> list[list[Earlier]]:
