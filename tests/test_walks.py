@@ -30,8 +30,8 @@ from test_history import results, write_series
 SECRET_DATE = "2026-11-13T13:13:13"  # root's own run: never in the output of a history of nobody's directory
 SLOW_SAMPLES = 200_000  # ~6.5 MB: root parses it for about a second, while nobody swaps the next name
 
-# nobody's side: watch DIR for root opening TRIGGER (or any of a comma-separated list), then put a link to TARGET where VICTIM was (a file replaced
-# in one rename; a directory moved aside first), say so and end.
+# nobody's side: watch DIR for root opening TRIGGER (or any of a comma-separated list), then put a link to TARGET
+# where VICTIM was (a file replaced in one rename; a directory moved aside first), say so and end.
 WATCHER = r"""
 import ctypes, os, struct, sys
 d, trigger, victim, target = sys.argv[1:5]

@@ -115,7 +115,8 @@ def _kind(mode: int) -> str:
         "a regular file" if stat.S_ISREG(mode) else "not a regular file"
 
 
-def _open_path(name: str, dir_fd: int, path: str, want: Callable[[int], bool], ident: tuple[int, int], listed: str) -> int:
+def _open_path(name: str, dir_fd: int, path: str, want: Callable[[int], bool], ident: tuple[int, int],
+               listed: str) -> int:
     """An O_PATH descriptor on `name` in `dir_fd`, the link itself if it is one, checked to be what was listed."""
     try:
         handle = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
