@@ -136,18 +136,19 @@ class ResultsFile:
         self.save()
 
 
-def read_json(path: str | Path, what: str, expected: str) -> Any:
+def read_json(path: str | Path, what: str, expected: str, data: bytes | None = None) -> Any:
     """Read a JSON file a user named, bounded as untrusted input (results.limits: a regular file under a size cap,
-    numbers of bounded length); any problem is a one-line UserError saying what was expected."""
-    return limits.loads(limits.read_capped(path, what), str(path), expected)
+    numbers of bounded length); any problem is a one-line UserError saying what was expected. `data`: the file's
+    bytes, already read (by guestbench.util.walk, from a directory)."""
+    return limits.loads(limits.read_capped(path, what) if data is None else data, str(path), expected)
 
 
-def load_results(path: str | Path) -> Run:
+def load_results(path: str | Path, data: bytes | None = None) -> Run:
     """Read a results file of any readable version as the typed model of a current-version run, refusing what no run
     can have written (negative or non-finite seconds, a sample without rep, an unknown status, ...); any
-    problem is a one-line UserError naming the file and the field."""
+    problem is a one-line UserError naming the file and the field. `data`: its bytes, already read."""
     p = Path(path)
-    doc = read_json(p, "results file", "a guestbench results file")
+    doc = read_json(p, "results file", "a guestbench results file", data)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise UserError(f"not a guestbench results file (key 'schema' must be {SCHEMA!r})", source=str(p))
     version = doc.get("schema_version")

@@ -6,12 +6,15 @@
 from __future__ import annotations
 
 import os
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+from guestbench.results import limits
 from guestbench.results import pytest_benchmark as pbj
 from guestbench.results.io import read_json
 from guestbench.results.model import SCHEMA, ModelError, Run
+from guestbench.util import walk
 from guestbench.util.errors import UserError
 
 MAX_FILES = 10_000
@@ -23,8 +26,16 @@ MAX_DEPTH = 4
 MAX_ENTRIES = 100_000
 """Directory entries looked at, at most, below the paths given."""
 
-MAX_TOTAL_BYTES = 2 * 2**30
-"""Bytes read at most over all files: every run is kept while the history is built."""
+MAX_TOTAL_BYTES = 32 * 2**20
+"""Bytes read at most over all files, counted as they are read: every run is kept while the history is built, at
+up to ~18 times its JSON's size in memory (a file of 200,000 one-figure samples: 6.5 MB read, 115 MiB more RSS;
+real results files ~4 times), so 32 MiB stays near 600 MiB on top of the interpreter's ~100, under 1 GiB. That
+is 10,000 runs of up to 3 KB, or 2,700 of the 11.5 KB real runs in tests/data/history."""
+
+
+def budget(depth: int = MAX_DEPTH) -> walk.Budget:
+    """What reading a store may cost in all; the dry run's estimates read its results directory with it too."""
+    return walk.Budget(files=MAX_FILES, bytes=MAX_TOTAL_BYTES, entries=MAX_ENTRIES, depth=depth)
 
 
 @dataclass(frozen=True)
@@ -36,48 +47,10 @@ class Stored:
     imported: bool  # from a pytest-benchmark file
 
 
-def files(paths: list[str]) -> list[Path]:
-    """The JSON files under `paths` (a directory named is walked, links below it not followed; a file is taken as
-    named), in a stable order; a path that is neither is refused."""
-    out: list[Path] = []
-    for given in paths:
-        p = Path(given)
-        if p.is_dir():
-            out += _walk(p, given)
-        elif p.exists() or p.is_symlink():
-            out.append(p)
-        else:
-            raise UserError("no such file or directory; expected results files or a directory of them", source=given)
-        if len(out) > MAX_FILES:
-            raise UserError(f"more than {MAX_FILES:,} files; allowed: a results directory (name fewer files)",
-                            source=given)
-    return out
-
-
-def _walk(top: Path, given: str) -> list[Path]:
-    """Regular *.json files below `top`, MAX_DEPTH levels down, each directory read entry by entry so that a huge
-    one costs no more than MAX_ENTRIES entries."""
-    found, seen, todo = [], 0, [(top, 0)]
-    while todo:
-        directory, depth = todo.pop(0)
-        listed = []
-        with os.scandir(directory) as entries:
-            for e in entries:
-                seen += 1
-                if seen > MAX_ENTRIES:
-                    raise UserError(f"more than {MAX_ENTRIES:,} entries; allowed: a results directory", source=given)
-                listed.append(e)
-        for e in sorted(listed, key=lambda e: e.name):
-            if e.is_dir(follow_symlinks=False) and depth < MAX_DEPTH:
-                todo.append((Path(e.path), depth + 1))
-            elif e.name.endswith(".json") and e.is_file(follow_symlinks=False):
-                found.append(Path(e.path))
-    return sorted(found)
-
-
-def read(path: Path) -> Stored:
-    """One file as a run: a guestbench results file, or a pytest-benchmark file with raw samples."""
-    doc = read_json(path, "results file", "a guestbench results file or a pytest-benchmark JSON file")
+def read(path: Path | str, data: bytes | None = None) -> Stored:
+    """One file as a run: a guestbench results file, or a pytest-benchmark file with raw samples. `data`: its
+    bytes, already read (from a directory, by the walk)."""
+    doc = read_json(path, "results file", "a guestbench results file or a pytest-benchmark JSON file", data)
     imported = isinstance(doc, dict) and doc.get("schema") != SCHEMA and isinstance(doc.get("benchmarks"), list)
     if imported:
         doc, _ = pbj.import_(doc, str(path))
@@ -91,13 +64,23 @@ def read(path: Path) -> Stored:
 
 
 def load(paths: list[str]) -> list[Stored]:
-    """Every run under `paths`; none at all is refused, as a history of nothing."""
-    named = files(paths)
-    total = sum(p.stat().st_size for p in named if p.is_file())
-    if total > MAX_TOTAL_BYTES:
-        raise UserError(f"{total / 2**30:.1f} GiB of results; allowed: at most {MAX_TOTAL_BYTES / 2**30:.0f} GiB "
-                        "(name fewer files)", source=" ".join(paths))
-    found = [read(p) for p in named]
+    """Every run under `paths` (a directory named is walked by guestbench.util.walk: nothing below it is followed
+    through a link, a name swapped while it is read is refused; a file is read as named), within one budget of
+    files and bytes; none at all is refused, as a history of nothing."""
+    found: list[Stored] = []
+    spent = budget()
+    for given in paths:
+        if os.path.isdir(given):
+            with closing(walk.files(given, ".json", spent)) as listed:
+                found += sorted((read(f.path, f.read("results file", limits.MAX_BYTES)) for f in listed),
+                                key=lambda s: s.path)  # the order of the names, as a path sorts
+        elif os.path.lexists(given):
+            spent.take_files(1, given)
+            data = limits.read_capped(given, "results file")
+            spent.take_bytes(len(data), given)
+            found.append(read(given, data))
+        else:
+            raise UserError("no such file or directory; expected results files or a directory of them", source=given)
     if not found:
         raise UserError("no results files (*.json) found; give a results directory or files",
                         source=" ".join(paths) or "command line")

@@ -16,15 +16,19 @@ that code before it runs.
 from __future__ import annotations
 
 import statistics
+import sys
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from guestbench.backends import BACKENDS
-from guestbench.util.errors import UserError
+from guestbench.util import walk
+from guestbench.util.errors import UserError, one_line
 from guestbench.measurements import get as get_measurement
 from guestbench.results.figures import sample_seconds
-from guestbench.results import Cell, load_results
+from guestbench.results import Cell, load_results, store
+from guestbench.results.limits import MAX_BYTES
 from guestbench.run import plan as planner
 from guestbench.run import probe
 from guestbench.scenario import Scenario
@@ -98,17 +102,51 @@ class Earlier:
 
 def earlier_cells(results_dir: Path) -> tuple[list[str], list[Earlier]]:
     """The readable results files in `results_dir` and their cells with samples; the files the model refuses are
-    passed over (a dry run reports, it does not judge)."""
+    passed over (a dry run reports, it does not judge). The directory is read as `history` reads one
+    (guestbench.util.walk, results.store's budget): newest first, and past the budget's files or bytes the older
+    ones are passed over, said in one line; a file swapped while it is read is passed over, said in one line."""
     names, cells = [], []
-    for path in sorted(results_dir.glob("*.json")) if results_dir.is_dir() else []:
-        try:  # bounded: a FIFO or a device among them is passed over, not waited on (results.limits)
-            found = [c for c in load_results(path).cells if c.samples]
-        except UserError:
-            continue
-        if found:
-            names.append(path.name)
-            cells += [Earlier(path.name, c) for c in found]
-    return names, cells
+    if not results_dir.is_dir():  # no results directory yet: nothing to estimate from
+        return [], []
+    spent = store.budget(depth=0)
+    spent.strict = False
+    try:
+        with closing(walk.files(results_dir, ".json", spent, newest_first=True)) as listed:
+            for f in listed:
+                try:  # bounded: a FIFO or a device among them is passed over, not waited on (results.limits)
+                    found = [c for c in load_results(f.path, f.read("results file", MAX_BYTES)).cells if c.samples]
+                except walk.Capped as e:
+                    _warn(f"{e}; the older results files are not in the estimate")
+                    break
+                except walk.Changed as e:
+                    _warn(str(e))
+                    continue
+                except UserError:
+                    continue
+                if found:
+                    names.append(Path(f.path).name)
+                    cells += [Earlier(Path(f.path).name, c) for c in found]
+    except walk.Capped as e:  # more entries than a results directory has: refused while listed, nothing read
+        _warn(f"{e}; no earlier results are in the estimate")
+    if spent.passed_over:
+        _warn(f"{results_dir}: {spent.passed_over:,} older results files passed over; the estimate reads the newest "
+              f"{spent.files:,} at most")
+    return names[::-1], [c for group in _by_file(cells)[::-1] for c in group]  # oldest first, as named
+
+
+def _by_file(cells: list[Earlier]) -> list[list[Earlier]]:
+    """`cells` (newest file first) grouped by file, in that order."""
+    groups: list[list[Earlier]] = []
+    for c in cells:
+        if groups and groups[-1][0].file == c.file:
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+    return groups
+
+
+def _warn(text: str) -> None:
+    sys.stderr.write(f"guestbench: warning: {one_line(text)}\n")
 
 
 def _launch_s(backend: str, placement: str, earlier: list[Earlier]) -> float | None:

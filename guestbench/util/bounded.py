@@ -7,7 +7,8 @@ it is stat'ed before it is opened and fstat'ed after, and opened non-blocking, s
 cannot block), and YAML is composed with bounds on aliases, nodes (counting what each alias expands to) and
 depth, from libyaml's events where PyYAML has it (fast enough that a 1 MiB file takes about a second).
 Symbolic links are followed: the path is named by the user running guestbench, reading it changes nothing,
-and the file finally read is checked as above. Every refusal is a UserError (exit 2, one line).
+and the file finally read is checked as above. The files of a directory someone else may write are another
+matter: guestbench.util.walk opens those without following links. Every refusal is a UserError (exit 2, one line).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from yaml.nodes import Node
 from guestbench.util.errors import CLIP, UserError, clip, clip_text
 from guestbench.util.units import approx_size
 
-__all__ = ["MAX_FILE_BYTES", "MAX_ALIASES", "MAX_NODES", "MAX_DEPTH", "MAX_NUMBER_CHARS", "read_bytes", "read_text",
-           "safe_yaml", "clip"]
+__all__ = ["MAX_FILE_BYTES", "MAX_ALIASES", "MAX_NODES", "MAX_DEPTH", "MAX_NUMBER_CHARS", "read_bytes", "read_fd",
+           "check_size", "read_text", "safe_yaml", "clip"]
 
 MAX_FILE_BYTES = 2**20  # a scenario file; a hand-written one is a few KiB
 MAX_ALIASES = 100  # `<<: *defaults` and a few shared lists
@@ -53,19 +54,27 @@ def read_bytes(path: str | Path, what: str, cap: int = MAX_FILE_BYTES, hint: str
     source = str(path)
     fd = _open_regular(path, what, hint)
     try:
-        _check_size(os.fstat(fd).st_size, what, cap, source)
+        return read_fd(fd, what, cap, source)
+    finally:
+        os.close(fd)
+
+
+def read_fd(fd: int, what: str, cap: int, source: str, limit: int | None = None) -> bytes:
+    """The contents of the regular file open at `fd`, at most `cap` bytes (its size checked first, then the bytes
+    actually read: a file that grows while read, or /proc's, of size 0); a UserError naming `source` otherwise.
+    With `limit` (what a caller's budget has left), reading stops after limit + 1 bytes, for the caller to refuse.
+    guestbench.util.walk reads each file of a directory through this too."""
+    stop = cap if limit is None else min(cap, limit)
+    try:
+        check_size(os.fstat(fd).st_size, what, cap, source)
         chunks, got = [], 0
-        while chunk := os.read(fd, min(1 << 16, cap + 1 - got)):
+        while chunk := os.read(fd, min(1 << 16, stop + 1 - got)):
             chunks.append(chunk)
             got += len(chunk)
-            _check_size(got, what, cap, source)  # a file that grows while read (or /proc's, of size 0)
-            if got > cap:
-                break
+            check_size(got, what, cap, source)
         return b"".join(chunks)
     except OSError as e:
         raise UserError(f"cannot read {what}: {e.strerror or e}", source=source) from None
-    finally:
-        os.close(fd)
 
 
 def _open_regular(path: str | Path, what: str, hint: str) -> int:
@@ -93,7 +102,8 @@ def _open_regular(path: str | Path, what: str, hint: str) -> int:
         os.close(handle)
 
 
-def _check_size(size: int, what: str, cap: int, source: str) -> None:
+def check_size(size: int, what: str, cap: int, source: str) -> None:
+    """A UserError when `size` bytes are more than a `what` may be."""
     if size > cap:
         raise UserError(f"is {approx_size(size) if size < 2**62 else 'huge'}, more than a {what} may be; allowed: "
                         f"at most {approx_size(cap)}", source=source)
