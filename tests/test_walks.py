@@ -151,6 +151,18 @@ def test_a_link_listed_in_the_directory_is_passed_over(nobodys: Path, tmp_path: 
     assert len(json.loads(done.stdout)["machines"][0]["runs"]) == 3
 
 
+def test_a_hard_link_to_roots_0600_results_in_nobodys_directory_is_not_read(nobodys: Path) -> None:
+    """With fs.protected_hardlinks=0 nobody could link root's 0600 file into nobody's directory; root makes the
+    link here (the same inode nobody's link would be), whatever the machine's setting."""
+    secret = _secret(nobodys.parent / "root-only")  # beside it: the same file system, as a link needs
+    write_series(nobodys, [20, 20, 20])
+    _give_to_nobody(nobodys)
+    os.link(secret, nobodys / "zz.json")
+    done = guestbench("history", str(nobodys), "--json", timeout=120)
+    assert SECRET_DATE not in done.stdout and "77.1" not in done.stdout
+    _one_line(done, str(nobodys / "zz.json"), "2 hard links", "not read")
+
+
 def _padded(doc: dict, size: int) -> str:
     """`doc` as JSON of `size` characters: white space after it (cheap to parse, counted as read)."""
     text = json.dumps(doc)

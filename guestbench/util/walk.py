@@ -93,6 +93,7 @@ class Listed:
         """The file's bytes (at most `cap`, and what the budget has left); Changed if it is no longer the file
         listed, Capped past the budget, a UserError if it cannot be read."""
         handle = _open_path(self.name, self.dir_fd, self.path, stat.S_ISREG, self.ident, "a regular file")
+        _not_a_planted_link(handle, self.dir_fd, self.path)
         try:
             fd = os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         except OSError as e:
@@ -108,6 +109,18 @@ class Listed:
             os.close(fd)
         self.budget.take_bytes(len(data), self.path)  # what was actually read
         return data
+
+
+def _not_a_planted_link(handle: int, dir_fd: int, path: str) -> None:
+    """Changed (and `handle` closed) when the file has other hard links and is not its directory owner's: with
+    fs.protected_hardlinks=0 another user may link a file only root can read into a directory of theirs, and a
+    listing cannot tell that link from a file of their own."""
+    st, where = os.fstat(handle), os.fstat(dir_fd)
+    if st.st_nlink > 1 and st.st_uid != where.st_uid:
+        os.close(handle)
+        raise Changed(f"a file with {st.st_nlink} hard links, owned by uid {st.st_uid} in a directory of uid "
+                      f"{where.st_uid}; not read (it may be a link to a file its directory's owner cannot read)",
+                      source=path)
 
 
 def _kind(mode: int) -> str:
