@@ -204,8 +204,8 @@ class Page(HTMLParser):
 
 
 def md_tables(text: str) -> list[list[list[str]]]:
-    """Every Markdown table as rows of cells (header first, the --- line dropped), pipes unescaped, bold (a best
-    or a bad figure: a style, not text) removed."""
+    """Every Markdown table as rows of cells (header first, the --- line dropped), backslash escapes undone (a
+    pipe, a bracket: md_text escapes them), bold (a best or a bad figure: a style, not text) removed."""
     tables: list[list[list[str]]] = []
     current: list[list[str]] | None = None
     for line in text.splitlines():
@@ -215,7 +215,8 @@ def md_tables(text: str) -> list[list[list[str]]]:
                 tables.append(current)
             if not re.fullmatch(r"\|(---\|)+", line):
                 cells = re.split(r"(?<!\\)\|", line.strip()[1:-1])
-                current.append([re.sub(r"^\*\*(.*)\*\*$", r"\1", c.strip()).replace("\\|", "|") for c in cells])
+                current.append([re.sub(r"\\([\\`*_\[\]|])", r"\1", re.sub(r"^\*\*(.*)\*\*$", r"\1", c.strip()))
+                                for c in cells])
         else:
             current = None
     return tables

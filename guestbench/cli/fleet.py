@@ -7,7 +7,7 @@ import argparse
 from guestbench.backends import BACKENDS
 from guestbench.cli.common import check_probe_timeout
 from guestbench.run import probe
-from guestbench.util.errors import UserError
+from guestbench.util.errors import UserError, inert
 from guestbench.util.lazy import on_first_use
 from guestbench.util.reasons import short_reason
 
@@ -35,13 +35,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
         checked = probe.check_all(names, refresh=args.refresh, timeout=args.probe_timeout, verbose=args.verbose,
                                   on_checking=lambda name: status.update(f"checking {name}"))
     for name, av in checked.items():
-        err.print(f"{'[green]✓[/]' if av.usable else '[yellow]–[/]'} {name}: {short_reason(av.reason or '')}",
-                  highlight=False)
+        err.print("[green]✓[/] " if av.usable else "[yellow]–[/] ", inert(f"{name}: {short_reason(av.reason or '')}"),
+                  sep="", highlight=False)
     import socket
 
     name = args.name or socket.gethostname().split(".")[0]
     return keeper.serve(args.address, listen, [n for n, av in checked.items() if av.usable], name,
-                        lambda line: err.print(line, highlight=False, markup=False))
+                        lambda line: err.print(inert(line), highlight=False))
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
@@ -55,7 +55,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 
         Checker("command line").backends("--backend", args.backend)
     err = rich_console.Console(stderr=True)
-    cluster = LocalCluster(args.workers, args.backend, lambda line: err.print(line, highlight=False))
+    cluster = LocalCluster(args.workers, args.backend, lambda line: err.print(inert(line), highlight=False))
     try:
         print(cluster.address, flush=True)
         err.print(f"fleet local: scheduler {cluster.address}, {args.workers} worker(s) starting; Ctrl-C stops them",

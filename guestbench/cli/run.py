@@ -14,7 +14,7 @@ from guestbench.cli.common import check_probe_timeout
 from guestbench.host.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.output import formats
 from guestbench.scenario import ab as scenario_ab, apply_overrides, load_scenario
-from guestbench.util.errors import Interrupted, UserError, one_line as _one_line
+from guestbench.util.errors import Interrupted, UserError, inert, one_line as _one_line
 from guestbench.util.lazy import on_first_use
 
 if TYPE_CHECKING:
@@ -146,7 +146,8 @@ def cmd_nested(args: argparse.Namespace) -> int:
 
     err = rich_console.Console(stderr=True)
     try:
-        img = nested_image.build(lambda line: err.print(f"nested build: {line}", highlight=False), force=args.force)
+        img = nested_image.build(lambda line: err.print("nested build: ", inert(line), sep="", highlight=False),
+                                 force=args.force)
     except nested_image.ImageError as e:
         sys.stderr.write(f"guestbench: nested build failed: {_one_line(str(e))}\n")
         return 1

@@ -26,6 +26,7 @@ from xml.sax.saxutils import escape
 
 from guestbench.util.errors import one_line
 from guestbench.nested import live
+from guestbench.nested.console import LOG_MAX, TAIL, ConsoleLog
 from guestbench.nested.image import OUTPUT_WRITTEN, Image
 from guestbench.host.paths import make_run_dir, remove_tree
 
@@ -47,7 +48,7 @@ class GuestError(Exception):
 class JobResult:
     exit_status: int | None  # None: the job never reported one (crashed guest)
     output: Path  # the job's /guestbench-l1/out, unpacked on the host
-    console: list[str]
+    console: list[str]  # its last lines (guestbench.nested.console.TAIL)
     seconds: float
 
 
@@ -108,35 +109,35 @@ def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_
         raise GuestError(f"libvirt is not usable: {why}")
     run_dir = make_run_dir()
     name = f"{DOMAIN_PREFIX}{uuidlib.uuid4().hex[:12]}"
-    console: list[str] = []
     t0 = time.monotonic()
     domain = _Domain(run_dir)
     last_seq = 0
+    relay = ConsoleLog(run_dir / "console.log", on_console, watch=OUTPUT_WRITTEN)
     try:
         domain.open()
         _disks(run_dir, image, files)
         domain.start(domain_xml(name, image, run_dir, memory_mib, vcpus, kvm))
-        seen = 0
         heard = time.monotonic()
         written_at: float | None = None
         while True:
-            before, lines_before = seen, len(console)
-            seen = _relay(run_dir / "console.log", seen, console, on_console)
+            heard_now = relay.read()
             now = time.monotonic()
-            if seen != before:
+            if heard_now:
                 heard = now
-                if written_at is None and OUTPUT_WRITTEN in (line.strip() for line in console[lines_before:]):
+                if written_at is None and relay.watched:
                     written_at = now
             last_seq = _pass_live(run_dir, last_seq, on_live)
             if not domain.active():
                 break
             if written_at is not None and now - written_at > poweroff_grace_s:
-                console.append(f"guestbench: the level-1 guest wrote its output but had not powered off "
-                               f"{poweroff_grace_s:.0f} s later; destroyed")
-                on_console(console[-1])
+                relay.say(f"guestbench: the level-1 guest wrote its output but had not powered off "
+                          f"{poweroff_grace_s:.0f} s later; destroyed")
                 domain.destroy()
                 break
-            last = console[-1] if console else "no console output"
+            last = (relay.last(1) or ["no console output"])[0]
+            if relay.size() > LOG_MAX:  # qemu writes the file: the guest, not this loop, decides how fast
+                raise GuestError(f"the level-1 guest wrote more than {LOG_MAX // 2**20} MiB to its console and was "
+                                 f"destroyed; its console last said: {last}")
             if now - t0 > timeout_s:
                 raise GuestError(f"the level-1 guest did not finish within {timeout_s:.0f} s and was destroyed; "
                                  f"its console last said: {last}")
@@ -144,13 +145,13 @@ def run_job(image: Image, files: dict[str, bytes | Path], dest: Path, *, memory_
                 raise GuestError(f"the level-1 guest said nothing for {silence_s:.0f} s (hung?) and was destroyed; "
                                  f"its console last said: {last}")
             time.sleep(0.5)
-        _relay(run_dir / "console.log", seen, console, on_console)
+        relay.drain()
         try:
             extract_output(run_dir / "output.raw", dest)
         except tarfile.ReadError:
-            tail = console[-3:] if console else ["no console output"]
+            tail = relay.last(3) or ["no console output"]
             raise GuestError("the level-1 guest wrote no output; its console last said: " + " / ".join(tail)) from None
-        return JobResult(_exit_status(dest / "exit-status"), dest, console, time.monotonic() - t0)
+        return JobResult(_exit_status(dest / "exit-status"), dest, relay.last(TAIL), time.monotonic() - t0)
     finally:
         try:
             domain.end()
@@ -376,25 +377,6 @@ class _Domain:
 
         self.silent = True
         return ", ".join(kill_orphaned_qemus(self.run_dir)) or "none found"
-
-
-def _relay(path: Path, seen: int, console: list[str], on_console: Callable[[str], None]) -> int:
-    """Pass new complete console lines on; returns how many bytes have been consumed."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(seen)
-            data = f.read()
-    except FileNotFoundError:
-        return seen
-    end = data.rfind(b"\n")
-    if end < 0:
-        return seen
-    for raw in data[:end].split(b"\n"):
-        line = raw.decode("utf-8", "replace").rstrip("\r")
-        if line.strip():
-            console.append(line)
-            on_console(line)
-    return seen + end + 1
 
 
 def leftover_domains(under: Path | None = None) -> list[str]:

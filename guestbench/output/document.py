@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Union
 
 NONE_TEXT = "None."
@@ -122,6 +122,26 @@ class Document:
 
     def figures(self) -> list[Figure]:
         return [p for s in self.sections for p in s.parts if isinstance(p, Figure)]
+
+    def distinct_figures(self) -> None:
+        """Give each figure a file stem no other figure of the document has: `slug` maps labels that differ only
+        in punctuation ("a b", "a/b") to one stem, and one chart's files would silently replace the other's. The
+        first keeps its stem; a later one adds a hash of its chart's title (the whole label), then a number."""
+        taken: set[str] = set()
+        for s in self.sections:
+            for i, p in enumerate(s.parts):
+                if not isinstance(p, Figure):
+                    continue
+                stem = p.stem
+                if stem in taken:
+                    stem = f"{p.stem}-{hashlib.sha256(p.chart.title.encode()).hexdigest()[:8]}"
+                n = 1
+                while stem in taken:
+                    n += 1
+                    stem = f"{p.stem}-{n}"
+                taken.add(stem)
+                if stem != p.stem:
+                    s.parts[i] = replace(p, stem=stem)
 
 
 SLUG_MAX = 80

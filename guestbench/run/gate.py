@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from guestbench.backends import BACKENDS, Availability
+from guestbench.util.errors import inert
 from guestbench.util.reasons import short_reason
 from guestbench.results import ResultsFile
 from guestbench.run import probe
@@ -117,8 +118,8 @@ class Gate:
         cached = " (cached verdict)" if av.details.get("cached") else ""
         reason = av.reason if self.verbose else short_reason(av.reason)
         if av.details.get("deferred"):
-            self.console.print(f"[yellow]?[/] {name}: probe ", reason, sep="", highlight=False)
+            self.console.print(f"[yellow]?[/] {name}: probe ", inert(reason), sep="", highlight=False)
         elif av.usable:
-            self.console.print(f"[green]✓[/] {name}: usable — ", reason + cached, sep="", highlight=False)
+            self.console.print(f"[green]✓[/] {name}: usable — ", inert(reason + cached), sep="", highlight=False)
         else:
-            self.console.print(f"[red]✗[/] {name}: not usable — ", reason + cached, sep="", highlight=False)
+            self.console.print(f"[red]✗[/] {name}: not usable — ", inert(reason + cached), sep="", highlight=False)

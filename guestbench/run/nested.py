@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from guestbench.util.errors import Interrupted
+from guestbench.util.errors import Interrupted, inert
 from guestbench.nested import guest
 from guestbench.nested import image as nested_image
 from guestbench.nested import job
@@ -39,7 +39,8 @@ class NestedPlacement:
         level1 = job.plan(self.sc, self.gate.kvm_usable(), self.gate.probe_timeout)
         self.console.print(level1.describe(), highlight=False)
         try:
-            img = nested_image.build(lambda line: self.console.print(f"nested build: {line}", highlight=False))
+            img = nested_image.build(lambda line: self.console.print("nested build: ", inert(line), sep="",
+                                                                   highlight=False))
             files = job.job_files(self.sc, level1)
         except nested_image.ImageError as e:
             self._failed(Merger(self.results, level1, None), None,
@@ -76,10 +77,6 @@ class NestedPlacement:
         with progress_display(self.console) as progress:
             task = progress.add_task(f"{self.sc.name} · nested · booting the level-1 guest", total=None)
 
-            def on_console(line: str) -> None:
-                if self.verbose or not KERNEL_LINE.match(line):
-                    self.console.print(f"  level-1 │ {line}", markup=False, highlight=False, soft_wrap=True)
-
             def on_live(snap: Any) -> None:
                 merger.take_bytes(snap.content)
                 done, total = merger.progress(self.sc)
@@ -88,11 +85,16 @@ class NestedPlacement:
 
             return guest.run_job(img, files, self.run_dir / "level1-out", memory_mib=level1.memory_mib,
                                  vcpus=level1.vcpus, kvm=level1.kvm, timeout_s=level1.deadline_s,
-                                 on_console=on_console, on_live=on_live, silence_s=job.SILENCE_S)
+                                 on_console=self.show_console, on_live=on_live, silence_s=job.SILENCE_S)
+
+    def show_console(self, line: str) -> None:
+        """A line of the level-1 guest's console, as text (never markup) with nothing a terminal obeys."""
+        if self.verbose or not KERNEL_LINE.match(line):
+            self.console.print("  level-1 │ ", inert(line), sep="", highlight=False, soft_wrap=True)
 
     def _failed(self, merger: Merger, seconds: float | None, error: str) -> None:
         merger.finish(seconds, error)
-        self.console.print(f"[red]✗[/] nested: {error}", highlight=False)
+        self.console.print("[red]✗[/] nested: ", inert(error), sep="", highlight=False)  # quotes the guest
 
 
 class Merger(Remote):

@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.text import Text
 
 from guestbench.util import units
+from guestbench.util.errors import inert
 from guestbench.host.neighbours import Neighbours
 from guestbench.results import Failure, ModelError, ResultsFile, Sample, utc_now
 
@@ -30,11 +32,19 @@ def numbered(iterations: list[str]) -> list[Iteration]:
     return out
 
 
+class _Description(ProgressColumn):
+    """A task's description as text, never markup: it names cells and quotes the status a level-1 guest or a
+    fleet host sent."""
+
+    def render(self, task: Task) -> Text:
+        return inert(task.description)
+
+
 def progress_display(console: Console, open_ended: bool = False) -> Progress:
     """One progress display for host cells and the nested part: bar, count, elapsed, ETA. Sampling towards a
     precision target has no fixed end: no ETA then; each cell's description says the precision so far."""
     ending = [] if open_ended else [TextColumn("ETA"), TimeRemainingColumn()]
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    return Progress(SpinnerColumn(), _Description(), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), *ending, console=console, transient=False)
 
 
@@ -92,8 +102,7 @@ class Recorder:
     def unavailable(self, cell: CellDoc, left: int, reason: str) -> None:
         """The cell cannot run on this machine (reported in its place in every table, never dropped)."""
         self._end(cell, "unavailable", reason, left)
-        self.console.print(f"[yellow]–[/] {cell['backend']} · {cell['label']}: unavailable here: ", reason, sep="",
-                           highlight=False)
+        self._say("[yellow]–[/] ", f"{cell['backend']} · {cell['label']}: unavailable here: {reason}")
 
     def skip(self, cell: CellDoc, left: int, reason: str) -> None:
         self._end(cell, "skipped", reason, left)
@@ -140,11 +149,10 @@ class Recorder:
             self.results.save()
         self._advance()
         if refused is not None:
-            self.console.print(f"[yellow]![/] {cell['backend']} · {cell['label']} · {kind} {k} failed: ", refused,
-                               sep="", highlight=False)
+            self._say("[yellow]![/] ", f"{cell['backend']} · {cell['label']} · {kind} {k} failed: {refused}")
         elif not self.console.is_terminal:  # no live progress bar in a log: one line per sample instead
-            self.console.print(f"{cell['backend']} · {cell['label']} · {kind} {k}: {seconds:.3g} s"
-                               f"{_headline(cell, seconds, metrics)}", highlight=False)
+            self._say("", f"{cell['backend']} · {cell['label']} · {kind} {k}: {seconds:.3g} s"
+                          f"{_headline(cell, seconds, metrics)}")
 
     def _shared(self, seconds: float, extra: dict[str, Any]) -> dict[str, Any]:
         """A sample's load record with "other_runs": how many other guestbench runs were active while it was
@@ -161,8 +169,12 @@ class Recorder:
                                             seq=self._next_seq()).to_dict())
             self.results.save()
         self._advance()
-        self.console.print(f"[yellow]![/] {cell['backend']} · {cell['label']} · {kind} {k} failed: ", reason,
-                           sep="", highlight=False)
+        self._say("[yellow]![/] ", f"{cell['backend']} · {cell['label']} · {kind} {k} failed: {reason}")
+
+    def _say(self, mark: str, text: str) -> None:
+        """A line of the run's log: guestbench's mark (markup), then text that names cells and quotes what a
+        hypervisor, a tool or a guest said (never markup, nothing a terminal obeys)."""
+        self.console.print(mark, inert(text), sep="", highlight=False)
 
 
 def _headline(cell: CellDoc, seconds: float, metrics: dict[str, float | str] | None) -> str:

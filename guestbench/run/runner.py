@@ -21,7 +21,7 @@ from guestbench.host import cgroups
 from guestbench.host import fingerprint as host
 from guestbench.host import neighbours
 from guestbench.backends import BACKENDS
-from guestbench.util.errors import Interrupted
+from guestbench.util.errors import Interrupted, inert
 from guestbench.measurements import get as get_measurement
 from guestbench.nested.job import exit_problem
 from guestbench.host.paths import make_run_dir, remove_tree, workdir_for
@@ -63,7 +63,7 @@ class Runner:
         self.opts = opts
         self.console = console
         self.executor = executor or local(
-            verbose=opts.verbose, echo=lambda line: console.print(line, markup=False, highlight=False))
+            verbose=opts.verbose, echo=lambda line: console.print(inert(line), highlight=False))  # the appliance's
         self.stop = threading.Event()  # a signal arrived: threads of concurrent appliances start nothing new
 
     def run(self) -> ResultsFile:
@@ -76,7 +76,7 @@ class Runner:
         # what a run killed with SIGKILL left on the host (its run directory, loop devices, NBD servers, mounts);
         # first, so that a temp root that is not safely this user's is refused before a results file is made
         for line in sweep_stale():
-            self.console.print(f"swept: {line}", markup=False, highlight=False, style="dim", soft_wrap=True)
+            self.console.print("swept: ", inert(line), sep="", highlight=False, style="dim", soft_wrap=True)
         cgroups.sweep()  # and its workers' control groups
         fp = host.fingerprint()
         results = ResultsFile.create(self.opts.results_dir, scenario=self.sc.to_dict(), host=fp,

@@ -26,7 +26,7 @@ from typing import Any, Callable
 from guestbench.host import procs
 from guestbench.host import cgroups
 from guestbench.backends.base import LIBGUESTFS_OVERRIDES, Backend
-from guestbench.util.errors import Interrupted
+from guestbench.util.errors import Interrupted, printable
 from guestbench.run.protocol import Message, Msg, Request, WorkerExit
 
 KILL_GRACE_S = 3.0
@@ -203,7 +203,7 @@ class Supervisor:
 
     def __init__(self, verbose: bool = False, echo: Callable[[str], None] | None = None) -> None:
         self.verbose = verbose
-        self.echo = echo or (lambda line: print(line, file=sys.stderr))
+        self.echo = echo or (lambda line: print(printable(line), file=sys.stderr))  # an appliance's console
         self.current: subprocess.Popen[bytes] | None = None
         self._cleanup: tuple[Backend, Path] | None = None  # backend and work dir while a worker runs
         self._group: cgroups.Group | None = None  # the worker's control group, where one could be made

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import re
 import reprlib
-import unicodedata
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 CLIP = 60  # characters of a value quoted in a message: enough to recognise it, never a whole hostile file
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # C0 but tab, DEL, C1: ESC starts terminal sequences
+# What untrusted text must not carry to a terminal or a report: C0 (ESC starts terminal sequences), DEL, C1,
+# the line and paragraph separators, the bidi marks, embeddings, overrides and isolates (U+202E shows the rest
+# of a line backwards: a name can pose as another) and lone surrogates (no terminal can encode them).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 class UserError(Exception):
@@ -51,16 +56,13 @@ def one_line(message: object, *, squeeze: bool = False, limit: int | None = None
     """
     text = str(message)
     text = " ".join(text.split()) if squeeze else text.replace("\r", "\\r").replace("\n", "\\n")
-    text = "".join(_escape(ch) for ch in text) if any(_control(ch) for ch in text) else text
+    text = _UNSAFE.sub(_escape, text)
     return clip_text(text, limit) if limit is not None else text
 
 
-def _control(ch: str) -> bool:
-    return unicodedata.category(ch) == "Cc" or ch in "\u2028\u2029"
-
-
-def _escape(ch: str) -> str:
-    return ch.encode("unicode_escape").decode("ascii") if _control(ch) else ch
+def _escape(m: re.Match[str]) -> str:
+    """A character `_UNSAFE` matched, as Python writes it in a string: \\x1b, \\u202e."""
+    return m.group().encode("unicode_escape").decode("ascii")
 
 
 def clip_text(text: str, n: int) -> str:
@@ -102,6 +104,17 @@ def clip(value: object, n: int = CLIP) -> str:
 
 
 def printable(text: object) -> str:
-    """Text from a results file (a name, a label) made inert for a terminal or a report: control characters
-    (ESC and so the sequences it starts, C1, DEL) removed, line breaks turned into spaces; plain text kept."""
-    return _CONTROL.sub(lambda m: " " if m.group() in "\n\r" else "", str(text))
+    """The one sanitiser of text from outside (a results file's names and labels, a level-1 guest's console, a
+    fleet host's status and errors) on its way to a terminal or a report: every character `_UNSAFE` matches
+    shown as its escape (\\x1b, \\u202e: visibly there, never obeyed), line breaks as spaces, tabs and plain
+    text kept."""
+    return _UNSAFE.sub(lambda m: " " if m.group() in "\n\r" else "\t" if m.group() == "\t" else _escape(m),
+                       str(text))
+
+
+def inert(text: object, style: str = "") -> Text:
+    """Untrusted text for a rich console: `printable`, and a Text, so that rich never reads it as markup (a
+    status of "[/]" would raise MarkupError and end the run; "[link=...]" would make a link)."""
+    from rich.text import Text  # rich only where a console is printed to
+
+    return Text(printable(text), style=style)

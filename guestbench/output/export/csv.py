@@ -7,8 +7,6 @@ from typing import TYPE_CHECKING
 import csv
 import io
 import math
-from collections.abc import Iterable
-from typing import Any
 from guestbench.util.errors import printable
 from guestbench.output.export import columns as csv_columns
 from guestbench.analysis.cells import Row
@@ -29,16 +27,22 @@ def _csv_float(x: float | None) -> str:
     return "" if x is None or math.isnan(x) else f"{x:.6f}"
 
 
-def csv_row(values: Iterable[Any]) -> list[Any]:
-    """A CSV line's fields with the text from results files (names, labels) free of control characters, which
-    a terminal printing the CSV would obey."""
-    return [printable(v) if isinstance(v, str) else v for v in values]
+FORMULA = ("=", "+", "-", "@", "\t", "\r")  # a cell starting so is a formula to a spreadsheet (OWASP)
+
+
+def csv_text(value: object) -> str:
+    """A text field (a name, a label, a verdict) as a spreadsheet and a terminal take it only as text: free of
+    control characters (`printable`), and with a ' before a first character that would start a formula
+    (=HYPERLINK(...) in a label would be a link, or worse, in whatever opens the CSV), as OWASP says. Figures
+    are written by this module as plain numbers and never pass here: -1.5 stays a number."""
+    text = printable(value)
+    return "'" + text if text.lstrip(" ").startswith(FORMULA) else text
 
 
 def _csv_record(r: Row) -> list[str]:
     s = r.summary
     stats = [s.median, s.mean, s.stdev, s.ci_low, s.ci_high] if s else [None] * 5
-    return [r.backend, r.placement, r.label, str(r.n), str(r.failures),
+    return [csv_text(r.backend), csv_text(r.placement), csv_text(r.label), str(r.n), str(r.failures),
             *(_csv_float(x) for x in stats), _csv_float(r.mb_per_s), _csv_float(r.cpu_s), _csv_float(r.peak_mib)]
 
 
@@ -50,12 +54,12 @@ def to_csv(s: Findings | FleetFindings) -> str:
     if isinstance(s, Findings):
         writer.writerow(CSV_HEADER.split(","))
         for r in s.rows:
-            writer.writerow(csv_row(_csv_record(r)))
+            writer.writerow(_csv_record(r))
         return buf.getvalue()
     writer.writerow([*CSV_HEADER.split(","), "host"])
     for h in s.hosts:
         for r in h.findings.rows:
-            writer.writerow(csv_row([*_csv_record(r), h.name]))
+            writer.writerow([*_csv_record(r), csv_text(h.name)])
     return buf.getvalue()
 
 
@@ -76,10 +80,10 @@ def comparison_csv(comparisons: Sequence[Comparison], fail_above_pct: float | No
     for c in comparisons:
         for r in c.rows:
             regression = "" if fail_above_pct is None else str(r.is_regression(fail_above_pct)).lower()
-            writer.writerow(csv_row([r.backend, r.placement, r.measurement, r.n_base, r.n_other,
-                                     _figure(r.median_base), _figure(r.median_other), _figure(r.ratio),
-                                     _figure(r.ci_low), _figure(r.ci_high), _figure(r.p_value, ".6g"),
-                                     r.verdict_text(), regression]))
+            writer.writerow([csv_text(r.backend), csv_text(r.placement), csv_text(r.measurement), r.n_base, r.n_other,
+                             _figure(r.median_base), _figure(r.median_other), _figure(r.ratio),
+                             _figure(r.ci_low), _figure(r.ci_high), _figure(r.p_value, ".6g"),
+                             csv_text(r.verdict_text()), regression])
     return buf.getvalue()
 
 

@@ -144,6 +144,7 @@ def write_document(document: Document, out_dir: Path, key: str = "--output") -> 
     """A document as index.html, report.md and its charts (PNG and SVG) in `out_dir`, each file replacing only
     a regular file of this user's (host.safe_write); the paths written."""
     safe_write.resolve_dir(out_dir, "report directory", make=True)
+    document.distinct_figures()  # one file per chart, whatever its label: before the pages name the files
     files: list[tuple[str, bytes]] = []
     for fig in document.figures():
         files += [(fig.png_name, fig.chart.png), (f"{fig.stem}.svg", fig.chart.svg)]

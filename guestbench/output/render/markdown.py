@@ -24,14 +24,24 @@ BOLD = ("bad", "best", "regression")
 
 
 TAG = re.compile(r"<[A-Za-z/!?][^<>]*>?")
-"""What a Markdown renderer would pass on as HTML: a tag, a comment, a declaration (p<0.05 is no tag)."""
+"""What a Markdown renderer would pass on as HTML or an autolink: a tag, a comment, a declaration, <http://...>
+(p<0.05 is none of these)."""
+ENTITY = re.compile(r"&(?=#[0-9]+;|#[xX][0-9A-Fa-f]+;|[A-Za-z][A-Za-z0-9]*;)")
+"""The & of a character reference: &#x202e; in a label would be a right-to-left override once rendered."""
+MARKUP = re.compile(r"[\\`*\[\]|]|(?<![^\W_])_|_(?![^\W_])")
+"""What makes Markdown of plain text: code spans, emphasis, links and images (no [ or ], no link: a ( or ) alone
+makes nothing, so guestbench's own parentheses stay as they are), a table's cell border, the backslash; and an _
+but one inside a word (kvm_pvm: there it emphasises nothing)."""
 
 
 def md_text(text: str) -> str:
-    """User text made safe inside a table cell or a list item: no control characters, no HTML tags (escaped:
-    <script> shows as text), | escaped."""
-    text = TAG.sub(lambda m: html.escape(m.group(), quote=False), printable(text))
-    return text.replace("|", "\\|")
+    """Text (a label, a host's name, guestbench's own words) as Markdown that shows it as it is, in a table cell
+    or a list item: no control characters or bidi overrides (`printable`), no HTML tags or autolinks (escaped:
+    <script> shows as text), no character references, and a backslash before each of `MARKUP`'s characters,
+    so that a label can neither make a link nor break a table."""
+    text = MARKUP.sub(lambda m: "\\" + m.group(), printable(text))
+    text = ENTITY.sub("&amp;", text)
+    return TAG.sub(lambda m: html.escape(m.group(), quote=False), text)
 
 
 def to_markdown(document: Document) -> str:
@@ -72,8 +82,7 @@ def _part(p: Part, level: int) -> list[str]:
             return [f"{md_text(p.text)}  "]
         return [f"**{md_text(p.text)}**" if p.kind == "bad" else md_text(p.text)]
     if isinstance(p, Figure):
-        alt = md_text(p.chart.title).replace("[", "\\[").replace("]", "\\]")
-        return [f"![{alt}]({p.png_name})", "", f"Chart: {md_text(p.caption)} (also {p.stem}.svg)"]
+        return [f"![{md_text(p.chart.title)}]({p.png_name})", "", f"Chart: {md_text(p.caption)} (also {md_text(p.stem)}.svg)"]
     raise TypeError(f"not a document part: {p!r}")
 
 

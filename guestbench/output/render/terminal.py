@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from guestbench.util.errors import printable
+from guestbench.util.errors import inert, printable
 from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Table
 
 if TYPE_CHECKING:
@@ -91,8 +91,8 @@ def _table(t: Table, console: Console) -> None:
 
 
 def _text(text: str, style: str = "") -> Text:
-    """The one way model text becomes terminal output: plain (no markup), control characters removed."""
-    return Text(printable(text), style=style)
+    """The one way model text becomes terminal output: plain (no markup), control characters escaped."""
+    return inert(text, style)
 
 
 def wide_console() -> Console:

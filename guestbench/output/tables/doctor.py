@@ -10,6 +10,7 @@ from rich import table as rich_table
 from rich.console import Console
 from rich.table import Table
 
+from guestbench.util.errors import inert
 from guestbench.util.reasons import short_reason
 
 
@@ -17,8 +18,8 @@ def show(fp: dict[str, Any], verdicts: dict[str, Any], appliances: dict[str, dic
          verbose: bool) -> None:
     _print_doctor(fp, verdicts, verbose)
     _print_appliances(appliances)
-    Console().print(f"nested runs: {'possible' if nested['possible'] else 'not possible'} — {nested['reason']}; "
-                    f"image: {nested.get('image_state') or 'n/a'}", highlight=False)
+    Console().print(inert(f"nested runs: {'possible' if nested['possible'] else 'not possible'} — {nested['reason']}; "
+                          f"image: {nested.get('image_state') or 'n/a'}"), highlight=False)
 
 
 def doctor_table(verdicts: dict[str, Any], verbose: bool) -> Table:
@@ -34,7 +35,7 @@ def doctor_table(verdicts: dict[str, Any], verbose: bool) -> Table:
         origin = (f"cached probe {when}" if verbose else f"cached {when[:16].replace('T', ' ')}") if d.get("cached") \
             else "probe launch just now" if "probe_timeout_s" in d else "preconditions"
         why = v["reason"] if verbose else short_reason(v["reason"])
-        t.add_row(name, "[green]yes[/]" if v["usable"] else "[red]no[/]", why, origin)
+        t.add_row(name, "[green]yes[/]" if v["usable"] else "[red]no[/]", inert(why), origin)  # a hypervisor's words
     return t
 
 
@@ -64,7 +65,7 @@ def _print_appliances(appliances: dict[str, dict[str, Any]]) -> None:
     con.print("guestbench's appliances (built on first use, ~10 s each):", highlight=False)
     for name, st in appliances.items():
         if st["error"]:
-            con.print(f"  {name}: [red]cannot be built[/]: {rich_markup.escape(st['error'])}", highlight=False)
+            con.print(f"  {name}: [red]cannot be built[/]: ", inert(st["error"]), sep="", highlight=False)
             continue
         state = "not built yet"
         if st["built"]:

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from guestbench.host import fingerprint as host_info
 from guestbench.backends import BACKENDS
-from guestbench.util.errors import Interrupted, UserError
+from guestbench.util.errors import Interrupted, UserError, inert
 from guestbench.results import Failure, ResultsFile, utc_now
 from guestbench.run.fleet import address as fleet_address
 from guestbench.run.fleet import resources, task, tls
@@ -279,7 +279,7 @@ class FleetRun:
             last = " / ".join((out.get("stderr") or "").strip().splitlines()[-1:])
             self._host_error(name, f"its run ended with exit status {out.get('exit')} ({status}): {last}")
         else:
-            self.console.print(f"[green]✓[/] host {name}: {status}", highlight=False)
+            self.console.print("[green]✓[/] ", inert(f"host {name}: {status}"), sep="", highlight=False)
 
     def _host_error(self, name: str, error: str) -> None:
         rf = self._rf()
@@ -289,7 +289,7 @@ class FleetRun:
             if info.get("status") in (None, "starting", "running"):
                 info["status"] = "failed"
             rf.save()
-        self.console.print(f"[red]✗[/] host {name}: {error}", highlight=False)
+        self.console.print("[red]✗[/] ", inert(f"host {name}: {error}"), sep="", highlight=False)  # quotes the host
 
     def write_off(self, p: HostPlan, cause: str) -> None:
         """The host's worker left mid-run (or the scheduler stopped answering): its unfinished iterations are
