@@ -57,8 +57,8 @@ class ResultsFile:
     """The results document of one run, rewritten atomically whenever something is added.
 
     `doc` is a plain dict that the run edits in place (under `lock`) and then saves; with
-    GUESTBENCH_VALIDATE_RESULTS=1 (the test suite sets it) every save is first read back through results.limits
-    (as every reader reads it) and checked against schema-v3.json and the model, so a writer that drifts from the
+    GUESTBENCH_VALIDATE_RESULTS=1 (the test suite sets it) every save is checked against schema-v3.json and the
+    model first, and read back through results.limits as every reader reads it, so a writer that drifts from the
     documented format fails where it writes. Its depth needs no check when saved: guestbench's own parts nest
     about ten levels, and a document from elsewhere is merged only when the result nests at most
     results.limits.MAX_DEPTH (guestbench.run.remote), so json's recursive encoder stays far below Python's
@@ -103,13 +103,13 @@ class ResultsFile:
 
     def _data(self) -> bytes:
         data = _encode(self.doc)  # not JSON (a set, an object): TypeError here, the file is untouched
-        if validate.enabled():  # read back as every reader reads it: nesting, numbers and NaN bounded too
+        if validate.enabled():
             where = str(getattr(self, "path", "new results file"))
-            try:
-                doc = limits.loads(data, where, "a results file this guestbench reads back")
+            validate.check(json.loads(data), where)
+            try:  # and read back as every reader reads it: nesting, numbers, NaN where the model does not look
+                limits.loads(data, where, "a results file this guestbench reads back")
             except UserError as e:
                 raise validate.SchemaViolation(f"written, but refused when read back: {e}") from None
-            validate.check(doc, where)
         return data
 
     def save(self) -> None:

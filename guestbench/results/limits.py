@@ -109,18 +109,25 @@ def nests_deeper(data: bytes, limit: int = MAX_DEPTH) -> bool:
 def deepest(value: Any) -> int:
     """How deep a parsed document nests (the document itself is 1; a number or string 0), walked without
     recursion: what a document from elsewhere holds is checked before it is merged (guestbench.run.remote)."""
-    best, todo = 0, [(value, 1)]
+    best, todo = 0, [(value, 1)] if isinstance(value, (dict, list, tuple)) else []
     while todo:
         item, level = todo.pop()
         best = max(best, level)
         children = item.values() if isinstance(item, dict) else item
         todo.extend((c, level + 1) for c in children if isinstance(c, (dict, list, tuple)))
-    return best if isinstance(value, (dict, list, tuple)) else 0
+    return best
 
 
 def _line(text: str, token: str) -> int:
-    """The line where `token` first stands in `text` (inside a string or not): where to look for a hostile value."""
-    return text.count("\n", 0, max(text.find(token), 0)) + 1
+    """The line where the value `token` (a number, NaN) first stands in `text`, not inside a string: escaped
+    backslashes and quotes blanked (same length), a quote count that is even before it says it is outside."""
+    plain = text.replace("\\\\", "  ").replace('\\"', "  ")
+    quotes = last = 0
+    for m in re.finditer(rf"(?<![\w.+-]){re.escape(token)}(?![\w.+-])", plain):
+        quotes, last = quotes + plain.count('"', last, m.start()), m.start()
+        if quotes % 2 == 0:
+            return text.count("\n", 0, m.start()) + 1
+    return 1  # unreachable for text the parser read
 
 
 def loads(data: bytes, source: str, expected: str) -> Any:
