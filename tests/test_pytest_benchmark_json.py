@@ -250,17 +250,19 @@ def test_a_string_commit_id_and_iterations_still_import() -> None:
     assert doc["guestbench"]["git_commit"] is None
 
 
-def test_export_of_seconds_whose_sum_overflows_is_one_line(tmp_path: Path, capsys) -> None:
-    """Issue 46: samples of 1.7e308 s (finite: the model reads them) made fsum overflow, exit 70. pytest-benchmark's
-    stats would be infinite, which JSON cannot hold: refused, naming the cell."""
+@pytest.mark.parametrize("seconds,past", [(1.7e308, "q1, q3, iqr, total"), (5e-324, "ops")])
+def test_export_of_seconds_whose_stats_overflow_is_one_line(tmp_path: Path, capsys, seconds: float,
+                                                            past: str) -> None:
+    """Issue 46: samples of 1.7e308 s (finite: the model reads them) made fsum overflow, exit 70; 5e-324 s made
+    ops infinite, written as Infinity, which is not JSON. Refused, naming the cell and the fields."""
     doc = json.loads(REAL[0].read_text())
     index = next(i for i, c in enumerate(doc["cells"]) if len(c["samples"]) > 1)
     for s in doc["cells"][index]["samples"]:
-        s["seconds"] = 1.7e308
-    path = tmp_path / "huge.json"
+        s["seconds"] = seconds
+    path = tmp_path / "extreme.json"
     path.write_text(json.dumps(doc))
     rc, out, err = _main(capsys, "export", str(path), "-o", str(tmp_path / "out.json"))
     assert (rc, out) == (2, "") and err.count("\n") == 1, err
-    assert err.startswith(f"guestbench: {path}: cells[{index}].samples: samples of up to 1.7e+308 s") and \
-        "past the largest float" in err, err
+    assert err.startswith(f"guestbench: {path}: cells[{index}].samples: samples of {seconds:.3g} to {seconds:.3g} s "
+                          f"make pytest-benchmark's {past} past the largest float"), err
     assert not (tmp_path / "out.json").exists()

@@ -61,26 +61,25 @@ def quartiles(data: list[float]) -> tuple[float, float]:
 def stats_fields(data: list[float]) -> dict[str, Any]:
     """Every field of pytest-benchmark's ``stats`` for samples of one call each (iterations 1), data included.
     ValueError when one of them is past the largest float: finite seconds near it (a results file may hold
-    1.7e308) add up to infinity, which JSON cannot hold."""
+    1.7e308) add up to infinity, and 5e-324 s makes ops infinite, which JSON cannot hold."""
     if not data:
         raise ValueError("no samples")
     n = len(data)
-    mean = statistics.mean(data)
-    stddev = statistics.stdev(data) if n > 1 else 0
     q1, q3 = quartiles(data)
-    iqr = q3 - q1
-    low_fence, high_fence = q1 - 1.5 * iqr, q3 + 1.5 * iqr
     try:
         total = math.fsum(data)
     except OverflowError:
         total = math.inf
+    sums = {"mean": statistics.mean(data), "stddev": statistics.stdev(data) if n > 1 else 0, "q1": q1, "q3": q3,
+            "iqr": q3 - q1, "total": total, "ops": n / total if total else 0}
+    past = [k for k, v in sums.items() if not math.isfinite(v)]
+    if past:
+        raise ValueError(f"samples of {min(data):.3g} to {max(data):.3g} s make pytest-benchmark's "
+                         f"{', '.join(past)} past the largest float; allowed: seconds whose sums and rates a float holds")
+    mean, stddev, iqr = sums["mean"], sums["stddev"], sums["iqr"]
+    low_fence, high_fence = q1 - 1.5 * iqr, q3 + 1.5 * iqr
     iqr_outliers = sum(1 for x in data if x < low_fence or x > high_fence)
     stddev_outliers = sum(1 for x in data if x < mean - stddev or x > mean + stddev)
-    past = [k for k, v in (("mean", mean), ("stddev", stddev), ("q1", q1), ("q3", q3), ("iqr", iqr),
-                           ("total", total)) if not math.isfinite(v)]
-    if past:
-        raise ValueError(f"samples of up to {max(data):.3g} s make pytest-benchmark's {', '.join(past)} "
-                         "past the largest float; allowed: seconds whose sums a float holds")
     return {
         "min": min(data), "max": max(data), "mean": mean, "stddev": stddev, "rounds": n,
         "median": _median(list(data)), "iqr": iqr, "q1": q1, "q3": q3,
@@ -88,7 +87,7 @@ def stats_fields(data: list[float]) -> dict[str, Any]:
         "outliers": f"{stddev_outliers};{iqr_outliers}",
         "ld15iqr": data[0] if n == 1 else min(x for x in data if x >= low_fence),
         "hd15iqr": data[0] if n == 1 else max(x for x in data if x <= high_fence),
-        "ops": n / total if total else 0, "total": total, "data": list(data), "iterations": 1,
+        "ops": sums["ops"], "total": total, "data": list(data), "iterations": 1,
     }
 
 
