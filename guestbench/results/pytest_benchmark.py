@@ -74,8 +74,8 @@ def stats_fields(data: list[float]) -> dict[str, Any]:
             "iqr": q3 - q1, "total": total, "ops": n / total if total else 0}
     past = [k for k, v in sums.items() if not math.isfinite(v)]
     if past:
-        raise ValueError(f"samples of {min(data):.3g} to {max(data):.3g} s make pytest-benchmark's "
-                         f"{', '.join(past)} past the largest float; allowed: seconds whose sums and rates a float holds")
+        raise ValueError(f"samples of {min(data):.3g} to {max(data):.3g} s make pytest-benchmark's {', '.join(past)} "
+                         "past the largest float; allowed: seconds whose sums and rates a float holds")
     mean, stddev, iqr = sums["mean"], sums["stddev"], sums["iqr"]
     low_fence, high_fence = q1 - 1.5 * iqr, q3 + 1.5 * iqr
     iqr_outliers = sum(1 for x in data if x < low_fence or x > high_fence)
