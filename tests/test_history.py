@@ -286,7 +286,7 @@ def test_two_machines_keep_their_own_charts_and_untrusted_fingerprints_are_read_
             doc = results(f"2026-11-1{i}T10:00:00Z", {"tcg/startup": noisy(20 if cpu == "CPU A" else 30, rng)})
             doc["host"]["cpu_model"] = cpu
             if cpu == "CPU B":  # what a hand-edited file may hold: parts that are not mappings, a huge memory
-                doc["host"].update(virtualization="kvm", versions="x", memory_bytes=float("inf"))
+                doc["host"].update(virtualization="kvm", versions="x", memory_bytes=1e308)
             (tmp_path / f"{cpu[-1]}{i}.json").write_text(json.dumps(doc))
     undated = results("not a time", {"tcg/startup": noisy(20, rng)})
     undated["host"]["cpu_model"] = "CPU A"

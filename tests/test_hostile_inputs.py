@@ -10,7 +10,10 @@ line (a smaller one), allocated 12 GB (`repetitions: 1000000000`), hung (a 14 KB
 
 from __future__ import annotations
 
+import json
 import os
+import random
+import re
 import resource
 import subprocess
 import sys
@@ -18,10 +21,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from guestbench.results import limits as results_limits
+from guestbench.results import load_results
+from guestbench.results import pytest_benchmark as pbj
+from guestbench.run.remote import KEPT_BELOW
 from guestbench.scenario import limits
 from guestbench.util import bounded
 from guestbench.util.errors import UserError, clip, one_line
@@ -294,3 +302,57 @@ def test_a_lone_surrogate_escape_is_refused_wherever_it_stands(tmp_path: Path) -
                                str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60)
         line = done.stderr.rstrip("\n")
         assert done.returncode == 2 and "\n" not in line and "lone surrogate" in line, done.stderr[-2000:]
+
+
+# ---- JSON nobody vouches for (results.limits): depth counted before parsing, NaN and Infinity refused
+
+
+def _random_json(rng: random.Random, level: int) -> Any:
+    """A value whose strings hold what could fool a bracket count: brackets, escaped quotes and backslashes."""
+    if level > 8 or rng.random() < 0.3:
+        return rng.choice(["[", "]", "{}", '"', '\\"[', "\\", "\\\\", 'a"]"b', "", "x", 1, 2.5, None, True])
+    if rng.random() < 0.5:
+        return [_random_json(rng, level + 1) for _ in range(rng.randint(0, 3))]
+    return {rng.choice(["[", "k", '"}', "\\"]) + str(i): _random_json(rng, level + 1) for i in range(rng.randint(0, 3))}
+
+
+def test_the_depth_counted_over_the_text_is_the_parsed_depth() -> None:
+    rng = random.Random(46)
+    for _ in range(2000):
+        value = _random_json(rng, 1)
+        text = json.dumps(value, indent=rng.choice([None, 1])).encode()
+        depth = results_limits.deepest(value)
+        assert not results_limits.nests_deeper(text, depth), text
+        assert results_limits.nests_deeper(text, depth - 1) == (depth > 0), text
+
+
+def test_json_nested_past_the_limit_is_refused_before_it_is_parsed() -> None:
+    limit = results_limits.MAX_DEPTH
+    assert results_limits.loads(("[" * limit + "]" * limit).encode(), "src", "x") is not None
+    with pytest.raises(UserError, match=f"src: arrays and objects nested more than {limit} levels deep"):
+        results_limits.loads(("[" * (limit + 1) + "]" * (limit + 1)).encode(), "src", "x")
+    with pytest.raises(UserError, match="nested more than"):  # 64 MiB of '[': refused at the first brackets
+        results_limits.loads(b"[" * results_limits.MAX_BYTES, "src", "x")
+    assert results_limits.loads(b'["' + b"[" * 1000 + b'"]', "src", "x") == ["[" * 1000]  # text, not nesting
+
+
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity", "1e999", "-1E+400"])
+def test_nan_and_infinity_are_refused_by_the_json_parser(token: str) -> None:
+    with pytest.raises(UserError, match=f"src: line 2: {re.escape(token)} is not a finite number; allowed: finite"):
+        results_limits.loads(f'{{"a": "NaN",\n "b": [1, {token}]}}'.encode(), "src", "x")
+    assert results_limits.loads(b'{"a": "NaN", "b": 1.7e308}', "src", "x") == {"a": "NaN", "b": 1.7e308}
+
+
+def test_the_deepest_files_guestbench_writes_leave_the_depth_limit_room() -> None:
+    """MAX_DEPTH's docstring: guestbench's files nest at most about ten levels, and a document from elsewhere
+    is kept KEPT_BELOW levels further down; the shipped results files (a fleet run's, a nested placement's) and
+    their pytest-benchmark exports say how deep that is."""
+    deepest = 0
+    for path in sorted((ROOT / "tests" / "data").rglob("*.json")):
+        try:
+            run = load_results(path)
+        except UserError:
+            continue  # not a results file (a figure's data, a baseline)
+        deepest = max(deepest, results_limits.deepest(run.to_dict()), results_limits.deepest(pbj.export(run)))
+    assert 7 <= deepest <= 10
+    assert deepest + KEPT_BELOW + KEPT_BELOW <= results_limits.MAX_DEPTH // 4  # a fleet host's nested placement

@@ -227,3 +227,45 @@ def test_a_lone_surrogate_in_a_results_file_is_one_line(tmp_path: Path, command:
     args = {"show": ["show", str(bad)], "compare": ["compare", str(SHIPPED), str(bad)],
             "report": ["report", str(bad), "-o", str(tmp_path / "out")]}[command]
     _refused(_guestbench(*args), "lone surrogate")
+
+
+def _nested(levels: int) -> str:
+    """`levels` arrays, one inside the next, as JSON text (json.dumps itself recurses a level at a time)."""
+    return "[" * levels + "]" * levels
+
+
+@pytest.mark.parametrize("command", ["show", "compare", "history", "import", "export"])
+def test_a_results_file_nested_past_the_depth_limit_is_one_line(tmp_path: Path, command: str) -> None:
+    """Issue 46: the parser had no depth limit of its own, only Python's recursion limit (how deep depended on the
+    stack it was called from: a snapshot 988 deep passed it in a run, then every save raised RecursionError).
+    100 deep was read and carried along; now it is refused where it is read, in words, naming the limit."""
+    doc = _shipped()
+    doc["scenario"]["note"] = 12345  # a key no reader looks at: old code read the file without a word
+    if command == "import":  # a pytest-benchmark file, nested as deep where nothing reads it either
+        doc = {"machine_info": {"note": 12345}, "benchmarks": [{"name": "test_x[tcg]", "param": "tcg",
+                                                                "stats": {"data": [1.5, 2.5], "iterations": 1}}]}
+    deep = tmp_path / "deep.json"
+    deep.write_text(json.dumps(doc).replace("12345", _nested(100), 1))
+    args = {"show": ["show", str(deep)], "compare": ["compare", str(SHIPPED), str(deep)],
+            "history": ["history", str(SHIPPED), str(deep)], "import": ["import", str(deep), "-o", str(tmp_path / "o")],
+            "export": ["export", str(deep)]}[command]
+    line = _refused(_guestbench(*args), str(deep), "arrays and objects nested more than 64 levels deep",
+                    "allowed: at most 64")
+    assert "Traceback" not in line
+
+
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity", "1e999", "-1e999"])
+@pytest.mark.parametrize("command", ["show", "history"])
+def test_nan_and_infinity_are_refused_before_any_json_output(tmp_path: Path, command: str, token: str) -> None:
+    """Issue 46: NaN and Infinity (which Python's json reads, and JSON has not) passed the parser and reached
+    `show --json` and `history --json`, whose writer refuses them: exit 70. 1e999 is read as infinity."""
+    doc = _shipped()
+    doc["host"]["cores"] = 12345  # printed in both commands' JSON
+    paths = []
+    for name in ("a.json", "b.json"):
+        paths.append(tmp_path / name)
+        paths[-1].write_text(json.dumps(doc).replace("12345", token, 1))
+    args = ["show", "--json", str(paths[0])] if command == "show" else ["history", "--json", *map(str, paths)]
+    done = _guestbench(*args)
+    _refused(done, str(paths[0]), f"{token} is not a finite number", "allowed: finite numbers")
+    assert done.stdout == ""

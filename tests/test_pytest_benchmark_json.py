@@ -200,3 +200,69 @@ def test_unwritable_output_and_bad_format_are_exit_2(tmp_path: Path, capsys) -> 
     with pytest.raises(SystemExit) as exc:
         cli.main(["export", "--format", "csv", str(REAL[0])])
     assert exc.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+CRASHES = {  # issue 46: each was "internal error" (exit 70) in import, and in history over a .benchmarks/ directory
+    "commit-id-integer": "commit_info.id: 1234567 is not a string; allowed: a commit id",
+    "timed-not-text": "cells[0].timed: 5 is not a string; allowed: text",
+}
+
+
+def _crashing(tmp_path: Path, case: str) -> Path:
+    """An integer commit id of a dirty tree; a timed that is no text, of samples of several iterations each."""
+    if case == "commit-id-integer":
+        return _file(tmp_path, _bench([1.0, 2.0, 3.0]), commit_info={"id": 1234567, "dirty": True})
+    bench = _bench([1.0, 2.0, 3.0], timed=5)
+    bench["stats"]["iterations"] = 3
+    return _file(tmp_path, bench)
+
+
+@pytest.mark.parametrize("case", list(CRASHES))
+def test_import_of_what_crashed_is_one_line(tmp_path: Path, capsys, case: str) -> None:
+    path = _crashing(tmp_path, case)
+    rc, out, err = _main(capsys, "import", str(path), "-o", str(tmp_path / "out.json"))
+    assert (rc, out) == (2, "") and err.count("\n") == 1, err
+    assert err.startswith(f"guestbench: {path}: ") and CRASHES[case] in err, err
+    assert not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.parametrize("case", list(CRASHES))
+def test_history_over_a_benchmarks_directory_holding_what_crashed_names_the_file(tmp_path: Path, capsys,
+                                                                              case: str) -> None:
+    """As for any file history cannot read: one line naming it, exit 2."""
+    saved = tmp_path / ".benchmarks" / "Linux-CPython-3.11-64bit"
+    saved.mkdir(parents=True)
+    good = _file(tmp_path, _bench([1.0, 2.0, 3.0])).rename(saved / "0001_good.json")
+    bad = _crashing(tmp_path, case).rename(saved / "0002_bad.json")
+    assert _main(capsys, "history", "--json", str(good), str(good))[0] == 0  # the rest of the file is a run
+    rc, out, err = _main(capsys, "history", "--json", str(tmp_path / ".benchmarks"))
+    assert (rc, out) == (2, "") and err.count("\n") == 1, err
+    assert err.startswith(f"guestbench: {bad}: ") and CRASHES[case] in err, err
+
+
+def test_a_string_commit_id_and_iterations_still_import() -> None:
+    bench = _bench([1.0, 2.0], timed="the call")
+    bench["stats"]["iterations"] = 4
+    doc, _ = pbj.import_({"commit_info": {"id": "abc", "dirty": True}, "benchmarks": [bench]}, "b.json")
+    assert doc["guestbench"]["git_commit"] == "abc+dirty"
+    assert doc["cells"][0]["timed"] == "the call (each sample: the mean of 4 iterations)"
+    doc, _ = pbj.import_({"commit_info": {"id": "unversioned"}, "benchmarks": [bench]}, "b.json")
+    assert doc["guestbench"]["git_commit"] is None
+
+
+@pytest.mark.parametrize("seconds,past", [(1.7e308, "q1, q3, iqr, total"), (5e-324, "ops")])
+def test_export_of_seconds_whose_stats_overflow_is_one_line(tmp_path: Path, capsys, seconds: float,
+                                                            past: str) -> None:
+    """Issue 46: samples of 1.7e308 s (finite: the model reads them) made fsum overflow, exit 70; 5e-324 s made
+    ops infinite, written as Infinity, which is not JSON. Refused, naming the cell and the fields."""
+    doc = json.loads(REAL[0].read_text())
+    index = next(i for i, c in enumerate(doc["cells"]) if len(c["samples"]) > 1)
+    for s in doc["cells"][index]["samples"]:
+        s["seconds"] = seconds
+    path = tmp_path / "extreme.json"
+    path.write_text(json.dumps(doc))
+    rc, out, err = _main(capsys, "export", str(path), "-o", str(tmp_path / "out.json"))
+    assert (rc, out) == (2, "") and err.count("\n") == 1, err
+    assert err.startswith(f"guestbench: {path}: cells[{index}].samples: samples of {seconds:.3g} to {seconds:.3g} s "
+                          f"make pytest-benchmark's {past} past the largest float"), err
+    assert not (tmp_path / "out.json").exists()

@@ -273,7 +273,7 @@ def test_load_results_binary(tmp_path: Path) -> None:
 def test_load_results_deeply_nested(tmp_path: Path) -> None:
     p = tmp_path / "x.json"
     p.write_text("[" * 100000 + "]" * 100000)
-    assert "nested too deeply" in load_error(p)
+    assert "nested more than 64 levels deep" in load_error(p)
 
 
 @pytest.mark.parametrize("doc", [[1, 2], {"schema": "other"}, {"cells": []}, "guestbench-results", None])

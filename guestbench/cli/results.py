@@ -55,7 +55,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from guestbench.results import pytest_benchmark as pbj
 
-    write_json(pbj.export(load_results(args.file)), args.output)
+    write_json(pbj.export(load_results(args.file), args.file), args.output)
     return 0
 
 

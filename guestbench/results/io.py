@@ -58,7 +58,11 @@ class ResultsFile:
 
     `doc` is a plain dict that the run edits in place (under `lock`) and then saves; with
     GUESTBENCH_VALIDATE_RESULTS=1 (the test suite sets it) every save is checked against schema-v3.json and the
-    model first, so a writer that drifts from the documented format fails where it writes.
+    model first, and read back through results.limits as every reader reads it, so a writer that drifts from the
+    documented format fails where it writes. Its depth needs no check when saved: guestbench's own parts nest
+    about ten levels, and a document from elsewhere is merged only when the result nests at most
+    results.limits.MAX_DEPTH (guestbench.run.remote), so json's recursive encoder stays far below Python's
+    recursion limit.
     """
 
     def __init__(self, path: Path | None, doc: dict[str, Any], directory: Path | None = None) -> None:
@@ -100,7 +104,12 @@ class ResultsFile:
     def _data(self) -> bytes:
         data = _encode(self.doc)  # not JSON (a set, an object): TypeError here, the file is untouched
         if validate.enabled():
-            validate.check(json.loads(data), str(getattr(self, "path", "new results file")))
+            where = str(getattr(self, "path", "new results file"))
+            validate.check(json.loads(data), where)
+            try:  # and read back as every reader reads it: nesting, numbers, NaN where the model does not look
+                limits.loads(data, where, "a results file this guestbench reads back")
+            except UserError as e:
+                raise validate.SchemaViolation(f"written, but refused when read back: {e}") from None
         return data
 
     def save(self) -> None:

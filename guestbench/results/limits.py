@@ -2,8 +2,11 @@
 
 These files are passed around, mailed, attached to issues; guestbench reads them as root. A FIFO would block
 the reader for ever, a device (/dev/zero, /dev/urandom) never ends, an oversized file exhausts memory, and
-a 5000-digit number makes Python's int() raise. So the file must be a regular file of at most MAX_BYTES, and
-each number at most MAX_NUMBER_CHARS characters long; anything else is one line naming the file.
+a 5000-digit number makes Python's int() raise. So the file must be a regular file of at most MAX_BYTES, each
+number at most MAX_NUMBER_CHARS characters long and finite (JSON has no NaN or Infinity: Python's json reads them,
+and every JSON writer then refuses them), and the document nested at most MAX_DEPTH levels deep, counted over the
+text before anything parses it (json's parser and its indenting encoder recurse once or more a level: a document
+nested ~1,000 deep is a RecursionError wherever it goes next); anything else is one line naming the file.
 
 The file is read by guestbench.util.bounded.read_bytes: checked through an O_PATH descriptor (no FIFO wait, no
 device opened) before the very file checked is read.
@@ -12,6 +15,9 @@ device opened) before the very file checked is read.
 from __future__ import annotations
 
 import json
+import math
+import re
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +33,31 @@ tens of seconds and about a GiB; more is not a file a run wrote."""
 MAX_NUMBER_CHARS = 100
 """A seed is at most 20 digits, a float's repr at most 24 characters; int() refuses more than 4300 digits."""
 
+MAX_DEPTH = 64
+"""Arrays and objects nested in one another, the document itself counted as one. The deepest file guestbench
+writes nests 7 (a nested placement's host fingerprint: placements.nested.host.virtualization.kvm.modules), a fleet
+host with a nested placement 9, its pytest-benchmark export 10. A document from a run elsewhere (a level-1 guest,
+a fleet host) is kept 2 levels further down (guestbench.run.remote), and this run's file must stay one every reader
+accepts: so such a document may nest MAX_DEPTH - 2. 64 leaves that room six times over, and stays far below the
+~1,000 levels at which Python's recursion limit stops json's encoders and decoders."""
+
+_BRACKETS_AND_QUOTES = bytes(b for b in range(256) if b not in b'[]{}"')  # what bytes.translate deletes
+_STRING = re.compile(rb'"[^"]*"')
+_STEP = [0] * 256  # what each bracket does to the nesting level
+for _b in b"[{":
+    _STEP[_b] = 1
+for _b in b"]}":
+    _STEP[_b] = -1
+_CHUNK = 1 << 16  # brackets counted at a time: a text of nothing but '[' is refused at its first chunk
+
+
 class _LongNumber(Exception):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+class _NotFinite(Exception):
     def __init__(self, text: str) -> None:
         super().__init__(text)
         self.text = text
@@ -48,17 +78,70 @@ def _int(text: str) -> int:
 def _float(text: str) -> float:
     if len(text) > MAX_NUMBER_CHARS:
         raise _LongNumber(text)
-    return float(text)
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: past the largest float, read as infinity
+        raise _NotFinite(text)
+    return value
+
+
+def _constant(text: str) -> Any:
+    raise _NotFinite(text)  # NaN, Infinity, -Infinity: Python's json reads them, JSON has none
+
+
+def nests_deeper(data: bytes, limit: int = MAX_DEPTH) -> bool:
+    """Whether JSON text nests arrays and objects more than `limit` deep, counted over its brackets outside strings
+    in a few passes at C speed and a loop over the brackets alone: no recursion, nothing parsed. Escaped
+    backslashes and quotes are dropped first, so every quote left opens or closes a string; of the quotes and
+    brackets kept, two quotes side by side enclose no bracket outside a string (an empty string, or one string
+    ending where the next starts), so dropping them changes nothing, and what remains in quotes is inside a
+    string. Text that is not JSON may be counted wrongly, and is refused either way (here or by the parser)."""
+    kept = data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _BRACKETS_AND_QUOTES)
+    brackets = _STRING.sub(b"", kept.replace(b'""', b""))
+    level = 0
+    for start in range(0, len(brackets), _CHUNK):
+        levels = list(accumulate(map(_STEP.__getitem__, brackets[start:start + _CHUNK]), initial=level))
+        if max(levels) > limit:
+            return True
+        level = levels[-1]
+    return False
+
+
+def deepest(value: Any) -> int:
+    """How deep a parsed document nests (the document itself is 1; a number or string 0), walked without
+    recursion: what a document from elsewhere holds is checked before it is merged (guestbench.run.remote)."""
+    best, todo = 0, [(value, 1)] if isinstance(value, (dict, list, tuple)) else []
+    while todo:
+        item, level = todo.pop()
+        best = max(best, level)
+        children = item.values() if isinstance(item, dict) else item
+        todo.extend((c, level + 1) for c in children if isinstance(c, (dict, list, tuple)))
+    return best
+
+
+def _line(text: str, token: str) -> int:
+    """The line where the value `token` (a number, NaN) first stands in `text`, not inside a string: escaped
+    backslashes and quotes blanked (same length), a quote count that is even before it says it is outside."""
+    plain = text.replace("\\\\", "  ").replace('\\"', "  ")
+    quotes = last = 0
+    for m in re.finditer(rf"(?<![\w.+-]){re.escape(token)}(?![\w.+-])", plain):
+        quotes, last = quotes + plain.count('"', last, m.start()), m.start()
+        if quotes % 2 == 0:
+            return text.count("\n", 0, m.start()) + 1
+    return 1  # unreachable for text the parser read
 
 
 def loads(data: bytes, source: str, expected: str) -> Any:
-    """JSON from untrusted bytes with every number bounded; any problem is a one-line UserError."""
+    """JSON from untrusted bytes, its nesting and every number bounded, nothing infinite or NaN; any problem is a
+    one-line UserError."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise UserError(f"not valid JSON (not UTF-8 text); expected {expected}", source=source) from None
+    if nests_deeper(data):
+        raise UserError(f"arrays and objects nested more than {MAX_DEPTH} levels deep; allowed: at most {MAX_DEPTH}; "
+                        f"expected {expected}", source=source)
     try:
-        doc = json.loads(text, parse_int=_int, parse_float=_float)
+        doc = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
         json.dumps(doc, ensure_ascii=False).encode("utf-8")  # a \uD800 escape decodes to a lone surrogate: not text
         return doc
     except UnicodeEncodeError:
@@ -67,9 +150,11 @@ def loads(data: bytes, source: str, expected: str) -> Any:
     except json.JSONDecodeError as e:
         raise UserError(f"not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}; expected {expected}",
                         source=source) from None
-    except RecursionError:
+    except RecursionError:  # within MAX_DEPTH, only when called with the stack already nearly used up
         raise UserError(f"JSON nested too deeply; expected {expected}", source=source) from None
     except _LongNumber as e:
-        line = text.count("\n", 0, max(text.find(e.text), 0)) + 1
-        raise UserError(f"line {line}: a number of {len(e.text):,} characters ({e.text[:20]}...); allowed: at "
-                        f"most {MAX_NUMBER_CHARS}", source=source) from None
+        raise UserError(f"line {_line(text, e.text)}: a number of {len(e.text):,} characters ({e.text[:20]}...); "
+                        f"allowed: at most {MAX_NUMBER_CHARS}", source=source) from None
+    except _NotFinite as e:
+        raise UserError(f"line {_line(text, e.text)}: {e.text[:20]} is not a finite number; allowed: finite numbers "
+                        "(JSON has no NaN or Infinity)", source=source) from None

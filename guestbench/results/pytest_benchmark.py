@@ -25,7 +25,7 @@ import statistics
 from datetime import datetime, timezone
 from typing import Any
 
-from guestbench.util.errors import UserError
+from guestbench.util.errors import UserError, clip
 from guestbench.results import SCHEMA, SCHEMA_VERSION, ModelError, Run, read_json
 
 SECTION = "guestbench"  # top-level key in pytest-benchmark JSON
@@ -59,16 +59,25 @@ def quartiles(data: list[float]) -> tuple[float, float]:
 
 
 def stats_fields(data: list[float]) -> dict[str, Any]:
-    """Every field of pytest-benchmark's ``stats`` for samples of one call each (iterations 1), data included."""
+    """Every field of pytest-benchmark's ``stats`` for samples of one call each (iterations 1), data included.
+    ValueError when one of them is past the largest float: finite seconds near it (a results file may hold
+    1.7e308) add up to infinity, and 5e-324 s makes ops infinite, which JSON cannot hold."""
     if not data:
         raise ValueError("no samples")
     n = len(data)
-    mean = statistics.mean(data)
-    stddev = statistics.stdev(data) if n > 1 else 0
     q1, q3 = quartiles(data)
-    iqr = q3 - q1
+    try:
+        total = math.fsum(data)
+    except OverflowError:
+        total = math.inf
+    sums = {"mean": statistics.mean(data), "stddev": statistics.stdev(data) if n > 1 else 0, "q1": q1, "q3": q3,
+            "iqr": q3 - q1, "total": total, "ops": n / total if total else 0}
+    past = [k for k, v in sums.items() if not math.isfinite(v)]
+    if past:
+        raise ValueError(f"samples of {min(data):.3g} to {max(data):.3g} s make pytest-benchmark's {', '.join(past)} "
+                         "past the largest float; allowed: seconds whose sums and rates a float holds")
+    mean, stddev, iqr = sums["mean"], sums["stddev"], sums["iqr"]
     low_fence, high_fence = q1 - 1.5 * iqr, q3 + 1.5 * iqr
-    total = math.fsum(data)
     iqr_outliers = sum(1 for x in data if x < low_fence or x > high_fence)
     stddev_outliers = sum(1 for x in data if x < mean - stddev or x > mean + stddev)
     return {
@@ -78,7 +87,7 @@ def stats_fields(data: list[float]) -> dict[str, Any]:
         "outliers": f"{stddev_outliers};{iqr_outliers}",
         "ld15iqr": data[0] if n == 1 else min(x for x in data if x >= low_fence),
         "hd15iqr": data[0] if n == 1 else max(x for x in data if x <= high_fence),
-        "ops": n / total if total else 0, "total": total, "data": list(data), "iterations": 1,
+        "ops": sums["ops"], "total": total, "data": list(data), "iterations": 1,
     }
 
 
@@ -114,12 +123,12 @@ def _commit_info(gb: Any) -> dict[str, Any]:
             "project": "guestbench", "branch": None, "time": None, "author_time": None}
 
 
-def export(run: Run) -> dict[str, Any]:
-    """A guestbench results document as pytest-benchmark JSON (see the module docstring)."""
+def export(run: Run, source: str | None = None) -> dict[str, Any]:
+    """A guestbench results document (read from `source`) as pytest-benchmark JSON (see the module docstring)."""
     scenario = run.scenario or {}
     prefix = f"guestbench:{scenario.get('source') or scenario.get('name') or 'results'}"
     benchmarks, without = [], []
-    for cell in run.cells:
+    for index, cell in enumerate(run.cells):
         written = cell.to_dict()
         if not cell.samples:
             without.append(written)
@@ -132,13 +141,17 @@ def export(run: Run) -> dict[str, Any]:
         placement = cell.placement or "host"
         param = backend if placement == "host" else f"{backend}-{placement}"  # host and nested: distinct names
         name = f"{bench_name(label)}[{param}]"
+        try:
+            stats = stats_fields([float(s.seconds) for s in cell.samples])
+        except ValueError as e:
+            raise UserError(str(e), source=source, key=f"cells[{index}].samples") from None
         benchmarks.append({
             "group": origin.get("group", label), "name": origin.get("name", name),
             "fullname": origin.get("fullname", f"{prefix}::{name}"),
             "params": origin.get("params", {"guestbench_backend": backend}), "param": origin.get("param", param),
             "extra_info": extra,
             "options": origin.get("options", {"timer": "perf_counter", "warmup": bool(cell.warmups)}),
-            "stats": stats_fields([float(s.seconds) for s in cell.samples]),
+            "stats": stats,
         })
     section = {k: v for k, v in run.to_dict().items() if k != "cells"}
     section["cells_without_samples"] = without
@@ -215,7 +228,7 @@ def _cell(bench: dict[str, Any], index: int) -> tuple[dict[str, Any], str | None
     if isinstance(data, list) and data and all(_is_number(x) for x in data):
         metas = meta if isinstance(meta, list) and len(meta) == len(data) else [{"rep": i + 1} for i in range(len(data))]
         cell["samples"] = [{**(m if isinstance(m, dict) else {}), "seconds": float(x)} for m, x in zip(metas, data)]
-        if isinstance(iterations, int) and iterations > 1:
+        if isinstance(iterations, int) and iterations > 1 and isinstance(cell["timed"], str):  # else refused below
             cell["timed"] += f" (each sample: the mean of {iterations} iterations)"
     elif data is None or data == []:
         cell["samples"] = []
@@ -231,16 +244,24 @@ def _cell(bench: dict[str, Any], index: int) -> tuple[dict[str, Any], str | None
     return cell, warning
 
 
+def _commit(ci: dict[str, Any], source: str) -> str | None:
+    """guestbench's git_commit for pytest-benchmark's commit_info: its id (a commit hash), "+dirty" when dirty."""
+    commit = ci.get("id")
+    if commit in (None, "unversioned"):
+        return None
+    if not isinstance(commit, str):
+        raise UserError(f"{clip(commit)} is not a string; allowed: a commit id (text), \"unversioned\" or null",
+                        source=source, key="commit_info.id")
+    return commit + "+dirty" if commit and ci.get("dirty") else commit
+
+
 def import_(bench_doc: Any, source: str) -> tuple[dict[str, Any], list[str]]:
     """A guestbench results document from pytest-benchmark JSON, and warnings (benchmarks without samples)."""
     if not isinstance(bench_doc, dict) or not isinstance(bench_doc.get("benchmarks"), list):
         raise UserError("not a pytest-benchmark JSON file (key 'benchmarks' must be a list)", source=source)
     section = _mapping(bench_doc.get(SECTION))
     mi = _mapping(bench_doc.get("machine_info"))
-    ci = _mapping(bench_doc.get("commit_info"))
-    commit = ci.get("id") if ci.get("id") not in (None, "unversioned") else None
-    if commit and ci.get("dirty"):
-        commit += "+dirty"
+    commit = _commit(_mapping(bench_doc.get("commit_info")), source)
     when = _iso_to_utc(bench_doc.get("datetime"))
     doc: dict[str, Any] = {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION,

@@ -13,6 +13,9 @@ from guestbench.util.errors import UserError
 from guestbench.scenario import Scenario
 
 ENDED_UNRUN = ("skipped", "unavailable")  # a cell that ended without its iterations: they count as done
+KEPT_BELOW = 2
+"""Levels further down that a remote document's fields are kept in this run's: doc["placements"]["nested"][key],
+doc["hosts"][name][key] (its cells stay as deep as they were)."""
 
 
 class Remote:
@@ -31,10 +34,17 @@ class Remote:
         """The remote run's newest document replaces what it sent before (the file rewritten unless `save` is
         False: the caller saves once for several). False when it is no results document, its run was written
         off (a late snapshot from a lost host changes nothing), or it holds what no run writes: it comes from
-        another machine, and this run's file must stay one that every reader accepts (`refused` says why)."""
+        another machine, and this run's file must stay one that every reader accepts (`refused` says why): so
+        one nested too deep to be kept KEPT_BELOW levels down and read back (results.limits) is refused before
+        anything reads it further; what this run's file holds then never nests past MAX_DEPTH, and saving it
+        never meets Python's recursion limit."""
         self.refused = None
         cells = doc.get("cells")
         if not isinstance(cells, list) or self.info.get("status") == "lost":
+            return False
+        allowed = limits.MAX_DEPTH - KEPT_BELOW
+        if limits.deepest(doc) > allowed:
+            self.refused = f"arrays and objects nested more than {allowed} levels deep; allowed: at most {allowed}"
             return False
         try:
             Run.from_dict(doc)
@@ -53,7 +63,7 @@ class Remote:
 
     def take_bytes(self, content: bytes) -> bool:
         """A snapshot as the bytes of its file: half a file (it was being written) is no document."""
-        try:  # bounded as any untrusted JSON: numbers of bounded length, no nesting past the parser's depth
+        try:  # bounded as any untrusted JSON: nesting and numbers bounded, no NaN (results.limits)
             doc = limits.loads(content, "snapshot", "a guestbench results file")
         except UserError:
             return False
