@@ -146,3 +146,24 @@ def test_a_backend_refused_in_a_block_makes_no_second_launch(
     assert [len(c["failures"]) for c in doc["cells"]] == [1, 0]
     assert doc["backends"]["crash"]["usable"] is False
     assert all(c["status"] == "skipped" and "not usable" in c["skip_reason"] for c in doc["cells"])
+
+
+def test_a_worker_writing_megabytes_to_stderr_without_a_newline_is_kept_in_cut_lines() -> None:
+    """A worker's stderr carries the appliance's console under -v: a guest writing without newlines must not grow
+    the supervisor's line buffer without bound (issue 46); what it wrote is shown in pieces as it comes."""
+    import subprocess
+    import sys
+    from guestbench.run.supervisor import STDERR_LINE_MAX, Supervisor
+    script = ("import os, sys\n"
+              "for _ in range(320): os.write(2, b'x' * 65536)\n"  # 20 MiB, no newline
+              "print('{\"t\": \"done\"}', flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    echoed: list[str] = []
+    try:
+        ex = Supervisor(verbose=True, echo=echoed.append)._pump(proc, lambda m: None)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert ex.kind == "done"
+    assert echoed and max(map(len, echoed)) <= STDERR_LINE_MAX + len(" [line cut]")
+    assert len(echoed) >= 2 and all(e.endswith(" [line cut]") for e in echoed)  # shown as it came, in pieces

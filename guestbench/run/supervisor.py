@@ -30,6 +30,7 @@ from guestbench.util.errors import Interrupted, printable
 from guestbench.run.protocol import Message, Msg, Request, WorkerExit
 
 KILL_GRACE_S = 3.0
+STDERR_LINE_MAX = 64 * 1024  # a worker's stderr line kept at most (under -v it carries the appliance's console)
 # the signals that end a run (or an exec) with its cleanup: Ctrl-C, kill, a closed terminal
 TRAPPED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -296,6 +297,9 @@ class Supervisor:
                     continue
                 buffers[key.data] += chunk
                 *lines, buffers[key.data] = buffers[key.data].split(b"\n")
+                if key.data == "err" and len(buffers["err"]) > STDERR_LINE_MAX:  # an appliance writing no newline
+                    lines.append(buffers["err"][:STDERR_LINE_MAX] + b" [line cut]")
+                    buffers["err"] = b""
                 for raw in lines:
                     line = raw.decode("utf-8", "replace")
                     if key.data == "err":
