@@ -294,7 +294,9 @@ def test_two_machines_keep_their_own_charts_and_untrusted_fingerprints_are_read_
     out = tmp_path / "page"
     status, doc = as_json(capsys, str(tmp_path), "--html", str(out))
     assert status == 0 and [m["label"].split(" ×")[0] for m in doc["machines"]] == ["CPU A", "CPU B"]
-    assert doc["machines"][0]["runs"][-1]["file"].endswith("0-undated.json")  # no start time: after the dated
+    # no start time: kept apart, never the newest run (issue 46), and named
+    assert [r["file"] for r in doc["apart"]] == [str(tmp_path / "0-undated.json")]
+    assert not any(r["file"].endswith("0-undated.json") for m in doc["machines"] for r in m["runs"])
     assert len(list(out.glob("trend-*.svg"))) == 2
     page = (out / "report.md").read_text()
     assert page.count("trend-0-tcg-host-startup.png") == 1 and page.count("trend-1-tcg-host-startup.png") == 1

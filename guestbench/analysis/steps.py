@@ -23,6 +23,7 @@ The noise floor is, unless given, the larger of DEFAULT_FLOOR_PCT and 3σ.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -114,14 +115,20 @@ def _within(runs: Sequence[Sequence[float]]) -> float:
 
 
 def candidates(levels: np.ndarray, sigma: float) -> list[int]:
-    """The indices where a new segment starts, by PELT (segments of two runs or more)."""
+    """The indices where a new segment starts, by PELT (segments of two runs or more). ruptures' KernelCPD with the
+    linear kernel is PELT with the l2 cost (the same optimum as its Pelt(model="l2")), in C with O(n) memory: its
+    Pelt evaluates each cost in Python and took 27.6 s for 1,000 runs, 99.7 s for 2,000 (issue 46). Centred first,
+    so that the kernel sums lose nothing to cancellation."""
     import ruptures  # here: only history needs it
 
     if levels.size < 4:
         return []
-    rel = (levels / float(np.median(levels))).reshape(-1, 1)
-    ends = ruptures.Pelt(model="l2", min_size=2, jump=1).fit(rel).predict(pen=2 * sigma ** 2 * math.log(levels.size))
-    return [e for e in ends if e < levels.size]
+    rel = levels / float(np.median(levels))
+    centred = (rel - rel.mean()).reshape(-1, 1)
+    pen = 2 * sigma ** 2 * math.log(levels.size)
+    ends = ruptures.KernelCPD(kernel="linear", min_size=2).fit(centred).predict(
+        pen=pen if pen > 0 else sys.float_info.min)  # σ² may underflow: KernelCPD asserts a positive penalty
+    return [int(e) for e in ends if e < levels.size]  # KernelCPD gives numpy integers
 
 
 def shift(before: Sequence[Sequence[float]], after: Sequence[Sequence[float]], sigma: float, df: int) -> Shift:

@@ -52,7 +52,8 @@ def series_row(h: History, s: Series) -> list[str]:
     sigma = NONE if v.sigma_pct is None else f"{v.sigma_pct:.1f}%"
     verdict = "REGRESSION" if v.newest == steps.REGRESSION else ("—" if len(s.points) < steps.MIN_RUNS else "ok")
     return [s.cell, s.figure if s.figure == "seconds" else f"{s.figure} ({s.unit}, "
-            f"{'higher' if s.higher_better else 'lower'} is better)", str(len(s.points)),
+            f"{'higher' if s.higher_better else 'lower'} is better)",
+            f"{len(s.points)}" + (f" newest of {len(s.points) + s.older:,}" if s.older else ""),
             f"{value(s, newest.median)} {unit(s)}", sigma, f"{v.floor_pct:.1f}%", found, drift, verdict]
 
 
