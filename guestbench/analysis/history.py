@@ -37,6 +37,11 @@ MAX_RUNS = 1_000
 in the runs when it can prune nothing (a steady series): 1,000 runs cost milliseconds in ruptures' C search, and
 the cap keeps a store of many small files (or a fleet file of many hosts of one machine) from costing more."""
 
+MAX_SERIES = 5_000
+"""Series (a machine's cells and figures) at most: a scenario's matrix on a fleet is a few hundred; each series
+costs a few milliseconds to judge and more to print, so a store of thousands of one-sample cells is refused, not
+judged in part (a gate that skipped a series could pass a regression)."""
+
 NAMED = 10
 """Files a line names at most (the rest are counted)."""
 
@@ -192,9 +197,11 @@ def build(stored: list[Stored], floors: dict[str, float] | None = None,
         machines[mk].runs.append(entry)
         runs[mk].append(run)
     order = list(machines)
-    series: list[Series] = []
-    for mi, mk in enumerate(order):
-        series += _series(mi, runs[mk], floors, default_floor)
+    measured = [_measured(mi, runs[mk]) for mi, mk in enumerate(order)]
+    if (count := sum(len(m) for m in measured)) > MAX_SERIES:
+        raise UserError(f"{count:,} series (cells and figures, per machine); allowed: at most {MAX_SERIES:,} (name "
+                        "fewer files or fewer machines' runs)", source="results")
+    series = [s for m in measured for s in _judged(m, floors, default_floor)]
     named = {s.key for s in series} | {s.cell for s in series}
     unknown = sorted(set(floors) - named)
     if unknown:
@@ -218,8 +225,12 @@ def _when(started: str | None) -> float | None:
         return None
 
 
-def _series(machine: int, runs: list[Run], floors: dict[str, float], default_floor: float | None) -> list[Series]:
-    found: dict[tuple[str, str], Series] = {}
+Measured = dict[tuple[str, str], tuple[Series, list[tuple[int, list[float], int]]]]
+"""A machine's series by (key, figure key), each with its (run, values, busy) in time order, not yet judged."""
+
+
+def _measured(machine: int, runs: list[Run]) -> Measured:
+    found: Measured = {}
     for i, run in enumerate(runs):
         for cell in run.cells:
             if not cell.samples:
@@ -230,18 +241,22 @@ def _series(machine: int, runs: list[Run], floors: dict[str, float], default_flo
                 if not f.values:
                     continue
                 key = name if f.key == SECONDS else f"{name} {f.key}"
-                s = summarize(f.values)
-                point = Point(i, f.values, s.median, (s.ci_low, s.ci_high), busy)
                 if (key, f.key) not in found:
-                    found[(key, f.key)] = Series(machine, name, f.label, key, f.unit, f.higher_better, [],
-                                                 steps.Verdict(0.0, None, [], 0, None, None))
-                found[(key, f.key)].points.append(point)
-    for s in found.values():
-        s.older = max(0, len(s.points) - MAX_RUNS)
-        s.points = s.points[s.older:]
+                    found[(key, f.key)] = (Series(machine, name, f.label, key, f.unit, f.higher_better, [],
+                                                  steps.Verdict(0.0, None, [], 0, None, None)), [])
+                found[(key, f.key)][1].append((i, f.values, busy))
+    return found
+
+
+def _judged(found: Measured, floors: dict[str, float], default_floor: float | None) -> list[Series]:
+    """The series with their points (the newest MAX_RUNS, summarised) and verdicts."""
+    for s, measured in found.values():
+        s.older = max(0, len(measured) - MAX_RUNS)
+        s.points = [Point(i, values, m.median, (m.ci_low, m.ci_high), busy)
+                    for i, values, busy in measured[s.older:] for m in [summarize(values)]]
         floor = floors.get(s.key, floors.get(s.cell, default_floor))
         s.verdict = steps.judge([p.values for p in s.points], s.higher_better, floor)
-    return list(found.values())
+    return [s for s, _ in found.values()]
 
 
 def check(history: History, baseline: bool = False) -> None:
