@@ -60,7 +60,7 @@ class RunEntry:
 
     def named(self) -> str:
         """The run as a line names it: its file (and host) and its start as recorded (a file's text, clipped)."""
-        host = f" host {self.member}" if self.member else ""
+        host = f" host {clip_text(self.member, 40)}" if self.member else ""
         return f"{self.path}{host}, started {clip_text(self.started, 40) if self.started else 'at no time recorded'}"
 
 
@@ -127,11 +127,14 @@ class History:
 
     def judged(self) -> list[str]:
         """The newest runs the verdicts are about: per machine, each run that is some series' newest."""
-        out = []
-        for mi, m in enumerate(self.machines):
-            newest = sorted({s.points[-1].run for s in self.series if s.machine == mi and s.points})
-            out += [f"{m.label}: run {r + 1}, {m.runs[r].named()}" for r in newest[-NAMED:]]
-        return out
+        newest = sorted({(s.machine, s.points[-1].run) for s in self.series if s.points})
+        return [f"{self.machines[mi].label}: run {r + 1}, {self.machines[mi].runs[r].named()}" for mi, r in newest]
+
+    def judged_line(self) -> str:
+        """The runs judged, as one line names them (the first NAMED, the rest counted)."""
+        runs = self.judged()
+        more = len(runs) - NAMED
+        return "; ".join(runs[:NAMED]) + (f"; and {more} more" if more > 0 else "") if runs else "none"
 
     def apart_line(self) -> str | None:
         """One line naming the runs kept apart, or None."""

@@ -112,5 +112,5 @@ def cmd_history(args: argparse.Namespace) -> int:
     if found and whole:
         sys.stderr.write(f"guestbench: {len(found)} regression(s): {_one_line('; '.join(found))}\n")
     if args.fail_on_regression:  # a CI log says which run the gate was about, whatever the format
-        sys.stderr.write(f"guestbench: --fail-on-regression judged the newest run(s): {_one_line('; '.join(h.judged()))}\n")
+        sys.stderr.write(f"guestbench: --fail-on-regression judged the newest run(s): {_one_line(h.judged_line())}\n")
     return 1 if found and args.fail_on_regression else 0
