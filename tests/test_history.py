@@ -294,7 +294,9 @@ def test_two_machines_keep_their_own_charts_and_untrusted_fingerprints_are_read_
     out = tmp_path / "page"
     status, doc = as_json(capsys, str(tmp_path), "--html", str(out))
     assert status == 0 and [m["label"].split(" ×")[0] for m in doc["machines"]] == ["CPU A", "CPU B"]
-    assert doc["machines"][0]["runs"][-1]["file"].endswith("0-undated.json")  # no start time: after the dated
+    # no start time: kept apart, never the newest run (issue 46), and named
+    assert [r["file"] for r in doc["apart"]] == [str(tmp_path / "0-undated.json")]
+    assert not any(r["file"].endswith("0-undated.json") for m in doc["machines"] for r in m["runs"])
     assert len(list(out.glob("trend-*.svg"))) == 2
     page = (out / "report.md").read_text()
     assert page.count("trend-0-tcg-host-startup.png") == 1 and page.count("trend-1-tcg-host-startup.png") == 1
@@ -327,3 +329,65 @@ def test_nine_unchanged_real_runs_here_raise_no_alarm_at_any_point(capsys: pytes
     assert gates == 28
     status, doc = as_json(capsys, str(Path(__file__).parent / "data" / "history" / "unchanged"), "--fail-on-regression")
     assert status == 0 and doc["regressions"] == [] and len(doc["series"]) == 4
+
+
+REAL = Path(__file__).parent / "data" / "history" / "unchanged"
+
+
+def _real_runs(directory: Path, slower: float) -> list[Path]:
+    """Six of the real runs (tests/data/history/unchanged), the newest `slower` times as slow in every cell."""
+    directory.mkdir()
+    paths = []
+    for i, real in enumerate(sorted(REAL.glob("*.json"))[:6]):
+        doc = json.loads(real.read_text())
+        for cell in doc["cells"] if i == 5 else []:
+            for sample in cell["samples"]:
+                sample["seconds"] *= slower
+        paths.append(directory / real.name)
+        paths[-1].write_text(json.dumps(doc))
+    return paths
+
+
+def test_a_run_dated_in_the_future_never_hides_the_newest_regression_and_the_gate_names_its_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 46: "newest" was the file's own start time, so one file dated 9999-12-31 with good figures became
+    the newest run of every series and the gate passed a 2× regression. Past now plus history.SKEW a run is kept
+    apart, named, and never judged; the gate says which run it judged."""
+    runs = _real_runs(tmp_path / "runs", 2.0)
+    newest = json.loads(runs[-1].read_text())["started_utc"]
+    assert history(capsys, str(tmp_path / "runs"), "--fail-on-regression")[0] == 1
+    future = json.loads(runs[0].read_text())  # the first run's good figures, dated at the end of time
+    future["started_utc"] = "9999-12-31T00:00:00Z"
+    (tmp_path / "runs" / "zz-future.json").write_text(json.dumps(future))
+    status, out, err = history(capsys, str(tmp_path / "runs"), "--fail-on-regression")
+    assert status == 1, err
+    text = " ".join(out.split())
+    assert "not followed" in text and f"{tmp_path / 'runs' / 'zz-future.json'}, started 9999-12-31" in text
+    # the gate's own line, on stderr whatever the format: the run it judged, by file and date, and not the future
+    (judged,) = [line for line in err.splitlines() if "--fail-on-regression judged" in line]
+    assert f"{runs[-1]}, started {newest}" in judged and "zz-future" not in judged
+    status, doc = as_json(capsys, str(tmp_path / "runs"), "--fail-on-regression")
+    assert status == 1 and [r["file"] for r in doc["apart"]] == [str(tmp_path / "runs" / "zz-future.json")]
+    assert len(doc["regressions"]) == 4 and all(f"{runs[-1]}, started {newest}" in r for r in doc["regressions"])
+    assert all(len(s["points"]) == 6 for s in doc["series"])  # the future run is in no series
+
+
+def test_clock_skew_within_a_day_is_followed_and_an_undated_run_is_kept_apart(tmp_path: Path) -> None:
+    """A run dated a few hours ahead (a clock off, or set to local time and called UTC) is an ordinary run; one
+    dated past now plus history.SKEW, or with no start time that can be read, is not followed."""
+    from guestbench.analysis import history as series_of
+    from guestbench.results import store
+
+    paths = write_series(tmp_path, [20, 20, 20])
+    now = json.loads(paths[-1].read_text())["started_utc"]
+    when = series_of._when(now)
+    assert when is not None
+    for name, started in (("ahead.json", "2026-11-13T09:00:00+00:00"), ("later.json", "2026-11-13T10:00:01Z"),
+                          ("undated.json", "yesterday")):
+        doc = json.loads(paths[0].read_text())
+        doc["started_utc"] = started
+        (tmp_path / name).write_text(json.dumps(doc))
+    h = series_of.build(store.load([str(tmp_path)]), now=when)  # "now": the third run's start, 2026-11-12 10:00
+    assert [Path(r.path).name for r in h.machines[0].runs][-1] == "ahead.json"  # 23 hours ahead: followed
+    assert sorted(Path(r.path).name for r in h.apart) == ["later.json", "undated.json"]
+    assert h.until == "2026-11-13T10:00:00Z" and len(h.machines[0].runs) == 4

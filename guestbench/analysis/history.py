@@ -3,14 +3,18 @@ cell's host) and figure, the series of the runs that measured it in time order, 
 software each run had and where it changed, and the steps, drift and newest-run verdict of guestbench.analysis.steps.
 
 A fleet run's hosts are machines of their own (results.hosts); pytest-benchmark's saved runs come in through the
-import (results.store)."""
+import (results.store).
+
+A run's date is the file's own word, so a run dated after now (past SKEW) or not dated at all is kept apart: it is
+never the newest run a gate judges, and the history names it. A series is judged on its newest MAX_RUNS runs."""
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from guestbench.analysis import steps
@@ -21,7 +25,25 @@ from guestbench.results import hosts as fleet_hosts
 from guestbench.results.figures import SECONDS, figures, load_figures
 from guestbench.results.model import Run
 from guestbench.results.store import Stored
-from guestbench.util.errors import UserError
+from guestbench.util.errors import UserError, clip_text
+
+SKEW = timedelta(days=1)
+"""How far past now a run's start may be dated and still be followed. Clocks disagree: a machine whose clock keeps
+local time but says UTC is up to 14 hours ahead (UTC+14); a day covers that with room. A later date is not a run
+that has happened, and would otherwise always be the newest run (the one a gate judges)."""
+
+MAX_RUNS = 1_000
+"""Runs of one series judged and shown at most: the newest, about three years of nightly runs. PELT is quadratic
+in the runs when it can prune nothing (a steady series): 1,000 runs cost milliseconds in ruptures' C search, and
+the cap keeps a store of many small files (or a fleet file of many hosts of one machine) from costing more."""
+
+MAX_SERIES = 5_000
+"""Series (a machine's cells and figures) at most: a scenario's matrix on a fleet is a few hundred; each series
+costs a few milliseconds to judge and more to print, so a store of thousands of one-sample cells is refused, not
+judged in part (a gate that skipped a series could pass a regression)."""
+
+NAMED = 10
+"""Files a line names at most (the rest are counted)."""
 
 SOFTWARE = (("libguestfs", "libguestfs"), ("qemu", "qemu"), ("kernel", "kernel"), ("uml", "UML kernel"),
             ("libvirt", "libvirt"), ("guestbench", "guestbench"))
@@ -35,6 +57,11 @@ class RunEntry:
     started: str | None
     software: dict[str, str | None]  # SOFTWARE's keys
     member: str | None  # a fleet run's host name
+
+    def named(self) -> str:
+        """The run as a line names it: its file (and host) and its start as recorded (a file's text, clipped)."""
+        host = f" host {clip_text(self.member, 40)}" if self.member else ""
+        return f"{self.path}{host}, started {clip_text(self.started, 40) if self.started else 'at no time recorded'}"
 
 
 @dataclass(frozen=True)
@@ -56,6 +83,7 @@ class Series:
     higher_better: bool
     points: list[Point]
     verdict: steps.Verdict
+    older: int = 0  # runs before the newest MAX_RUNS, neither judged nor shown
 
 
 @dataclass
@@ -77,6 +105,8 @@ class History:
     machines: list[Machine]
     series: list[Series]
     floors: dict[str, float] = field(default_factory=dict)  # as given (--noise)
+    apart: list[RunEntry] = field(default_factory=list)  # dated after `until`, or not dated: never followed
+    until: str = ""  # the latest start followed: now plus SKEW (ISO 8601, UTC)
 
     def regressions(self, pinned: set[tuple[int, str]] | None = None) -> list[str]:
         """One line per series whose newest run regressed, for the closing list and the CI gate; the `pinned`
@@ -92,8 +122,28 @@ class History:
             if anchor is not None:
                 r = s.points[anchor.at].run
                 since = f" since run {r + 1} ({m.runs[r].path})"
-            out.append(f"{m.label}: {s.key}: the newest run ({m.runs[s.points[-1].run].path}) regressed{since}")
+            out.append(f"{m.label}: {s.key}: the newest run ({m.runs[s.points[-1].run].named()}) regressed{since}")
         return out
+
+    def judged(self) -> list[str]:
+        """The newest runs the verdicts are about: per machine, each run that is some series' newest."""
+        newest = sorted({(s.machine, s.points[-1].run) for s in self.series if s.points})
+        return [f"{self.machines[mi].label}: run {r + 1}, {self.machines[mi].runs[r].named()}" for mi, r in newest]
+
+    def judged_line(self) -> str:
+        """The runs judged, as one line names them (the first NAMED, the rest counted)."""
+        runs = self.judged()
+        more = len(runs) - NAMED
+        return "; ".join(runs[:NAMED]) + (f"; and {more} more" if more > 0 else "") if runs else "none"
+
+    def apart_line(self) -> str | None:
+        """One line naming the runs kept apart, or None."""
+        if not self.apart:
+            return None
+        more = len(self.apart) - NAMED
+        return (f"{len(self.apart)} run(s) not followed, dated after {self.until} (now plus {_days(SKEW)} of clock "
+                f"skew) or not dated, so never the newest: {', '.join(r.named() for r in self.apart[:NAMED])}"
+                + (f" and {more} more" if more > 0 else ""))
 
 
 def machine_label(fp: dict[str, Any]) -> str:
@@ -124,14 +174,25 @@ def shares(stored: list[Stored]) -> list[tuple[RunEntry, dict[str, Any], Run]]:
     return out
 
 
+def _days(d: timedelta) -> str:
+    return f"{d.days} day" + ("s" if d.days != 1 else "")
+
+
 def build(stored: list[Stored], floors: dict[str, float] | None = None,
-          default_floor: float | None = None) -> History:
+          default_floor: float | None = None, now: float | None = None) -> History:
     """The history of `stored`'s runs; `floors` pins the noise floor (percent) of the series they name (a cell or a
-    cell and figure key), `default_floor` of every other series."""
+    cell and figure key), `default_floor` of every other series. Runs dated after `now` (default: the clock) plus
+    SKEW, or not dated, are kept apart."""
     floors = floors or {}
+    limit = (time.time() if now is None else now) + SKEW.total_seconds()
     machines: dict[str, Machine] = {}
     runs: dict[str, list[Run]] = {}
-    for entry, fp, run in sorted(shares(stored), key=lambda t: (_when(t[0].started), t[0].path, t[0].member or "")):
+    dated, apart = [], []
+    for t in shares(stored):
+        when = _when(t[0].started)
+        (dated if when is not None and when <= limit else apart).append((when or 0.0, t))
+    dated.sort(key=lambda w: (w[0], w[1][0].path, w[1][0].member or ""))
+    for _, (entry, fp, run) in dated:
         mk = json.dumps(machine_key(fp), sort_keys=True)
         if mk not in machines:
             machines[mk] = Machine(machine_key(fp), machine_label(fp), [])
@@ -139,29 +200,40 @@ def build(stored: list[Stored], floors: dict[str, float] | None = None,
         machines[mk].runs.append(entry)
         runs[mk].append(run)
     order = list(machines)
-    series: list[Series] = []
-    for mi, mk in enumerate(order):
-        series += _series(mi, runs[mk], floors, default_floor)
+    measured = [_measured(mi, runs[mk]) for mi, mk in enumerate(order)]
+    if (count := sum(len(m) for m in measured)) > MAX_SERIES:
+        raise UserError(f"{count:,} series (cells and figures, per machine); allowed: at most {MAX_SERIES:,} (name "
+                        "fewer files or fewer machines' runs)", source="results")
+    series = [s for m in measured for s in _judged(m, floors, default_floor)]
     named = {s.key for s in series} | {s.cell for s in series}
     unknown = sorted(set(floors) - named)
     if unknown:
         raise UserError(f"names {', '.join(unknown)}, which no series has; allowed: a cell as the table names it "
                         f"(e.g. {series[0].key if series else 'tcg/host/startup'})", source="command line",
                         key="--noise")
-    return History([machines[mk] for mk in order], series, floors)
+    until = datetime.fromtimestamp(limit, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return History([machines[mk] for mk in order], series, floors,
+                   sorted((t[0] for _, t in apart), key=lambda e: (e.path, e.member or "")), until)
 
 
-def _when(started: str | None) -> tuple[int, float]:
-    """A run's place in time: its start as recorded (ISO 8601, UTC); a run that recorded none, or one that cannot
-    be read, comes after every dated one (by file name)."""
+def _when(started: str | None) -> float | None:
+    """A run's place in time: its start as recorded (ISO 8601, UTC when it names no offset); None when it recorded
+    none, or one that cannot be read."""
+    if not isinstance(started, str):
+        return None
     try:
-        return 0, datetime.fromisoformat(str(started).replace("Z", "+00:00")).timestamp()
-    except (TypeError, ValueError, OverflowError, OSError):
-        return 1, 0.0
+        when = datetime.fromisoformat(started.replace("Z", "+00:00"))
+        return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
-def _series(machine: int, runs: list[Run], floors: dict[str, float], default_floor: float | None) -> list[Series]:
-    found: dict[tuple[str, str], Series] = {}
+Measured = dict[tuple[str, str], tuple[Series, list[tuple[int, list[float], int]]]]
+"""A machine's series by (key, figure key), each with its (run, values, busy) in time order, not yet judged."""
+
+
+def _measured(machine: int, runs: list[Run]) -> Measured:
+    found: Measured = {}
     for i, run in enumerate(runs):
         for cell in run.cells:
             if not cell.samples:
@@ -172,16 +244,22 @@ def _series(machine: int, runs: list[Run], floors: dict[str, float], default_flo
                 if not f.values:
                     continue
                 key = name if f.key == SECONDS else f"{name} {f.key}"
-                s = summarize(f.values)
-                point = Point(i, f.values, s.median, (s.ci_low, s.ci_high), busy)
                 if (key, f.key) not in found:
-                    found[(key, f.key)] = Series(machine, name, f.label, key, f.unit, f.higher_better, [],
-                                                 steps.Verdict(0.0, None, [], 0, None, None))
-                found[(key, f.key)].points.append(point)
-    for s in found.values():
+                    found[(key, f.key)] = (Series(machine, name, f.label, key, f.unit, f.higher_better, [],
+                                                  steps.Verdict(0.0, None, [], 0, None, None)), [])
+                found[(key, f.key)][1].append((i, f.values, busy))
+    return found
+
+
+def _judged(found: Measured, floors: dict[str, float], default_floor: float | None) -> list[Series]:
+    """The series with their points (the newest MAX_RUNS, summarised) and verdicts."""
+    for s, measured in found.values():
+        s.older = max(0, len(measured) - MAX_RUNS)
+        s.points = [Point(i, values, m.median, (m.ci_low, m.ci_high), busy)
+                    for i, values, busy in measured[s.older:] for m in [summarize(values)]]
         floor = floors.get(s.key, floors.get(s.cell, default_floor))
         s.verdict = steps.judge([p.values for p in s.points], s.higher_better, floor)
-    return list(found.values())
+    return [s for s, _ in found.values()]
 
 
 def check(history: History, baseline: bool = False) -> None:
@@ -189,8 +267,9 @@ def check(history: History, baseline: bool = False) -> None:
     if baseline or any(len(s.points) >= 2 for s in history.series):
         return
     runs = sum(len(m.runs) for m in history.machines)
-    raise UserError(f"nothing to follow: {runs} run(s) on {len(history.machines)} machine(s), and no cell was measured "
-                    "in two runs on one machine; allowed: results of one machine's runs of a scenario",
+    apart = f" ({len(history.apart)} more dated after {history.until} or not dated)" if history.apart else ""
+    raise UserError(f"nothing to follow: {runs} run(s) on {len(history.machines)} machine(s){apart}, and no cell was "
+                    "measured in two runs on one machine; allowed: results of one machine's runs of a scenario",
                     source="command line")
 
 

@@ -106,6 +106,11 @@ def cmd_history(args: argparse.Namespace) -> int:
         baselines.write(h, args.write_baseline)
     formats.emit(history_doc.printable(h, judged), args.format)
     found = history_doc.regressions(h, judged)
-    if found and formats.FORMATS[args.format].whole:
+    whole = formats.FORMATS[args.format].whole  # else the terminal's and Markdown's documents say these
+    if whole and h.apart:
+        sys.stderr.write(f"guestbench: warning: {_one_line(h.apart_line())}\n")
+    if found and whole:
         sys.stderr.write(f"guestbench: {len(found)} regression(s): {_one_line('; '.join(found))}\n")
+    if args.fail_on_regression:  # a CI log says which run the gate was about, whatever the format
+        sys.stderr.write(f"guestbench: --fail-on-regression judged the newest run(s): {_one_line(h.judged_line())}\n")
     return 1 if found and args.fail_on_regression else 0

@@ -5,7 +5,7 @@ runs, so that every format says the same."""
 from __future__ import annotations
 
 from guestbench.analysis.baseline import Judged
-from guestbench.analysis.history import History
+from guestbench.analysis.history import MAX_RUNS, History
 from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Section, slug
 from guestbench.output.export import json as json_export
 from guestbench.output.formats import Printable
@@ -31,6 +31,9 @@ def document(h: History, *, charts: dict[tuple[int, str], Figure] | None = None,
                              history_table.series_table(h, mi)]
         for s in (x for x in h.series if x.machine == mi):
             parts.append(Heading(f"{s.cell}: {s.figure}", 2))
+            if s.older:
+                parts.append(Para(f"{s.older:,} older run(s) of this series neither judged nor shown: a series is "
+                                  f"judged on its newest {MAX_RUNS:,} runs.", "meta"))
             if charts and (mi, s.key) in charts:
                 parts.append(charts[(mi, s.key)])
             parts.append(history_table.points_table(h, s))
@@ -41,10 +44,13 @@ def document(h: History, *, charts: dict[tuple[int, str], Figure] | None = None,
                    [Heading("Regressions in the newest runs"),
                     Para("None: no series' latest change is a regression (beyond its noise floor, with a CI that "
                          "excludes no change), and no newest run missed its baseline.", "good")])
+    tail.parts.append(Bullets(h.judged(), title="The newest runs judged", lead="judged",
+                              empty="None: no series has a run."))
     if judged is not None:
         tail.parts.append(Bullets(judged.notes, title="Baseline", lead="note", style="warn",
                                   empty="Every machine and series the baseline pins was measured here."))
-    intro = [Para(INTRO, "meta")]
+    apart = h.apart_line()
+    intro = [Para(INTRO, "meta"), *([Para(apart, "warning")] if apart else [])]
     return Document("guestbench history", intro, [*sections, tail])
 
 

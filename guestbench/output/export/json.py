@@ -287,7 +287,10 @@ def history_summary(h: History, judged: Judged | None) -> dict[str, Any]:
             "steps": [{**_shift_dict(st), "run": s.points[st.at].run,
                        "software_changes": h.machines[s.machine].changes(s.points[st.at].run)} for st in v.steps],
             "drift": {**_shift_dict(v.drift), "run": s.points[v.drift.at].run} if v.drift else None,
-            "newest": v.newest, "note": v.note, "baseline": bool(judged and (s.machine, s.key) in judged.pinned)})
-    return {"method": HISTORY_METHOD, "machines": machines, "series": series,
+            "newest": v.newest, "note": v.note, "baseline": bool(judged and (s.machine, s.key) in judged.pinned),
+            "older_runs": s.older})
+    apart = [{"file": r.path, "started_utc": r.started, "host": r.member} for r in h.apart]
+    return {"method": HISTORY_METHOD, "machines": machines, "series": series, "apart": apart, "followed_until": h.until,
+            "judged": h.judged(),
             "regressions": h.regressions(judged.pinned if judged else None) + (judged.missed if judged else []),
             "baseline_notes": judged.notes if judged else []}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from guestbench.analysis import steps
-from guestbench.analysis.history import SOFTWARE, History, Machine, Series
+from guestbench.analysis.history import MAX_RUNS, SOFTWARE, History, Machine, Series
 from guestbench.output.document import Table
 from guestbench.util.units import NONE, fmt_seconds
 
@@ -52,7 +52,8 @@ def series_row(h: History, s: Series) -> list[str]:
     sigma = NONE if v.sigma_pct is None else f"{v.sigma_pct:.1f}%"
     verdict = "REGRESSION" if v.newest == steps.REGRESSION else ("—" if len(s.points) < steps.MIN_RUNS else "ok")
     return [s.cell, s.figure if s.figure == "seconds" else f"{s.figure} ({s.unit}, "
-            f"{'higher' if s.higher_better else 'lower'} is better)", str(len(s.points)),
+            f"{'higher' if s.higher_better else 'lower'} is better)",
+            f"{len(s.points)}" + (f" newest of {len(s.points) + s.older:,}" if s.older else ""),
             f"{value(s, newest.median)} {unit(s)}", sigma, f"{v.floor_pct:.1f}%", found, drift, verdict]
 
 
@@ -69,17 +70,20 @@ def series_table(h: History, machine: int) -> Table:
 
 
 def software_table(m: Machine) -> Table:
-    """The runs in time order with the software each had; a changed version is marked."""
+    """The runs in time order with the software each had; a changed version is marked. The newest MAX_RUNS only,
+    as a series shows them."""
     rows, styles = [], {}
-    for i, r in enumerate(m.runs):
+    older = max(0, len(m.runs) - MAX_RUNS)
+    for i, r in enumerate(m.runs[older:], start=older):
         rows.append([str(i + 1), r.started or NONE, r.path + (f" (host {r.member})" if r.member else ""),
                      *[r.software[k] or NONE for k, _ in SOFTWARE]])
         if i:
-            styles.update({(i, 3 + j): "warn" for j, (k, _) in enumerate(SOFTWARE)
+            styles.update({(i - older, 3 + j): "warn" for j, (k, _) in enumerate(SOFTWARE)
                            if r.software[k] != m.runs[i - 1].software[k]})
     return Table("history-runs", "Runs", ["run", "started (UTC)", "file", *[w for _, w in SOFTWARE]], rows,
                  caption="Each run's software as its fingerprint recorded it; a version that changed from the run "
-                         "before is marked.", styles=styles)
+                         "before is marked." + (f" The newest {MAX_RUNS:,}: {older:,} older run(s) not shown."
+                                                if older else ""), styles=styles)
 
 
 def points_table(h: History, s: Series) -> Table:
