@@ -4,6 +4,7 @@ a fleet host's share merge their snapshots and count their progress alike."""
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -141,3 +142,17 @@ def test_a_document_is_merged_only_when_the_file_it_joins_stays_readable(tmp_pat
     assert not remote.take_bytes(_text(most + 1)) and not remote.take(_deep(most + 1))
     assert "nested more than 62 levels deep" in str(remote.refused)
     assert limits.deepest(json.loads(remote.results.path.read_text())) == limits.MAX_DEPTH
+
+
+def test_a_document_a_python_peer_made_cyclic_or_shared_is_refused_at_once() -> None:
+    """A fleet host's or guest's document that arrives as Python objects may hold a container twice: a cycle would
+    keep the depth walk going for ever, 40 levels of [x, x] for 2**40 steps (issue 46). Neither is a parsed
+    document: both count as endless, found at the second meeting."""
+    cyclic: dict = {"cells": []}
+    cyclic["self"] = cyclic
+    shared: list = []
+    for _ in range(40):
+        shared = [shared, shared]
+    assert limits.deepest(cyclic) == math.inf
+    assert limits.deepest({"cells": [], "x": shared}) == math.inf
+    assert limits.deepest(json.loads(json.dumps({"cells": [[1], [2]], "a": {"b": [3]}}))) == 3

@@ -106,15 +106,26 @@ def nests_deeper(data: bytes, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
-def deepest(value: Any) -> int:
+def deepest(value: Any, stop: int = MAX_DEPTH) -> float:
     """How deep a parsed document nests (the document itself is 1; a number or string 0), walked without
-    recursion: what a document from elsewhere holds is checked before it is merged (guestbench.run.remote)."""
-    best, todo = 0, [(value, 1)] if isinstance(value, (dict, list, tuple)) else []
+    recursion: what a document from elsewhere holds is checked before it is merged (guestbench.run.remote). The walk
+    ends as soon as it passes `stop` (returning that level), and a container met twice (a cycle, or one shared by two
+    parents: an object a parser never makes, but one a Python peer can send) counts as endless (math.inf), so
+    neither a cycle nor 2**40 paths through 40 shared levels keep it going."""
+    if not isinstance(value, (dict, list, tuple)):
+        return 0
+    best, todo, seen = 0, [(value, 1)], {id(value)}
     while todo:
         item, level = todo.pop()
         best = max(best, level)
-        children = item.values() if isinstance(item, dict) else item
-        todo.extend((c, level + 1) for c in children if isinstance(c, (dict, list, tuple)))
+        if best > stop:
+            return best
+        for c in item.values() if isinstance(item, dict) else item:
+            if isinstance(c, (dict, list, tuple)):
+                if id(c) in seen:
+                    return math.inf
+                seen.add(id(c))
+                todo.append((c, level + 1))
     return best
 
 
