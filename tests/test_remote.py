@@ -144,15 +144,17 @@ def test_a_document_is_merged_only_when_the_file_it_joins_stays_readable(tmp_pat
     assert limits.deepest(json.loads(remote.results.path.read_text())) == limits.MAX_DEPTH
 
 
-def test_a_document_a_python_peer_made_cyclic_or_shared_is_refused_at_once() -> None:
-    """A fleet host's or guest's document that arrives as Python objects may hold a container twice: a cycle would
-    keep the depth walk going for ever, 40 levels of [x, x] for 2**40 steps (issue 46). Neither is a parsed
-    document: both count as endless, found at the second meeting."""
+def test_a_document_a_python_peer_made_cyclic_or_shared_is_measured_at_once() -> None:
+    """A fleet host's or guest's document that arrives as Python objects may hold a container twice: a cycle kept
+    the depth walk going for ever, 40 levels of [x, x] for 2**40 steps (issue 46). A cycle is endless; a shared
+    container is as deep as its JSON would be, found in one visit each."""
     cyclic: dict = {"cells": []}
-    cyclic["self"] = cyclic
+    cyclic["self"] = {"back": [cyclic]}
+    assert limits.deepest(cyclic) == math.inf
     shared: list = []
     for _ in range(40):
         shared = [shared, shared]
-    assert limits.deepest(cyclic) == math.inf
-    assert limits.deepest({"cells": [], "x": shared}) == math.inf
+    assert limits.deepest({"cells": [], "x": shared}) == 42
+    twice = {"a": 1}
+    assert limits.deepest({"p": twice, "q": [twice]}) == 3  # a dict shared at two depths: the deeper counts
     assert limits.deepest(json.loads(json.dumps({"cells": [[1], [2]], "a": {"b": [3]}}))) == 3

@@ -62,6 +62,16 @@ def test_printable_shows_control_characters_and_bidi_marks_as_escapes() -> None:
     assert printable("plain text, ünïcode, 日本, p<0.05 [x]") == "plain text, ünïcode, 日本, p<0.05 [x]"
 
 
+def test_printable_shows_invisible_format_characters_so_no_name_can_pose_as_another() -> None:
+    """A zero-width space, joiner, soft hyphen, BOM or tag character would make "beta\u200b" look like "beta"."""
+    for hidden in ("\u200b", "\u200d", "\u2060", "\ufeff", "\xad", "\U000e0041", "\u2028", "\u180e"):
+        shown = printable(f"beta{hidden}")
+        assert shown != "beta" + hidden and shown.startswith("beta\\") and shown.isascii(), repr(shown)
+    import unicodedata
+    assert not [c for c in map(chr, range(0x110000)) if unicodedata.category(c) in {"Cc", "Cf", "Cs", "Zl", "Zp"}
+                and c != "\t" and printable(c) in (c, "")]
+
+
 def test_inert_text_is_never_markup() -> None:
     from guestbench.util.errors import inert
 

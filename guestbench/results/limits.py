@@ -106,27 +106,30 @@ def nests_deeper(data: bytes, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
-def deepest(value: Any, stop: int = MAX_DEPTH) -> float:
-    """How deep a parsed document nests (the document itself is 1; a number or string 0), walked without
-    recursion: what a document from elsewhere holds is checked before it is merged (guestbench.run.remote). The walk
-    ends as soon as it passes `stop` (returning that level), and a container met twice (a cycle, or one shared by two
-    parents: an object a parser never makes, but one a Python peer can send) counts as endless (math.inf), so
-    neither a cycle nor 2**40 paths through 40 shared levels keep it going."""
+def deepest(value: Any) -> float:
+    """How deep a parsed document nests (the document itself is 1; a number or string 0), as its JSON would:
+    what a document from elsewhere holds is checked before it is merged (guestbench.run.remote). Walked without
+    recursion, each container once (its height kept by id), so a document a Python peer built, whose containers
+    may be shared (40 levels of [x, x] are 2**40 paths), costs its size; a cycle, which no JSON can hold, counts
+    as endless (math.inf)."""
     if not isinstance(value, (dict, list, tuple)):
         return 0
-    best, todo, seen = 0, [(value, 1)], {id(value)}
+    height: dict[int, float] = {}
+    todo: list[tuple[Any, bool]] = [(value, False)]
     while todo:
-        item, level = todo.pop()
-        best = max(best, level)
-        if best > stop:
-            return best
-        for c in item.values() if isinstance(item, dict) else item:
-            if isinstance(c, (dict, list, tuple)):
-                if id(c) in seen:
-                    return math.inf
-                seen.add(id(c))
-                todo.append((c, level + 1))
-    return best
+        item, children_done = todo.pop()
+        kids = [c for c in (item.values() if isinstance(item, dict) else item) if isinstance(c, (dict, list, tuple))]
+        if children_done:
+            height[id(item)] = 1 + max((height[id(c)] for c in kids), default=0)
+            continue
+        if id(item) in height:
+            continue  # shared: its height is known (or being found: a cycle, caught below)
+        height[id(item)] = math.inf  # in progress: met again below itself, it is a cycle
+        todo.append((item, True))
+        todo.extend((c, False) for c in kids if id(c) not in height)
+        if any(height.get(id(c)) == math.inf for c in kids):
+            return math.inf
+    return height[id(value)]
 
 
 def _line(text: str, token: str) -> int:

@@ -43,7 +43,7 @@ class Remote:
         if not isinstance(cells, list) or self.info.get("status") == "lost":
             return False
         allowed = limits.MAX_DEPTH - KEPT_BELOW
-        if limits.deepest(doc, allowed) > allowed:
+        if limits.deepest(doc) > allowed:
             self.refused = f"arrays and objects nested more than {allowed} levels deep; allowed: at most {allowed}"
             return False
         try:

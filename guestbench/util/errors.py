@@ -11,10 +11,15 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 CLIP = 60  # characters of a value quoted in a message: enough to recognise it, never a whole hostile file
-# What untrusted text must not carry to a terminal or a report: C0 (ESC starts terminal sequences), DEL, C1,
-# the line and paragraph separators, the bidi marks, embeddings, overrides and isolates (U+202E shows the rest
-# of a line backwards: a name can pose as another) and lone surrogates (no terminal can encode them).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+# What untrusted text must not carry to a terminal or a report: every character of Unicode's categories Cc, Cf, Cs,
+# Zl and Zp (as Python 3.11's unicodedata lists them): C0 (ESC starts terminal sequences), DEL, C1, the line and
+# paragraph separators, the bidi marks, embeddings, overrides and isolates (U+202E shows the rest of a line
+# backwards: a name can pose as another), the invisible format characters (a zero-width space or joiner, a soft
+# hyphen, tag characters: "beta" and "beta\u200b" would look alike) and lone surrogates (no terminal can encode them).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e"
+                     "\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ud800-\udfff\ufeff\ufff9-\ufffb"
+                     "\U000110bd\U000110cd\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+                     "\U000e0001\U000e0020-\U000e007f]")
 
 
 class UserError(Exception):
