@@ -113,7 +113,7 @@ def cmd_scenario(args: argparse.Namespace) -> int:
     rf = _run_fleet(args, sc, err) if args.cluster else _run(args, sc, err)
     run = rf.run()
     formats.emit(results_doc.printable(run, str(rf.path)), args.format)
-    err.print(f"results: {rf.path}", highlight=False)
+    err.print("results: ", inert(rf.path), sep="", highlight=False)
     from guestbench.run.runner import exit_status
 
     return exit_status(run)
@@ -136,7 +136,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         formats.emit(results_doc.printable(run, str(rf.path)), args.format)
     c = ab.comparison(run, a, b, noise, str(rf.path), args.gate_resources)
     formats.emit(compare_doc.printable([c], fail_above), args.format)
-    err.print(f"results: {rf.path}", highlight=False)
+    err.print("results: ", inert(rf.path), sep="", highlight=False)
     status = exit_status(run)
     return status or (1 if compare.regressions([c], fail_above) else 0)
 

@@ -298,8 +298,9 @@ class Supervisor:
                 buffers[key.data] += chunk
                 *lines, buffers[key.data] = buffers[key.data].split(b"\n")
                 if key.data == "err" and len(buffers["err"]) > STDERR_LINE_MAX:  # an appliance writing no newline
-                    lines.append(buffers["err"][:STDERR_LINE_MAX] + b" [line cut]")
-                    buffers["err"] = b""
+                    long, buffers["err"] = buffers["err"], b""  # shown in pieces, none of it dropped
+                    lines += [long[i:i + STDERR_LINE_MAX] + b" [line cut]"
+                              for i in range(0, len(long), STDERR_LINE_MAX)]
                 for raw in lines:
                     line = raw.decode("utf-8", "replace")
                     if key.data == "err":

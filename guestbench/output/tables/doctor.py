@@ -49,13 +49,13 @@ def _print_doctor(fp: dict[str, Any], verdicts: dict[str, Any], verbose: bool) -
     h = rich_table.Table(title="host", show_header=False)
     h.add_column("key")
     h.add_column("value")
-    h.add_row("cpu", f"{fp.get('cpu_model')} × {fp.get('cores')} cores")
+    h.add_row("cpu", inert(f"{fp.get('cpu_model')} × {fp.get('cores')} cores"))  # the hypervisor's words in a VM
     h.add_row("memory", f"{(fp.get('memory_bytes') or 0) / 2**30:.1f} GiB")
-    h.add_row("os / kernel", f"{fp.get('os')} / {fp.get('kernel')}")
-    h.add_row("virtualization", str(virt.get("summary")))
+    h.add_row("os / kernel", inert(f"{fp.get('os')} / {fp.get('kernel')}"))
+    h.add_row("virtualization", inert(virt.get("summary")))
     for k in ("libguestfs", "qemu", "libvirt", "uml", "supermin", "python", "guestbench"):
-        h.add_row(k, str(vers.get(k)))
-    h.add_row("git commit", str((fp.get("guestbench") or {}).get("git_commit")))
+        h.add_row(k, inert(vers.get(k)))
+    h.add_row("git commit", inert((fp.get("guestbench") or {}).get("git_commit")))
     con.print(h)
 
 
