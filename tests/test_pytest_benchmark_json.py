@@ -266,3 +266,25 @@ def test_export_of_seconds_whose_stats_overflow_is_one_line(tmp_path: Path, caps
     assert err.startswith(f"guestbench: {path}: cells[{index}].samples: samples of {seconds:.3g} to {seconds:.3g} s "
                           f"make pytest-benchmark's {past} past the largest float"), err
     assert not (tmp_path / "out.json").exists()
+
+
+def test_a_benchmark_parametrised_with_infinity_imports_its_param_as_text(tmp_path: Path, capsys) -> None:
+    """pytest-benchmark writes params and extra_info with Python's json, so a benchmark parametrised with
+    float("inf") is saved with "timeout": Infinity: the file imports (the value as text, never a float every
+    writer after would refuse), in `import` and in `history` of .benchmarks/; a figure of Infinity is refused."""
+    bench = _bench([1.0, 2.0, 3.0])
+    bench["params"] = {"timeout": float("inf")}
+    bench["extra_info"] = {"note": float("nan")}
+    path = _file(tmp_path, bench)
+    assert "Infinity" in path.read_text()
+    rc, out, err = _main(capsys, "import", str(path))
+    assert rc == 0 and err == "", err
+    assert "Infinity" not in out.replace('"Infinity"', "") and "NaN" not in out.replace('"NaN"', "")
+    saved = tmp_path / ".benchmarks" / "Linux-CPython-3.11-64bit"
+    saved.mkdir(parents=True)
+    (saved / "0001_inf.json").write_text(path.read_text())
+    path.rename(saved / "0002_inf.json")  # two runs: a history
+    assert _main(capsys, "history", "--json", str(tmp_path / ".benchmarks"))[0] == 0
+    bench["stats"]["data"] = [1.0, float("inf")]
+    rc, out, err = _main(capsys, "import", str(_file(tmp_path, bench)))
+    assert rc == 2 and err.count("\n") == 1 and "stats.data must be a list of numbers" in err, err

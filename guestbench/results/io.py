@@ -145,11 +145,12 @@ class ResultsFile:
         self.save()
 
 
-def read_json(path: str | Path, what: str, expected: str, data: bytes | None = None) -> Any:
+def read_json(path: str | Path, what: str, expected: str, data: bytes | None = None,
+              nonfinite: list[str] | None = None) -> Any:
     """Read a JSON file a user named, bounded as untrusted input (results.limits: a regular file under a size cap,
     numbers of bounded length); any problem is a one-line UserError saying what was expected. `data`: the file's
-    bytes, already read (by guestbench.util.walk, from a directory)."""
-    return limits.loads(limits.read_capped(path, what) if data is None else data, str(path), expected)
+    bytes, already read (by guestbench.util.walk, from a directory); `nonfinite`: as results.limits.loads."""
+    return limits.loads(limits.read_capped(path, what) if data is None else data, str(path), expected, nonfinite)
 
 
 def load_results(path: str | Path, data: bytes | None = None) -> Run:

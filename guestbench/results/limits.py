@@ -19,7 +19,7 @@ import math
 import re
 from itertools import accumulate
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from guestbench.util import bounded
 from guestbench.util.errors import UserError
@@ -144,9 +144,30 @@ def _line(text: str, token: str) -> int:
     return 1  # unreachable for text the parser read
 
 
-def loads(data: bytes, source: str, expected: str) -> Any:
+def loads(data: bytes, source: str, expected: str, nonfinite: list[str] | None = None) -> Any:
     """JSON from untrusted bytes, its nesting and every number bounded, nothing infinite or NaN; any problem is a
-    one-line UserError."""
+    one-line UserError. With a `nonfinite` list, NaN, Infinity and numbers past the largest float are read as their
+    text instead (a string: never a float that every writer after would refuse) and listed there as "line N: NaN":
+    pytest-benchmark writes a benchmark's params and extra_info with Python's json, which writes them."""
+    if nonfinite is not None:
+        kept: list[str] = []
+        doc = _loads(data, source, expected, lambda t: kept.append(t) or t, lambda t: _float_or(t, kept))
+        text = data.decode("utf-8")
+        nonfinite += [f"line {_line(text, t)}: {t[:20]}" for t in kept]
+        return doc
+    return _loads(data, source, expected, _constant, _float)
+
+
+def _float_or(text: str, kept: list[str]) -> float | str:
+    try:
+        return _float(text)
+    except _NotFinite:
+        kept.append(text)
+        return text
+
+
+def _loads(data: bytes, source: str, expected: str, constant: Callable[[str], Any],
+           number: Callable[[str], Any]) -> Any:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -155,7 +176,7 @@ def loads(data: bytes, source: str, expected: str) -> Any:
         raise UserError(f"arrays and objects nested more than {MAX_DEPTH} levels deep; allowed: at most {MAX_DEPTH}; "
                         f"expected {expected}", source=source)
     try:
-        doc = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+        doc = json.loads(text, parse_int=_int, parse_float=number, parse_constant=constant)
         json.dumps(doc, ensure_ascii=False).encode("utf-8")  # a \uD800 escape decodes to a lone surrogate: not text
         return doc
     except UnicodeEncodeError:
@@ -170,5 +191,10 @@ def loads(data: bytes, source: str, expected: str) -> Any:
         raise UserError(f"line {_line(text, e.text)}: a number of {len(e.text):,} characters ({e.text[:20]}...); "
                         f"allowed: at most {MAX_NUMBER_CHARS}", source=source) from None
     except _NotFinite as e:
-        raise UserError(f"line {_line(text, e.text)}: {e.text[:20]} is not a finite number; allowed: finite numbers "
-                        "(JSON has no NaN or Infinity)", source=source) from None
+        raise not_finite(f"line {_line(text, e.text)}: {e.text[:20]}", source) from None
+
+
+def not_finite(where: str, source: str) -> UserError:
+    """The refusal of a NaN or Infinity found at `where` ("line N: NaN")."""
+    return UserError(f"{where} is not a finite number; allowed: finite numbers (JSON has no NaN or Infinity)",
+                     source=source)

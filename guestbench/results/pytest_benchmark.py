@@ -305,4 +305,7 @@ def import_(bench_doc: Any, source: str) -> tuple[dict[str, Any], list[str]]:
 
 def load_pytest_benchmark(path: str) -> dict[str, Any]:
     """Read a pytest-benchmark JSON file; any problem is a one-line UserError."""
-    return read_json(path, "pytest-benchmark file", "pytest-benchmark JSON")  # type: ignore[no-any-return]
+    # a params or extra_info of Infinity (pytest-benchmark writes them with Python's json) is kept as text; one where
+    # guestbench reads a figure is refused by the model, in one line
+    doc = read_json(path, "pytest-benchmark file", "pytest-benchmark JSON", nonfinite=[])
+    return doc  # type: ignore[no-any-return]

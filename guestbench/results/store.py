@@ -50,8 +50,11 @@ class Stored:
 def read(path: Path | str, data: bytes | None = None) -> Stored:
     """One file as a run: a guestbench results file, or a pytest-benchmark file with raw samples. `data`: its
     bytes, already read (from a directory, by the walk)."""
-    doc = read_json(path, "results file", "a guestbench results file or a pytest-benchmark JSON file", data)
+    nonfinite: list[str] = []  # NaN, Infinity: text in a pytest-benchmark file (its params), refused in guestbench's
+    doc = read_json(path, "results file", "a guestbench results file or a pytest-benchmark JSON file", data, nonfinite)
     imported = isinstance(doc, dict) and doc.get("schema") != SCHEMA and isinstance(doc.get("benchmarks"), list)
+    if nonfinite and not imported:
+        raise limits.not_finite(nonfinite[0], str(path))
     if imported:
         doc, _ = pbj.import_(doc, str(path))
     elif not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
