@@ -43,6 +43,8 @@ ASK_TIMEOUT_S = 10.0  # one question to the scheduler
 SCHEDULER_SILENT_S = 60.0
 HOST_FIELDS = ("host", "backends", "placements", "order", "status", "started_utc", "finished_utc", "guestbench")
 ENDED = ("done", "skipped", "unavailable")
+DEAF = ("the coordinator's Dask client stopped reading the scheduler: a message failed to load (the coordinator "
+        "loads no pickle; a host may have sent one)")
 
 
 @dataclass
@@ -228,6 +230,8 @@ class FleetRun:
                                              "host was not told: its run there may go on)")
                     else:
                         why = "its worker ({}) left the cluster mid-run"
+                        if deaf(client):
+                            alive, why = set(), DEAF
                     for p in plans:
                         if p.name in pending and p.address not in alive:
                             pending.pop(p.name).cancel()
@@ -314,8 +318,8 @@ class FleetRun:
             return  # failed already, saying why
         out = self.finals.get(name)
         if out is None:
-            how = "failed" if fut.status == "error" else f"ended ({fut.status})"
-            self._host_error(name, f"its task {how} on the worker without sending its final results")
+            how = {"error": "failed on the worker", "cancelled": "was cancelled"}.get(fut.status, "ended")
+            self._host_error(name, f"its task {how} without sending its final results")
             return
         refused = self.refusals.get(name) if isinstance(out.get("doc"), dict) else None
         status = self._host(name).get("status")
@@ -391,6 +395,13 @@ class FleetRun:
 
     def _progress(self, name: str) -> tuple[int, int | None]:
         return self._remote(name).progress(self.sc)
+
+
+def deaf(client: Any) -> bool:
+    """Whether Dask's client stopped reading what the scheduler sends: it does so for good when one message fails
+    to load (a message a host made for it, which held a pickle). Its futures would never end."""
+    listener = getattr(client, "_handle_report_task", None)  # Dask's own; absent: no verdict
+    return bool(listener is not None and listener.done())
 
 
 def _unfit(body: dict[str, Any] | None) -> str | None:

@@ -4,8 +4,8 @@ Dask's client unpickles what reaches it from the scheduler and the workers in se
 a `__Pickled__` frame in any message (distributed.protocol.core.loads), a result's type (`key-in-memory`), a
 task's exception and traceback, a `warn` event's payload. A fleet host is not trusted, and a pickle is code. So,
 while a fleet run talks to Dask, an audit hook (PEP 578) refuses every `pickle.find_class`, the one step by which
-a pickle reaches a function or class; what is left of pickle builds only plain values (str, bytes, numbers,
-containers), which run nothing. guestbench itself needs no pickle from a fleet: what a host sends crosses as
+a pickle reaches a function or class (but `bytes`, below); what is left of pickle builds only plain values (str,
+bytes, numbers, containers), which run nothing. guestbench itself needs no pickle from a fleet: what a host sends crosses as
 sealed bytes it parses (guestbench.run.fleet.seal). An audit hook cannot be removed, so it is added once and
 acts only inside `refusing()`."""
 
@@ -25,8 +25,14 @@ class PickleRefused(TypeError):
     """TypeError: what Dask's client catches where a payload fails to load (a result's type, a traceback)."""
 
 
+# What Dask's own messages need: a task's error reaches the client as bytes wrapped in Dask's "dask" family, whose
+# header names its type by pickle; were it refused, the client would stop reading the scheduler. Calling bytes()
+# makes bytes, and nothing else.
+ALLOWED = {("builtins", "bytes")}
+
+
 def _hook(event: str, args: tuple[Any, ...]) -> None:
-    if event == "pickle.find_class" and _state["refusing"]:
+    if event == "pickle.find_class" and _state["refusing"] and tuple(args[:2]) not in ALLOWED:
         raise PickleRefused(f"refused to unpickle {str(args[0])[:60]}.{str(args[1])[:60]}: the coordinator of a "
                             "fleet run loads no pickle (guestbench.run.fleet.nopickle)")
 
