@@ -8,7 +8,9 @@ backend (tests/data). GUESTBENCH_TEST_ROLE=hostile: what a host taken over can d
   issue 46);
 - digits200, digits5000: an honest share whose final document has a sample `rep` of that many digits;
 - pickle: a task result whose unpickling would create a file, and a `warn` event carrying such a pickle (Dask's
-  client unpickles a warn event's message).
+  client unpickles a warn event's message);
+- deafen: once beta is complete, an event on the run's topic carrying such a pickle as a Dask-serialized frame
+  (Dask's client loads those before any handler sees them).
 
 GUESTBENCH_TEST_DIR is where the coordinator's results go (one directory per scenario name) and the file a
 pickle would create; GUESTBENCH_TEST_REAL the real run's results file."""
@@ -29,7 +31,6 @@ from guestbench.run.fleet import task
 REAL = Path(os.environ.get("GUESTBENCH_TEST_REAL", "/nonexistent"))  # Dask runs a copy of this file elsewhere
 DIR = Path(os.environ.get("GUESTBENCH_TEST_DIR", "/nonexistent"))
 WAIT_S = 120.0
-MARKER = "pickle-ran"
 
 
 def host_doc(backend: str, status: str) -> dict[str, Any]:
@@ -52,10 +53,13 @@ def scripted_child(final: dict[str, Any]) -> Any:
 
 
 class Evil:
-    """Unpickled, it creates the marker file (pathlib.Path.touch): code run by whoever loads it."""
+    """Unpickled, it creates the file DIR/NAME-ran (pathlib.Path.touch): code run by whoever loads it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     def __reduce__(self) -> Any:
-        return (pathlib.Path.touch, (DIR / MARKER,))
+        return (pathlib.Path.touch, (DIR / f"{self.name}-ran",))
 
 
 def _wait_for_beta(name: str) -> dict[str, Any]:
@@ -99,9 +103,16 @@ def hostile_share(*args: Any) -> Any:
         final["cells"][0]["samples"][0]["rep"] = int("9" * int(name[len("digits"):]))
         task.run_child = scripted_child(final)
         return ORIGINAL(*args)
+    if name == "deafen":  # a pickle in an event, as Dask's own frames carry one: Dask's client loads those itself
+        from distributed.protocol import to_serialize
+
+        _wait_for_beta(name)
+        worker.loop.add_callback(worker.batched_send, {"op": "log-event", "topic": task.topic(run_id),
+                                                       "msg": {"host": host, "data": to_serialize(Evil(name))}})
+        return None
     if name == "pickle":
-        worker.log_event("warn", {"message": pickle.dumps(Evil())})
-        return Evil()
+        worker.log_event("warn", {"message": pickle.dumps(Evil(name))})
+        return Evil(name)
     task.run_child = scripted_child(host_doc("uml", "complete"))
     return ORIGINAL(*args)
 

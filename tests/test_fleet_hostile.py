@@ -158,3 +158,21 @@ def test_nothing_a_host_sends_is_unpickled_by_the_coordinator(cluster: Cluster) 
     _beta_as_sent(doc)
     alpha = doc["hosts"]["alpha"]
     assert alpha["status"] == "failed" and "without sending its final results" in alpha["error"], alpha
+
+
+def test_a_pickle_in_a_hosts_event_is_not_loaded_and_the_run_ends_saying_why(cluster: Cluster) -> None:
+    """Alpha, once beta is complete, logs an event whose payload is a Dask-serialized pickle: Dask's client loads
+    such frames as it reads them, before any handler. Before, the coordinator ran it. Now it is refused, Dask's
+    client stops reading the scheduler (it does so on any message that fails to load), and the coordinator,
+    rather than wait for ever, writes off the hosts still running within a second, saying why; beta, which had
+    sent its final results, keeps them."""
+    marker = cluster.dir / "deafen-ran"
+    proc, results = cluster.run("deafen")
+    assert not marker.exists(), "the coordinator unpickled what a host sent"
+    # Dask's client logs why it stopped reading (its traceback included): its own line, not guestbench's
+    assert proc.returncode == 1 and "internal error" not in proc.stderr, proc.stderr[-3000:]
+    assert "host alpha lost: the coordinator's Dask client stopped reading the scheduler" in proc.stderr
+    doc, _ = _results(results)
+    _beta_as_sent(doc)
+    alpha = doc["hosts"]["alpha"]
+    assert alpha["status"] == "lost" and "stopped reading the scheduler" in alpha["error"], alpha

@@ -198,7 +198,7 @@ class FleetRun:
                 client.unsubscribe_topic(task.topic(self.run_id))
             except Exception:
                 pass
-            client.close()
+            close(client)
 
     # ------------------------------------------------------------------ the run
     def supervise(self, client: Any, plans: list[HostPlan]) -> None:
@@ -234,6 +234,9 @@ class FleetRun:
                             alive, why = set(), DEAF
                     for p in plans:
                         if p.name in pending and p.address not in alive:
+                            if p.name in self.finals:  # it said how its run ended before it went
+                                self.host_ended(p.name, pending.pop(p.name))
+                                continue
                             pending.pop(p.name).cancel()
                             self.write_off(p, why.format(p.address))
             self._drain(progress, bars, timeout=0)
@@ -402,6 +405,18 @@ def deaf(client: Any) -> bool:
     to load (a message a host made for it, which held a pickle). Its futures would never end."""
     listener = getattr(client, "_handle_report_task", None)  # Dask's own; absent: no verdict
     return bool(listener is not None and listener.done())
+
+
+def close(client: Any) -> None:
+    """Close Dask's client; a deaf one (`deaf`) would raise its listener's failure, already reported as the
+    hosts' (and again, for 40 s, when it is collected), so it is closed as if its listener had ended."""
+    if deaf(client):
+        client._handle_report_task.exception()  # retrieved: asyncio would log it, traceback and all
+        client._handle_report_task = None
+    try:
+        client.close()
+    except Exception:  # closing is not the run: what it found is in the results file already
+        pass
 
 
 def _unfit(body: dict[str, Any] | None) -> str | None:

@@ -45,14 +45,16 @@ def refusing() -> Iterator[None]:
             sys.addaudithook(_hook)
             _state["installed"] = True
         _state["refusing"] += 1
-    # Dask logs each load that fails at INFO, traceback and all: a result's type (sent pickled with every finished
-    # task) fails here every time, as it should
-    quiet = logging.getLogger("distributed.protocol.pickle")
-    level = quiet.level
-    quiet.setLevel(max(level, logging.WARNING))
+    # Dask logs each load that fails, traceback and all: a result's type (sent pickled with every finished task)
+    # fails here every time, as it should; a message that fails is reported by the coordinator in its words
+    quiet = [logging.getLogger(name) for name in ("distributed.protocol.pickle", "distributed.protocol.core")]
+    levels = [log.level for log in quiet]
+    for log in quiet:
+        log.setLevel(logging.CRITICAL + 1)
     try:
         yield
     finally:
-        quiet.setLevel(level)
+        for log, level in zip(quiet, levels):
+            log.setLevel(level)
         with _lock:
             _state["refusing"] -= 1
