@@ -63,6 +63,7 @@ def _daskworker_pid(address: str, name: str) -> int | None:
 class Fleet:
     def __init__(self, tmp: Path, protocol: str = "tcp") -> None:
         self.tmp = tmp
+        self.insecure = ["--insecure"] if protocol == "tcp" else []  # plain tcp:// needs it, loopback too
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         sched_file = tmp / "scheduler.json"
         self.scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
@@ -74,7 +75,7 @@ class Fleet:
     def start_worker(self, name: str, backend: str, tmpdir: Path | None = None, *, wait: bool = True) -> None:
         env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir else None
         self.procs[name] = subprocess.Popen([sys.executable, "-m", "guestbench", "worker", self.address, "--backend",
-                                             backend, "--name", name], cwd=ROOT, stdin=subprocess.DEVNULL,
+                                             backend, "--name", name, *self.insecure], cwd=ROOT, stdin=subprocess.DEVNULL,
                                             stderr=open(self.tmp / f"{name}.log", "wb"), env=env)
         if wait:
             self.joined(name)
@@ -177,8 +178,9 @@ def _results(tmp: Path) -> dict[str, Any]:
 def _start_run(tmp: Path, address: str, reps: int, backends: str = "uml, tcg",
                measurement: str = "startup") -> subprocess.Popen[str]:
     sc = write_scenario(tmp / "s.yaml", SCENARIO.format(reps=reps, backends=backends, measurement=measurement))
+    insecure = ["--insecure"] if address.startswith("tcp://") else []  # a plain scheduler, on loopback too
     return subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--cluster", address,
-                             "--results", str(tmp / "r")], cwd=ROOT, stdin=subprocess.DEVNULL,
+                             *insecure, "--results", str(tmp / "r")], cwd=ROOT, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -355,11 +357,14 @@ def test_bad_cluster_input_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: p
         monkeypatch.delenv(k)
     sc = write_scenario(tmp_path / "s.yaml", SCENARIO.format(reps=1, backends="uml, tcg", measurement="startup"))
     # port 1: nothing listens there, known at once (not after Dask's 20 s of retries: the fleet-security unit test)
-    for args, expect in ((["--cluster", "tcp://127.0.0.1:1"], "cannot reach a Dask scheduler there (nothing listens on "
-                                                               "that port of this host)"),
+    for args, expect in ((["--cluster", "tcp://127.0.0.1:1", "--insecure"], "cannot reach a Dask scheduler there "
+                                                                             "(nothing listens on that port of this host)"),
+                         (["--cluster", "tcp://127.0.0.1:1"], "plain tcp:// to a scheduler lets any local user"),
                          (["--hosts", "a"], "--hosts: needs --cluster ADDRESS"),
                          (["--cluster", "tcp://127.0.0.1:1", "--dry-run"], "--dry-run: is not available with --cluster"),
                          (["--cluster", "tls://127.0.0.1:1"], "a tls:// scheduler needs Dask's TLS settings")):
         proc = guestbench("scenario", str(sc), *args, "--results", str(tmp_path / "r"), timeout=120)
         assert proc.returncode == 2, (args, proc.stderr)
-        assert len(proc.stderr.strip().splitlines()) == 1 and expect in proc.stderr, proc.stderr
+        said = proc.stderr.split("warning: --insecure:")[-1] if "--insecure" in args else proc.stderr  # and why
+        assert len([ln for ln in said.splitlines() if ln.startswith("guestbench:")]) == 1, proc.stderr
+        assert expect in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -76,22 +76,33 @@ def test_choose_runs_each_host_on_what_it_offers_and_says_why_others_sit_out() -
         coordinator.choose(sc, {}, None, "tcp://s:1")
 
 
-def test_a_snapshot_crosses_as_compressed_json_and_anything_else_is_ignored() -> None:
+def test_a_message_crosses_as_sealed_compressed_json_and_anything_else_is_dropped_or_blamed() -> None:
     import zlib
 
-    from guestbench.run.fleet import task
+    from guestbench.run.fleet import seal
 
     doc = load_results(REAL).to_dict()
-    packed = task.pack(doc)
-    assert isinstance(packed, bytes) and len(packed) < len(json.dumps(doc)) / 2  # the scheduler keeps events
-    got = coordinator.snapshot({"host": "alpha", "doc": packed})
-    assert got == {"host": "alpha", "doc": doc} and isinstance(got["doc"]["cells"], list)
-    for bad in ({"host": "alpha", "doc": b"not zlib"}, {"host": "alpha"}, "text",
-                {"host": "a", "doc": zlib.compress(b"[1]")}, {"host": "a", "doc": json.dumps(doc)},
-                # what a host sends is not trusted: inflating past a results file's cap, or nesting too deep
-                {"host": "a", "doc": zlib.compress(b" " * (65 * 2**20) + b"{}")},
-                {"host": "a", "doc": zlib.compress(b"[" * 100_000 + b"]" * 100_000)}):
-        assert coordinator.snapshot(bad)["doc"] is None
+    keys = {"alpha": seal.new_key(), "beta": seal.new_key()}
+    workers = {"alpha": "tcp://10.0.0.1:4000", "beta": "tcp://10.0.0.2:4000"}
+    msg = seal.seal(keys["alpha"], "alpha", 1, {"doc": doc})
+    assert isinstance(msg["data"], bytes) and len(msg["data"]) < len(json.dumps(doc)) / 2  # the scheduler keeps events
+    got = seal.open_message({**msg, "worker": workers["alpha"]}, keys, workers)
+    assert got == seal.Opened("alpha", 1, {"doc": doc}) and isinstance(got.body["doc"]["cells"], list)
+    # no key of the run seals it, or another worker relays it: no host to blame, dropped
+    for dropped in ("text", {**msg, "mac": "0" * 64}, {**msg, "seq": 2}, seal.seal(seal.new_key(), "beta", 1, {}),
+                    {**msg, "worker": workers["beta"]}, {**msg, "data": msg["data"] + b"x"}):
+        assert seal.open_message(dropped, keys, workers) is None, dropped
+    # sealed by alpha, naming beta: alpha's fault
+    forged = seal.seal(keys["alpha"], "beta", 1, {"doc": doc})
+    assert seal.open_message(forged, keys, workers) == seal.Opened("alpha", 1, None, "it sent results naming host "
+                                                                   "beta, sealed with its own key")
+    # sealed, but not a bounded JSON document: inflating past a results file's cap, nesting too deep, 200 digits
+    for bad in (b"not zlib", zlib.compress(b"[1]"), zlib.compress(b" " * (65 * 2**20) + b"{}"),
+                zlib.compress(b"[" * 100_000 + b"]" * 100_000), zlib.compress(b'{"rep": ' + b"1" * 200 + b"}")):
+        sealed = {"host": "alpha", "seq": 3, "data": bad, "mac": seal._mac(keys["alpha"], "alpha", 3, bad)}
+        got = seal.open_message(sealed, keys, workers)
+        assert got is not None and got.host == "alpha" and got.body is None, bad[:20]
+        assert got.why is not None and got.why.startswith("its results were refused: ")
 
 
 def test_a_lost_host_keeps_its_samples_and_its_unfinished_iterations_become_failures(tmp_path: Path) -> None:
@@ -125,17 +136,21 @@ def test_a_hosts_results_that_no_run_writes_are_refused_and_its_host_is_failed_s
     beta = fleet_doc({"beta": ["tcg"]})
     assert run.merge("beta", {**beta, "status": "running"}) is None
     hostile = copy.deepcopy(beta)
-    hostile["cells"][0]["samples"][0]["seconds"] = float("inf")
+    hostile["cells"][0]["samples"][0]["seconds"] = -1.0
 
     class Done:
-        def result(self) -> dict[str, Any]:
-            return {"doc": hostile, "exit": 0, "stderr": ""}
+        status = "finished"
 
-    run.host_ended("beta", Done())
+    from guestbench.run.fleet import seal
+
+    run.keys = {"alpha": seal.new_key(), "beta": seal.new_key()}
+    run.addresses = {n: h["address"] for n, h in doc["hosts"].items()}
+    run.inbox.put(seal.seal(run.keys["beta"], "beta", 1, {"doc": hostile, "exit": 0, "stderr": "", "final": True}))
+    run.host_ended("beta", Done())  # its final message is read first
     saved = load_results(tmp_path / "r.json")  # the file stays one every reader accepts
     assert saved.hosts["beta"].status == "failed"
-    assert saved.hosts["beta"].error == ("its results were refused: cells[0].samples[0].seconds: Infinity is not "
-                                         "finite; allowed: a finite number of seconds >= 0")
+    assert saved.hosts["beta"].error == ("its results were refused: cells[0].samples[0].seconds: -1.0 is negative; "
+                                         "allowed: a finite number of seconds >= 0"), saved.hosts["beta"].error
     (cell,) = [c for c in saved.cells if c.host == "beta"]
     assert [s.seconds for s in cell.samples] == [s["seconds"] for s in beta["cells"][0]["samples"]]
 

@@ -339,8 +339,8 @@ def test_a_sigkilled_workers_directory_is_swept_at_the_next_worker_start_and_ano
 
     def start(name: str) -> subprocess.Popen[bytes]:
         log = open(tmp_path / f"{name}.log", "wb")
-        w = subprocess.Popen([sys.executable, "-m", "guestbench", "worker", address, "--backend", "tcg", "--name",
-                              name], cwd=ROOT, env=private_env, stdin=subprocess.DEVNULL, stderr=log)
+        w = subprocess.Popen([sys.executable, "-m", "guestbench", "worker", address, "--insecure", "--backend", "tcg",
+                              "--name", name], cwd=ROOT, env=private_env, stdin=subprocess.DEVNULL, stderr=log)
         workers.append(w)
         return w
 

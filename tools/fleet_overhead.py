@@ -29,13 +29,15 @@ def noop(i: int) -> int:
     return i
 
 
-def send_snapshots(topic: str, host: str, packed: bytes, m: int) -> int:
+def send_snapshots(topic: str, host: str, key: str, doc: dict[str, Any], m: int) -> int:
     """What a host share sends on every change of its results file (guestbench.run.fleet.task), `m` times."""
     from distributed import get_worker
 
+    from guestbench.run.fleet import seal
+
     w = get_worker()
-    for _ in range(m):
-        w.log_event(topic, {"host": host, "doc": packed})
+    for i in range(m):
+        w.log_event(topic, seal.seal(key, host, i + 1, {"doc": doc}))
     return m
 
 
@@ -93,19 +95,20 @@ def main() -> int:
         client.gather(futs)
         total = time.perf_counter() - t0
         print(f"{n} tasks at once over 2 workers: {total:.2f} s, {total / n * 1e3:.2f} ms per task")
-        # 2: snapshots through log_event as compressed JSON (task.pack), parsed and merged into a real results file as the
-        # coordinator does (guestbench.run.fleet.coordinator: _snapshot, FleetRun.merge, which rewrites the file)
+        # 2: snapshots through log_event as sealed compressed JSON (guestbench.run.fleet.seal), opened and merged into a
+        # real results file as the coordinator does (seal.open_message, FleetRun.merge, which rewrites the file)
         from rich.console import Console
 
         from guestbench.results import ResultsFile
         from guestbench.run.fleet import coordinator
         from guestbench.scenario import parse_scenario
 
-        from guestbench.run.fleet import task
+        from guestbench.run.fleet import seal
 
         doc = host_doc(cells)
         text = json.dumps(doc)
-        packed = task.pack(doc)
+        packed = seal.pack(doc)
+        key = seal.new_key()
         sc = parse_scenario({"name": "overhead", "backends": ["uml"], "measurements": ["startup"]}, "overhead")
         run = coordinator.FleetRun(sc, coordinator.FleetOptions(address=address), Console(stderr=True))
         run.results = ResultsFile.create(tmp / "merged.json", scenario=doc["scenario"], host=doc["host"],
@@ -117,8 +120,9 @@ def main() -> int:
 
         def on_event(event: Any) -> None:
             t0 = time.perf_counter()
-            msg = coordinator.snapshot(event[1])
-            run.merge(str(msg["host"]), msg["doc"])
+            got = seal.open_message(event[1], {"w1": key}, {"w1": by_name["w1"]})
+            assert got is not None and got.body is not None
+            run.merge(got.host, got.body["doc"])
             now = time.perf_counter()
             merge_s.append(now - t0)
             got.append(now)
@@ -127,7 +131,7 @@ def main() -> int:
 
         client.subscribe_topic("overhead", on_event)
         t0 = time.perf_counter()
-        client.submit(send_snapshots, "overhead", "w1", packed, m, workers=[by_name["w1"]], pure=False).result()
+        client.submit(send_snapshots, "overhead", "w1", key, doc, m, workers=[by_name["w1"]], pure=False).result()
         done.wait(300)
         total = (got[-1] - t0) if got else float("nan")
         merged = json.loads((tmp / "merged.json").read_text())

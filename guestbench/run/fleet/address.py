@@ -1,7 +1,8 @@
 """Who may send a fleet work: whoever can submit to the scheduler runs code as root on every worker (a scenario's
-`command`, `env` and guestfish scripts are code). So a plain (unencrypted, unauthenticated) scheduler address
-that is not loopback is refused unless the user says `--insecure`, before any connection is tried; and a worker
-listens only on the interface that reaches its scheduler, never on every interface."""
+`command`, `env` and guestfish scripts are code). So a plain (unencrypted, unauthenticated) scheduler address is
+refused unless the user says `--insecure`, before any connection is tried: loopback included, since any local
+user can connect to a loopback port (`fleet local` speaks mutual TLS); and a worker listens only on the
+interface that reaches its scheduler, never on every interface."""
 
 from __future__ import annotations
 
@@ -83,16 +84,19 @@ def nobody_there(address: str) -> bool:
 
 
 def check(address: str, insecure: bool, source: str, key: str, warn: Callable[[str], None]) -> None:
-    """Refuse a plain-text scheduler address that is not loopback unless `insecure`; with it, say what it costs."""
+    """Refuse a plain-text scheduler address unless `insecure`; with it, say what it costs. Loopback is no trust
+    boundary: every local user reaches a loopback port."""
     protocol, host, _ = parse(address, source, key)
-    if protocol in ENCRYPTED or protocol == "inproc" or is_loopback(host):
+    if protocol in ENCRYPTED or protocol == "inproc":  # inproc: this process only
         return
+    who = "any local user" if is_loopback(host) else "anyone"
     if not insecure:
-        raise UserError(f"plain {protocol}:// to a scheduler not on loopback lets anyone who reaches its port run "
-                        f"code as root on every worker; use tls:// with certificates ({DOC}) or pass --insecure",
+        raise UserError(f"plain {protocol}:// to a scheduler lets {who} who reaches its port run code as root on "
+                        f"every worker; use tls:// with certificates ({DOC}) or pass --insecure",
                         source=source, key=key[:SHOWN])
-    warn(f"warning: --insecure: {protocol}:// is neither encrypted nor authenticated; whoever reaches "
-         f"{host[:SHOWN]} can run code as root on every worker of this fleet")
+    reach = "any local user" if is_loopback(host) else f"whoever reaches {host[:SHOWN]}"
+    warn(f"warning: --insecure: {protocol}:// is neither encrypted nor authenticated; {reach} can run code as "
+         f"root on every worker of this fleet")
 
 
 def listen_host(address: str, source: str, key: str) -> str:

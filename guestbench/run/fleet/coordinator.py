@@ -2,8 +2,11 @@
 results file on this machine, each cell naming its host.
 
 Each host gets one task (guestbench.run.fleet.task.host_share) pinned to its worker, asking for `bench` and the
-backends it will launch. Snapshots of each host's own results file arrive as Dask events and are merged here
-as they come (every sample is on disk here within a second of being taken there). A worker that leaves the
+backends it will launch, and a key of its own. Snapshots of each host's own results file, then its final one,
+arrive as Dask events sealed with that key (guestbench.run.fleet.seal) and are merged here as they come (every
+sample is on disk here within a second of being taken there); a host whose message names another host, or that
+sends what the bounded parser refuses, fails saying why, and the other hosts' cells stay as they are. Nothing a
+host sends is unpickled here (guestbench.run.fleet.nopickle): no task result is fetched. A worker that leaves the
 cluster mid-run makes its host 'lost': what it sent is kept, its unfinished iterations become failures with the
 reason, and the others go on. A signal sets the run's cancel event: each host stops as on Ctrl-C and sends its
 last snapshot, and the file is closed as 'interrupted'.
@@ -24,7 +27,7 @@ from guestbench.backends import BACKENDS
 from guestbench.util.errors import Interrupted, UserError, inert
 from guestbench.results import Failure, ResultsFile, utc_now
 from guestbench.run.fleet import address as fleet_address
-from guestbench.run.fleet import resources, task, tls
+from guestbench.run.fleet import nopickle, resources, seal, task, tls
 from guestbench.run import remote
 from guestbench.run.remote import Remote
 from guestbench.run.record import progress_display
@@ -40,6 +43,8 @@ ASK_TIMEOUT_S = 10.0  # one question to the scheduler
 SCHEDULER_SILENT_S = 60.0
 HOST_FIELDS = ("host", "backends", "placements", "order", "status", "started_utc", "finished_utc", "guestbench")
 ENDED = ("done", "skipped", "unavailable")
+DEAF = ("the coordinator's Dask client stopped reading the scheduler: a message failed to load (the coordinator "
+        "loads no pickle; a host may have sent one)")
 
 
 @dataclass
@@ -60,8 +65,10 @@ class HostPlan:
 
 
 def connect(address: str, insecure: bool = False, warn: Callable[[str], None] = print) -> Any:
-    """A Dask client, or one line saying why there is none (a plain address not on loopback is refused before
-    any connection unless `insecure`)."""
+    """A Dask client, or one line saying why there is none (a plain address is refused before any connection
+    unless `insecure`). It takes data from Dask only as msgpack (`deserializers`: no "pickle", nor "dask", whose
+    loader unpickles the type), and drops Dask's default `print` and `warn` topics (the latter unpickles what a
+    worker logs); the rest of Dask's unpickling is refused by guestbench.run.fleet.nopickle during a run."""
     from distributed import Client
 
     fleet_address.check(address, insecure, "command line", f"--cluster {address}", warn)
@@ -71,10 +78,13 @@ def connect(address: str, insecure: bool = False, warn: Callable[[str], None] = 
         raise UserError(f"cannot reach a Dask scheduler there (nothing listens on that port of this host); {start}",
                         source="command line", key=f"--cluster {address}")
     try:
-        return Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+        client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False, deserializers=["msgpack"])
     except (OSError, TimeoutError, TypeError, ValueError) as e:  # TypeError, ValueError: Dask's TLS settings
         raise UserError(f"cannot reach a Dask scheduler there ({type(e).__name__}: {e}); {start}",
                         source="command line", key=f"--cluster {address}") from None
+    for default_topic in ("print", "warn"):
+        client.unsubscribe_topic(default_topic)
+    return client
 
 
 def workers(client: Any) -> dict[str, dict[str, Any]]:
@@ -126,11 +136,21 @@ class FleetRun:
         self.opts = opts
         self.console = console
         self.run_id = uuid.uuid4().hex[:12]
-        self.inbox: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.inbox: queue.Queue[Any] = queue.Queue()  # the events as Dask delivers them, opened by `_take`
         self.results: ResultsFile | None = None
         self.futures: dict[str, Any] = {}  # host name -> its task's future
+        self.keys: dict[str, str] = {}  # host name -> the key its messages are sealed with (its alone)
+        self.addresses: dict[str, str] = {}  # host name -> its worker's address
+        self.numbers: dict[str, int] = {}  # host name -> the number of the newest message taken from it
+        self.finals: dict[str, dict[str, Any]] = {}  # host name -> its final message
+        self.refusals: dict[str, str | None] = {}  # host name -> why the model refused its newest document
+        self.refused: set[str] = set()  # hosts failed for what they sent: nothing more of theirs is taken
 
     def run(self, results_dir: Any) -> ResultsFile:
+        with nopickle.refusing():
+            return self._run(results_dir)
+
+    def _run(self, results_dir: Any) -> ResultsFile:
         from distributed import Event
 
         client = connect(self.opts.address, self.opts.insecure,
@@ -159,7 +179,7 @@ class FleetRun:
             for name, why in idle.items():
                 self.console.print(f"[yellow]–[/] host {name}: not run: {why}", highlight=False)
             cancel = Event(task.cancel_event_name(self.run_id), client=client)
-            client.subscribe_topic(task.topic(self.run_id), lambda event: self.inbox.put(snapshot(event[1])))
+            client.subscribe_topic(task.topic(self.run_id), lambda event: self.inbox.put(event[1]))
             with TrapSignals():
                 try:
                     self.supervise(client, plans)
@@ -178,10 +198,12 @@ class FleetRun:
                 client.unsubscribe_topic(task.topic(self.run_id))
             except Exception:
                 pass
-            client.close()
+            close(client)
 
     # ------------------------------------------------------------------ the run
     def supervise(self, client: Any, plans: list[HostPlan]) -> None:
+        self.keys = {p.name: seal.new_key() for p in plans}
+        self.addresses = {p.name: p.address for p in plans}
         self.futures = {p.name: self._submit(client, p) for p in plans}
         pending = dict(self.futures)
         with progress_display(self.console, open_ended=True) as progress:
@@ -191,7 +213,9 @@ class FleetRun:
             while pending:
                 self._drain(progress, bars, timeout=0.2)
                 for name, fut in list(pending.items()):
-                    if fut.done():
+                    if name in self.refused:  # failed, saying why, for what it sent: its task is not waited for
+                        pending.pop(name).cancel()
+                    elif fut.done():
                         self.host_ended(name, fut)
                         del pending[name]
                 if pending and time.monotonic() >= next_check:
@@ -206,15 +230,21 @@ class FleetRun:
                                              "host was not told: its run there may go on)")
                     else:
                         why = "its worker ({}) left the cluster mid-run"
+                        if deaf(client):
+                            alive, why = set(), DEAF
                     for p in plans:
                         if p.name in pending and p.address not in alive:
+                            if p.name in self.finals:  # it said how its run ended before it went
+                                self.host_ended(p.name, pending.pop(p.name))
+                                continue
                             pending.pop(p.name).cancel()
                             self.write_off(p, why.format(p.address))
             self._drain(progress, bars, timeout=0)
 
     def _submit(self, client: Any, p: HostPlan) -> Any:
         scenario_file = self.sc.to_file(backends=p.backends)
-        return client.submit(task.host_share, self.run_id, p.name, scenario_file, self.opts.child_options,
+        return client.submit(task.host_share, self.run_id, p.name, self.keys[p.name], scenario_file,
+                             self.opts.child_options,
                              key=f"guestbench-{self.run_id}-{p.name}", workers=[p.address],
                              allow_other_workers=False, resources=resources.asked(p.backends), pure=False,
                              retries=0)
@@ -227,8 +257,9 @@ class FleetRun:
                                 description=f"{name} · {self._host(name).get('status')}")
 
     def _take(self, timeout: float) -> list[str]:
-        """Merge what the inbox holds (waiting up to `timeout` for a first snapshot): only each host's newest
-        snapshot, and the file rewritten once for the batch. Returns the hosts merged."""
+        """Merge what the inbox holds (waiting up to `timeout` for a first message): only each host's newest
+        snapshot, and the file rewritten once for the batch. Returns the hosts merged. Each message is opened
+        here (guestbench.run.fleet.seal): one its sender may not send fails that host, saying why."""
         try:
             first = self.inbox.get(timeout=timeout) if timeout else self.inbox.get_nowait()
         except queue.Empty:
@@ -241,13 +272,33 @@ class FleetRun:
                 break
         latest: dict[str, dict[str, Any]] = {}
         for msg in batch:
-            if isinstance(msg, dict) and isinstance(msg.get("doc"), dict):
-                latest[str(msg.get("host"))] = msg["doc"]
+            got = seal.open_message(msg, self.keys, self.addresses)
+            if got is None or got.host in self.refused:
+                continue  # no host to blame, or one already failed
+            why = got.why or _unfit(got.body)
+            if why is None and got.seq <= self.numbers.get(got.host, 0):
+                continue  # a replay of an older message
+            if why is not None:
+                latest.pop(got.host, None)
+                self.refuse(got.host, why)
+                continue
+            assert got.body is not None
+            self.numbers[got.host] = got.seq
+            if got.body.get("final"):
+                self.finals[got.host] = got.body
+            if isinstance(got.body.get("doc"), dict):
+                latest[got.host] = got.body["doc"]
         for name, doc in latest.items():
             self.merge(name, doc, save=False)
         if latest:
             self._rf().save()  # once per batch: with many hosts, rewriting the file is the coordinator's cost
         return list(latest)
+
+    def refuse(self, name: str, why: str) -> None:
+        """Host `name` sent what it may not: it fails with `why`; what it sent before is kept, its unfinished
+        iterations become failures, and nothing more of its is taken."""
+        self.refused.add(name)
+        self._unfinished_fail(name, why, "failed")
 
     def merge(self, name: str, doc: dict[str, Any], save: bool = True) -> str | None:
         """The host's newest results document replaces what it sent before (the file rewritten unless `save`
@@ -255,6 +306,7 @@ class FleetRun:
         if name in self._rf().doc.get("hosts", {}):
             remote = self._remote(name)
             remote.take(doc, save)
+            self.refusals[name] = remote.refused
             return remote.refused
         return None
 
@@ -262,13 +314,17 @@ class FleetRun:
         return Remote(self._rf(), self._host(name), ("host", name), HOST_FIELDS)
 
     def host_ended(self, name: str, fut: Any) -> None:
-        """A host's task returned (or raised): take its final document, say how it ended."""
-        try:
-            out = fut.result()
-        except Exception as e:  # the task itself broke on the worker (not a failed sample: those are in its doc)
-            self._host_error(name, f"its task failed on the worker: {type(e).__name__}: {e}")
+        """A host's task ended: its final message (sent before the task ended, so in the inbox by now) says how
+        its run ended. Its task's result is not fetched: it would cross as pickle."""
+        self._take(timeout=0)
+        if name in self.refused:
+            return  # failed already, saying why
+        out = self.finals.get(name)
+        if out is None:
+            how = {"error": "failed on the worker", "cancelled": "was cancelled"}.get(fut.status, "ended")
+            self._host_error(name, f"its task {how} without sending its final results")
             return
-        refused = self.merge(name, out["doc"]) if isinstance(out.get("doc"), dict) else None
+        refused = self.refusals.get(name) if isinstance(out.get("doc"), dict) else None
         status = self._host(name).get("status")
         if refused:
             self._host_error(name, f"its results were refused: {refused}")
@@ -294,13 +350,18 @@ class FleetRun:
     def write_off(self, p: HostPlan, cause: str) -> None:
         """The host's worker left mid-run (or the scheduler stopped answering): its unfinished iterations are
         failures with the reason."""
+        self._unfinished_fail(p.name, cause, "lost")
+
+    def _unfinished_fail(self, name: str, cause: str, status: str) -> None:
+        """Host `name` is written off ("lost", or "failed" for what it sent): its unfinished iterations become
+        failures with the reason; what it sent until then is kept."""
         rf = self._rf()
-        why = f"host {p.name} lost: {cause} at {utc_now()}"
+        why = f"host {name} {status}: {cause} at {utc_now()}"
         with rf.lock:
-            info = rf.doc["hosts"][p.name]
-            info["status"], info["error"] = "lost", why
+            info = rf.doc["hosts"][name]
+            info["status"], info["error"] = status, why
             for cell in rf.doc["cells"]:
-                if cell.get("host") != p.name or cell.get("status") in ENDED:
+                if cell.get("host") != name or cell.get("status") in ENDED:
                     continue
                 left = remote.planned(self.sc, cell) - remote.ended_iterations(cell)
                 reps = len(cell.get("samples") or []) + sum(1 for f in cell.get("failures") or []
@@ -321,16 +382,10 @@ class FleetRun:
         deadline = time.monotonic() + CANCEL_WAIT_S
         running = {n: f for n, f in self.futures.items() if self._host(n).get("status") != "lost"}
         while running and time.monotonic() < deadline:
-            self._take(timeout=0.2)
+            self._take(timeout=0.2)  # the final documents come as messages too
             for name, fut in list(running.items()):
-                if fut.done():
+                if fut.done() or name in self.refused:
                     del running[name]
-                    try:
-                        out = fut.result(timeout=5)
-                    except Exception:
-                        continue
-                    if isinstance(out.get("doc"), dict):
-                        self.merge(name, out["doc"])
         self._take(timeout=0)
 
     # ------------------------------------------------------------------ helpers
@@ -345,11 +400,34 @@ class FleetRun:
         return self._remote(name).progress(self.sc)
 
 
-def snapshot(msg: Any) -> dict[str, Any]:
-    """A host's event as {"host", "doc"}; a message that is not one has no doc (and is ignored)."""
-    if not isinstance(msg, dict):
-        return {"host": None, "doc": None}
-    return {"host": str(msg.get("host")), "doc": task.unpack(msg.get("doc"))}
+def deaf(client: Any) -> bool:
+    """Whether Dask's client stopped reading what the scheduler sends: it does so for good when one message fails
+    to load (a message a host made for it, which held a pickle). Its futures would never end."""
+    listener = getattr(client, "_handle_report_task", None)  # Dask's own; absent: no verdict
+    return bool(listener is not None and listener.done())
+
+
+def close(client: Any) -> None:
+    """Close Dask's client; a deaf one (`deaf`) would raise its listener's failure, already reported as the
+    hosts' (and again, for 40 s, when it is collected), so it is closed as if its listener had ended."""
+    if deaf(client):
+        client._handle_report_task.exception()  # retrieved: asyncio would log it, traceback and all
+        client._handle_report_task = None
+    try:
+        client.close()
+    except Exception:  # closing is not the run: what it found is in the results file already
+        pass
+
+
+def _unfit(body: dict[str, Any] | None) -> str | None:
+    """Why a message's body is none that `host_share` sends (a snapshot {"doc"}, or the final {"doc", "exit",
+    "stderr", "final": true}), if it is not."""
+    if body is None or not (body.get("doc") is None or isinstance(body.get("doc"), dict)):
+        return "it sent a message without a results document"
+    if body.get("final") and not ((body.get("exit") is None or type(body.get("exit")) is int)
+                                  and isinstance(body.get("stderr") or "", str)):
+        return "its final message has no exit status and stderr as guestbench sends them"
+    return None
 
 
 def run_fleet(sc: Scenario, opts: FleetOptions, results_dir: Any, console: Console) -> ResultsFile:

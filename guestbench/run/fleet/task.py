@@ -5,11 +5,12 @@ on its own when its stdin closes (`--exit-with-stdin`): if the Dask worker that 
 SIGKILL, the child stops as on Ctrl-C, kills its hypervisors, removes what it made and closes its results file
 as 'interrupted'. This function runs in a Dask worker thread: it sends every new version of the child's
 results file to the coordinator (`Worker.log_event`), stops the child when the coordinator sets the run's
-cancel event, and returns the final document.
+cancel event, and sends the final document the same way, every message sealed with the host's own key.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -18,22 +19,20 @@ import subprocess
 import sys
 import tempfile
 import time
-import zlib
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
 from guestbench.host.paths import temp_root
-from guestbench.results import limits
-from guestbench.util.errors import UserError
+from guestbench.run.fleet import seal
 
 POLL_S = 0.25  # how often the child's results file is looked at
 STOP_GRACE_S = 120.0  # after SIGTERM, how long the child may take to clean up before SIGKILL
 
 
 def topic(run_id: str) -> str:
-    """The event topic on which a run's hosts send their results snapshots."""
+    """The event topic on which a run's hosts send their messages (each sealed: guestbench.run.fleet.seal)."""
     return f"guestbench-fleet-{run_id}"
 
 
@@ -41,36 +40,19 @@ def cancel_event_name(run_id: str) -> str:
     return f"guestbench-fleet-cancel-{run_id}"
 
 
-def pack(doc: dict[str, Any]) -> bytes:
-    """A snapshot as it crosses Dask: compressed JSON. JSON, because Dask's msgpack hands lists back as tuples;
-    compressed (about 10:1), because the scheduler keeps each run's last events (1,000 by default) in memory."""
-    return zlib.compress(json.dumps(doc).encode(), 6)
-
-
-def unpack(data: Any) -> dict[str, Any] | None:
-    """The document `pack` made, or None for anything else: what a host sends is not trusted, so it is inflated
-    to at most a results file's size cap and parsed as any untrusted JSON is (results.limits)."""
-    try:
-        inflate = zlib.decompressobj()
-        raw = inflate.decompress(data, limits.MAX_BYTES)
-        if inflate.unconsumed_tail or not inflate.eof:
-            return None  # larger than any results file guestbench reads, or cut short
-        doc = limits.loads(raw, "snapshot", "a guestbench results file")
-    except (TypeError, ValueError, zlib.error, UserError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def host_share(run_id: str, host: str, scenario_file: dict[str, Any], options: list[str]) -> dict[str, Any]:
+def host_share(run_id: str, host: str, key: str, scenario_file: dict[str, Any], options: list[str]) -> None:
     """Run on the worker of `host`: the scenario (already limited to the host's backends), `options` passed to
-    `guestbench scenario`. Returns {"host", "exit", "doc", "stderr"}."""
+    `guestbench scenario`. Every snapshot, then the end ({"doc", "exit", "stderr", "final"}), goes to the
+    coordinator as an event sealed with `key` (its own, given to this host alone); nothing is returned, so
+    nothing of the worker's reaches the coordinator as Dask's pickled task result."""
     from distributed import Event, get_worker
 
     worker = get_worker()
     cancel = Event(cancel_event_name(run_id))
+    numbers = itertools.count(1)
 
-    def send(doc: dict[str, Any]) -> None:
-        worker.log_event(topic(run_id), {"host": host, "doc": pack(doc)})
+    def send(body: dict[str, Any]) -> None:
+        worker.log_event(topic(run_id), seal.seal(key, host, next(numbers), body))
 
     def cancelled() -> bool:
         try:
@@ -78,7 +60,11 @@ def host_share(run_id: str, host: str, scenario_file: dict[str, Any], options: l
         except Exception:  # the scheduler is gone: nobody is left to receive samples
             return True
 
-    return run_child(host, scenario_file, options, send, cancelled)
+    try:
+        out = run_child(host, scenario_file, options, lambda doc: send({"doc": doc}), cancelled)
+    except Exception as e:  # said in the final message: a task's own exception would cross as pickle
+        out = {"exit": None, "doc": None, "stderr": f"{type(e).__name__}: {e}"}
+    send({"doc": out.get("doc"), "exit": out.get("exit"), "stderr": out.get("stderr"), "final": True})
 
 
 def run_child(host: str, scenario_file: dict[str, Any], options: list[str], send: Callable[[dict[str, Any]], None],

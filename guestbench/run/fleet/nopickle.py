@@ -1,0 +1,60 @@
+"""No unpickling in the coordinator while it speaks to a fleet.
+
+Dask's client unpickles what reaches it from the scheduler and the workers in several places no setting turns off:
+a `__Pickled__` frame in any message (distributed.protocol.core.loads), a result's type (`key-in-memory`), a
+task's exception and traceback, a `warn` event's payload. A fleet host is not trusted, and a pickle is code. So,
+while a fleet run talks to Dask, an audit hook (PEP 578) refuses every `pickle.find_class`, the one step by which
+a pickle reaches a function or class (but `bytes`, below); what is left of pickle builds only plain values (str,
+bytes, numbers, containers), which run nothing. guestbench itself needs no pickle from a fleet: what a host sends crosses as
+sealed bytes it parses (guestbench.run.fleet.seal). An audit hook cannot be removed, so it is added once and
+acts only inside `refusing()`."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+_lock = threading.Lock()
+_state = {"installed": False, "refusing": 0}
+
+
+class PickleRefused(TypeError):
+    """TypeError: what Dask's client catches where a payload fails to load (a result's type, a traceback)."""
+
+
+# What Dask's own messages need: a task's error reaches the client as bytes wrapped in Dask's "dask" family, whose
+# header names its type by pickle; were it refused, the client would stop reading the scheduler. Calling bytes()
+# makes bytes, and nothing else.
+ALLOWED = {("builtins", "bytes")}
+
+
+def _hook(event: str, args: tuple[Any, ...]) -> None:
+    if event == "pickle.find_class" and _state["refusing"] and tuple(args[:2]) not in ALLOWED:
+        raise PickleRefused(f"refused to unpickle {str(args[0])[:60]}.{str(args[1])[:60]}: the coordinator of a "
+                            "fleet run loads no pickle (guestbench.run.fleet.nopickle)")
+
+
+@contextmanager
+def refusing() -> Iterator[None]:
+    """Every unpickling in this process, in every thread, refused while inside."""
+    with _lock:
+        if not _state["installed"]:
+            sys.addaudithook(_hook)
+            _state["installed"] = True
+        _state["refusing"] += 1
+    # Dask logs each load that fails, traceback and all: a result's type (sent pickled with every finished task)
+    # fails here every time, as it should; a message that fails is reported by the coordinator in its words
+    quiet = [logging.getLogger(name) for name in ("distributed.protocol.pickle", "distributed.protocol.core")]
+    levels = [log.level for log in quiet]
+    for log in quiet:
+        log.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for log, level in zip(quiet, levels):
+            log.setLevel(level)
+        with _lock:
+            _state["refusing"] -= 1
