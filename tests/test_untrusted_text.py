@@ -147,11 +147,15 @@ def test_a_hosts_refused_results_quoting_markup_fail_that_host_and_print(tmp_pat
     hostile["cells"][0]["status"] = "[/]"
     hostile["cells"][0]["label"] = "x\x1b]0;pwned\x07\u202e"
 
-    class Done:
-        def result(self) -> dict[str, Any]:
-            return {"doc": hostile, "exit": 0, "stderr": ""}
+    from guestbench.run.fleet import seal
 
-    run.host_ended("beta", Done())
+    run.keys, run.addresses = {"beta": seal.new_key()}, {"beta": "tcp://10.0.0.2:4000"}
+    run.inbox.put(seal.seal(run.keys["beta"], "beta", 1, {"doc": hostile, "exit": 0, "stderr": "", "final": True}))
+
+    class Ended:
+        status = "finished"
+
+    run.host_ended("beta", Ended())
     assert 'host beta: its results were refused: cells[0].status: "[/]" is not a cell status' in out.getvalue()
     assert json.loads((tmp_path / "r.json").read_text())["hosts"]["beta"]["status"] == "failed"
 
@@ -261,3 +265,27 @@ def test_a_bidi_override_in_a_label_reaches_no_report_file(tmp_path: Path) -> No
     for path in (out / "report.md", out / "index.html"):
         text = path.read_text()
         assert "\u202e" not in text and "\u2067" not in text and "exe.\\u202etxt" in text.replace("\\\\", "\\")
+
+
+def test_a_host_named_with_markup_or_escapes_is_printed_as_text_when_lost_or_idle(tmp_path: Path) -> None:
+    """A worker picks its own name: "[/]" raised MarkupError where a host was written off or left idle, ending the
+    fleet run with every other host's later samples lost; ESC reached root's terminal (issue 46, review)."""
+    from guestbench.run.fleet import coordinator
+
+    name = "[/]\x1b]0;owned\x07"
+    doc = fleet_doc({name: ["tcg"], "beta": ["uml"]})
+    sc = parse_scenario({"name": "t", "backends": ["uml", "tcg"], "measurements": ["startup"]}, "t")
+    run = fleet_run(tmp_path, sc, doc)
+    run.console, out = _terminal()
+    run.write_off(coordinator.HostPlan(name, "tcp://10.0.0.1:4000", {"bench": 1, "tcg": 1}, ["tcg"]), "gone")
+    assert "host [/]\\x1b]0;owned\\x07 lost: gone" in out.getvalue() and "\x1b]0;" not in out.getvalue()
+    assert json.loads((tmp_path / "r.json").read_text())["hosts"][name]["status"] == "lost"
+
+
+def test_a_workers_resources_are_kept_only_as_guestbench_reads_them() -> None:
+    """Dask passes on whatever a worker advertises: a NaN resource was written into the fleet's results file, which
+    every reader then refused (issue 46, review)."""
+    from guestbench.run.fleet import resources
+
+    assert resources.known({"bench": float("nan"), "uml": 1, "tcg": "1", "x" * 99: 1, "kvm": True}) == {"uml": 1.0}
+    assert resources.known(["bench"]) == {} and resources.known(None) == {}

@@ -27,7 +27,9 @@ def utc_now() -> str:
 
 
 def _encode(doc: dict[str, Any]) -> bytes:
-    return (json.dumps(doc, indent=1, sort_keys=False) + "\n").encode()
+    """The JSON of a document guestbench writes: never a NaN or Infinity (ValueError here, the file untouched), which
+    every reader of results would refuse (results.limits)."""
+    return (json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n").encode()
 
 
 def atomic_write_json(path: Path, doc: dict[str, Any]) -> None:

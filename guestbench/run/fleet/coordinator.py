@@ -96,7 +96,7 @@ def workers(client: Any) -> dict[str, dict[str, Any]]:
     info = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=ASK_TIMEOUT_S)
     out: dict[str, dict[str, Any]] = {}
     for addr, w in info["workers"].items():
-        out[str(w.get("name", addr))] = {"address": addr, "resources": dict(w.get("resources") or {})}
+        out[str(w.get("name", addr))] = {"address": addr, "resources": resources.known(w.get("resources"))}
     return out
 
 
@@ -154,7 +154,7 @@ class FleetRun:
         from distributed import Event
 
         client = connect(self.opts.address, self.opts.insecure,
-                         lambda line: self.console.print(line, style="yellow", highlight=False, markup=False))
+                         lambda line: self.console.print(inert(line, "yellow"), highlight=False))
         try:
             try:
                 cluster = workers(client)
@@ -177,7 +177,7 @@ class FleetRun:
                     rf.doc["hosts"][name] = {"address": None, "status": None, "error": f"not run: {why}"}
                 rf.save()
             for name, why in idle.items():
-                self.console.print(f"[yellow]–[/] host {name}: not run: {why}", highlight=False)
+                self.console.print("[yellow]–[/] ", inert(f"host {name}: not run: {why}"), sep="", highlight=False)
             cancel = Event(task.cancel_event_name(self.run_id), client=client)
             client.subscribe_topic(task.topic(self.run_id), lambda event: self.inbox.put(event[1]))
             with TrapSignals():
@@ -371,7 +371,7 @@ class FleetRun:
                                                     utc=utc_now()).to_dict())
                 cell["status"] = "interrupted"
             rf.save()
-        self.console.print(f"[red]✗[/] {why}; its samples until then are kept", highlight=False)
+        self.console.print("[red]✗[/] ", inert(f"{why}; its samples until then are kept"), sep="", highlight=False)
 
     def _cancel(self, cancel: Any) -> None:
         """Ask every host to stop; wait (bounded) for their last snapshots and final documents."""

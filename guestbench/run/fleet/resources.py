@@ -7,6 +7,7 @@ scheduler sends it only to a host that can launch them.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from guestbench.backends import BACKENDS
@@ -27,3 +28,13 @@ def backends_of(resources: Mapping[str, Any] | None) -> list[str]:
 def asked(backends: list[str]) -> dict[str, float]:
     """What a host task needs: the bench to itself, and each backend it launches."""
     return {BENCH: 1, **{name: 1 for name in backends}}
+
+
+def known(raw: Any) -> dict[str, float]:
+    """What a worker advertised, as far as guestbench reads it: `bench` and the backends' names, each with a finite
+    number. The rest is a host's own word, kept out of the run's file (a NaN there, which Dask passes on, would be
+    written and then refused by every reader of the fleet's results)."""
+    if not isinstance(raw, Mapping):
+        return {}
+    return {k: float(v) for k, v in raw.items() if k in (BENCH, *BACKENDS)
+            and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
