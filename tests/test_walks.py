@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,7 +161,63 @@ def test_a_hard_link_to_roots_0600_results_in_nobodys_directory_is_not_read(nobo
     os.link(secret, nobodys / "zz.json")
     done = guestbench("history", str(nobodys), "--json", timeout=120)
     assert SECRET_DATE not in done.stdout and "77.1" not in done.stdout
-    _one_line(done, str(nobodys / "zz.json"), "2 hard links", "not read")
+    _one_line(done, str(nobodys / "zz.json"), "with 2 link(s)", "not read")
+
+
+def test_a_hard_link_to_roots_0600_results_in_a_directory_anyone_can_write_is_not_read(nobodys: Path) -> None:
+    """The same link in a root-owned directory that others can write (a team's shared 0777 results directory)."""
+    secret = _secret(nobodys.parent / "root-only")
+    write_series(nobodys, [20, 20, 20])
+    nobodys.chmod(0o777)
+    os.link(secret, nobodys / "zz.json")
+    done = guestbench("history", str(nobodys), "--json", timeout=120)
+    assert SECRET_DATE not in done.stdout and "77.1" not in done.stdout
+    _one_line(done, str(nobodys / "zz.json"), "with 2 link(s)", "mode 777", "not read")
+
+
+# root's side, a run saving its results: when root's history opens TRIGGER, write a new file and rename it over
+# VICTIM (another inode under the same name, as ResultsFile.save does after every sample)
+SAVER = r"""
+import ctypes, os, struct, sys
+d, trigger, victim = sys.argv[1:4]
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+if fd < 0 or libc.inotify_add_watch(fd, d.encode(), 0x20) < 0:  # IN_OPEN
+    sys.exit("inotify: " + os.strerror(ctypes.get_errno()))
+print("watching", flush=True)
+opened = False
+while not opened:
+    buf, i = os.read(fd, 65536), 0
+    while i < len(buf):
+        n = struct.unpack_from("iIII", buf, i)[3]
+        opened |= buf[i + 16:i + 16 + n].rstrip(b"\0").decode() == trigger
+        i += 16 + n
+with open(os.path.join(d, victim), "rb") as f:
+    data = f.read()
+with open(os.path.join(d, ".saving"), "wb") as f:
+    f.write(data)
+os.rename(os.path.join(d, ".saving"), os.path.join(d, victim))
+print("saved", flush=True)
+"""
+
+
+def test_a_run_saving_into_the_directory_while_history_reads_it_is_read(tmp_path: Path) -> None:
+    """A run renames a new results file over its own after every sample: history reads what stands there then,
+    as it did before the walk (issue 46, review: the walk refused the new inode as a swap)."""
+    _write(tmp_path / "a.json", _run_doc("2026-11-10T10:00:00", [6.0] * SLOW_SAMPLES))
+    _write(tmp_path / "b.json", _run_doc("2026-11-11T10:00:00", [6.0, 6.1, 6.2]))
+    saver = subprocess.Popen([sys.executable, "-c", SAVER, str(tmp_path), "a.json", "b.json"],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert saver.stdout is not None and saver.stdout.readline() == "watching\n"
+        done = guestbench("history", str(tmp_path), "--json", timeout=120)
+        assert saver.stdout.readline() == "saved\n" and saver.wait(timeout=30) == 0
+    finally:
+        if saver.poll() is None:
+            os.killpg(saver.pid, signal.SIGKILL)
+            saver.wait()
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(done.stdout)["machines"][0]["runs"]) == 2
 
 
 def _padded(doc: dict, size: int) -> str:

@@ -71,8 +71,12 @@ class Holder:
 
 def holders(st: os.stat_result) -> list[Holder]:
     """The processes holding an flock on the file that `st` describes (waiters, listed with "->", are not), from
-    /proc/locks (device as major:minor in hex, then the inode); [] when none is listed or it cannot be read."""
-    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    /proc/locks; [] when none is listed or it cannot be read. /proc/locks names the superblock's device, which is
+    not stat's on btrfs or an overlay of several file systems, and the pid that took the lock, which may have ended
+    and been reused by another user's process: so a line is matched by inode, and its pid counted only when that
+    process has the very file open (/proc/PID/fd); where its descriptors cannot be read (another user's process,
+    to a user who is not root), only when the device matches too."""
+    exact = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     try:
         text = PROC_LOCKS.read_text()
     except OSError:
@@ -80,10 +84,30 @@ def holders(st: os.stat_result) -> list[Holder]:
     found = []
     for line in text.splitlines():
         f = line.split()  # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5391238 0 EOF"
-        if len(f) >= 6 and f[1] == "FLOCK" and f[5] == key and f[4].lstrip("-").isdigit():
-            pid = max(int(f[4]), 0)
-            found.append(Holder(pid, procs.proc_euid(pid) if pid else None, procs.proc_cmdline(pid) if pid else ""))
+        if len(f) < 6 or f[1] != "FLOCK" or f[5].rpartition(":")[2] != str(st.st_ino) or not f[4].isdigit():
+            continue
+        pid = int(f[4])
+        holds = _has_open(pid, st) if pid else None
+        if holds is False or (holds is None and f[5] != exact):
+            continue  # a reused pid, or the same inode on another file system
+        found.append(Holder(pid, procs.proc_euid(pid) if pid else None, procs.proc_cmdline(pid) if pid else ""))
     return found
+
+
+def _has_open(pid: int, st: os.stat_result) -> bool | None:
+    """Whether process `pid` has the file `st` describes open; None when that cannot be seen (its descriptors are
+    another user's, or it is gone: the lock then held by a process it left, sent or forked the descriptor to)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            if os.path.samestat(os.stat(f"/proc/{pid}/fd/{fd}"), st):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _own_regular(st: os.stat_result) -> bool:

@@ -4,9 +4,12 @@ directory, the dry run's earlier results, pytest-benchmark's `.benchmarks/`.
 Checking a name and then opening it again by name is a race another user can win: a file listed as regular is
 swapped for a link to a file only root may read, a subdirectory for a link to one. So every name below the path
 given is opened relative to its directory's descriptor without following links (O_NOFOLLOW, O_PATH first so that
-a FIFO or device swapped in is never opened for reading), and what is opened must be the very file listed (the
-same device and inode, still a regular file or a directory); anything else is `Changed`, one line naming it. The
-path given itself is followed, as bounded.read_bytes follows a file named: the user running guestbench named it.
+a FIFO or device swapped in is never opened for reading), and what is opened must still be a regular file (a run
+saving into the directory renames a new file over its results file after every sample: another inode, the same
+kind) or the very directory listed (the same device and inode); anything else is `Changed`, one line naming it. A
+file that may be a link another user made to a file of someone else's (fs.protected_hardlinks=0 allows it) is
+`Changed` too. The path given itself is followed, as bounded.read_bytes follows a file named: the user running
+guestbench named it.
 
 What is read is bounded as it is read: files listed (counted when a directory is listed, before anything in it is
 read), entries looked at, levels walked down, and bytes actually read (each file's size is checked before it is
@@ -92,7 +95,7 @@ class Listed:
     def read(self, what: str, cap: int) -> bytes:
         """The file's bytes (at most `cap`, and what the budget has left); Changed if it is no longer the file
         listed, Capped past the budget, a UserError if it cannot be read."""
-        handle = _open_path(self.name, self.dir_fd, self.path, stat.S_ISREG, self.ident, "a regular file")
+        handle = _open_path(self.name, self.dir_fd, self.path, stat.S_ISREG, None, "a regular file")
         _not_a_planted_link(handle, self.dir_fd, self.path)
         try:
             fd = os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -112,15 +115,17 @@ class Listed:
 
 
 def _not_a_planted_link(handle: int, dir_fd: int, path: str) -> None:
-    """Changed (and `handle` closed) when the file has other hard links and is not its directory owner's: with
-    fs.protected_hardlinks=0 another user may link a file only root can read into a directory of theirs, and a
-    listing cannot tell that link from a file of their own."""
+    """Changed (and `handle` closed) when the file may be a hard link that another user made to a file they cannot
+    read (fs.protected_hardlinks=0 lets anyone link anyone's file into a directory of theirs, and a listing cannot
+    tell such a link from a file of their own): a file in a directory of another user's (not root's, not the
+    effective user's) that is not that user's own, or a file with other links in a directory others can write."""
     st, where = os.fstat(handle), os.fstat(dir_fd)
-    if st.st_nlink > 1 and st.st_uid != where.st_uid:
+    others_dir = where.st_uid not in (0, os.geteuid())
+    if (others_dir and st.st_uid != where.st_uid) or (st.st_nlink > 1 and (others_dir or where.st_mode & 0o022)):
         os.close(handle)
-        raise Changed(f"a file with {st.st_nlink} hard links, owned by uid {st.st_uid} in a directory of uid "
-                      f"{where.st_uid}; not read (it may be a link to a file its directory's owner cannot read)",
-                      source=path)
+        raise Changed(f"a file of uid {st.st_uid} with {st.st_nlink} link(s) in a directory of uid {where.st_uid} "
+                      f"(mode {stat.S_IMODE(where.st_mode):o}); not read (it may be a link to a file that is not "
+                      "its directory owner's)", source=path)
 
 
 def _kind(mode: int) -> str:
@@ -128,9 +133,10 @@ def _kind(mode: int) -> str:
         "a regular file" if stat.S_ISREG(mode) else "not a regular file"
 
 
-def _open_path(name: str, dir_fd: int, path: str, want: Callable[[int], bool], ident: tuple[int, int],
+def _open_path(name: str, dir_fd: int, path: str, want: Callable[[int], bool], ident: tuple[int, int] | None,
                listed: str) -> int:
-    """An O_PATH descriptor on `name` in `dir_fd`, the link itself if it is one, checked to be what was listed."""
+    """An O_PATH descriptor on `name` in `dir_fd`, the link itself if it is one, checked to be what was listed: of
+    the kind `want` accepts and, when `ident` is given, the very file (device and inode)."""
     try:
         handle = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -139,7 +145,7 @@ def _open_path(name: str, dir_fd: int, path: str, want: Callable[[int], bool], i
     except OSError as e:
         raise UserError(f"cannot open: {e.strerror or e}", source=path) from None
     st = os.fstat(handle)
-    if not want(st.st_mode) or (st.st_dev, st.st_ino) != ident:
+    if not want(st.st_mode) or (ident is not None and (st.st_dev, st.st_ino) != ident):
         os.close(handle)
         now = _kind(st.st_mode) if not want(st.st_mode) else "another file"
         raise Changed(f"changed while being read: listed as {listed}, now {now}; not read and not followed (a "
