@@ -92,10 +92,12 @@ def test_a_message_crosses_as_sealed_compressed_json_and_anything_else_is_droppe
     for dropped in ("text", {**msg, "mac": "0" * 64}, {**msg, "seq": 2}, seal.seal(seal.new_key(), "beta", 1, {}),
                     {**msg, "worker": workers["beta"]}, {**msg, "data": msg["data"] + b"x"}):
         assert seal.open_message(dropped, keys, workers) is None, dropped
-    # sealed by alpha, naming beta: alpha's fault
+    # sealed by alpha, naming beta, sent from alpha's worker (Dask stamps its address): alpha's fault
     forged = seal.seal(keys["alpha"], "beta", 1, {"doc": doc})
-    assert seal.open_message(forged, keys, workers) == seal.Opened("alpha", 1, None, "it sent results naming host "
-                                                                   "beta, sealed with its own key")
+    assert seal.open_message({**forged, "worker": workers["alpha"]}, keys, workers) == seal.Opened(
+        "alpha", 1, None, "it sent results naming host beta, sealed with its own key")
+    assert seal.open_message(forged, keys, workers) is None  # logged through a client: only beta's key is tried
+    assert seal.open_message({**msg, "data": b"x" * (seal.MAX_SEALED + 1)}, keys, workers) is None  # before a key
     # sealed, but not a bounded JSON document: inflating past a results file's cap, nesting too deep, 200 digits
     for bad in (b"not zlib", zlib.compress(b"[1]"), zlib.compress(b" " * (65 * 2**20) + b"{}"),
                 zlib.compress(b"[" * 100_000 + b"]" * 100_000), zlib.compress(b'{"rep": ' + b"1" * 200 + b"}")):
@@ -244,3 +246,33 @@ def test_compare_matches_two_fleet_runs_host_by_host() -> None:
     assert sorted(f"{r.backend}/{r.placement}/{r.measurement}" for r in rows) == ["uml/host@alpha/startup", "uml/host@beta/startup"]
     assert compare.check_hosts(base, other) == []
     assert compare.software_changes(base, other) == [f"host beta: kernel: {base.host['kernel']!r} vs '6.99'"]
+
+
+def test_only_each_hosts_newest_message_is_read_replays_and_superseded_ones_never(tmp_path: Path) -> None:
+    """Inflating and parsing is the costly part (60 MiB of JSON from 61 KB): a replay, or a message older than
+    another of the same batch, is dropped on its seal and number alone, never read (issue 46, review). Here each
+    such message is sealed but unreadable: had it been read, beta would have failed."""
+    import zlib
+
+    from guestbench.run.fleet import seal
+
+    doc = fleet_doc({"alpha": ["uml"], "beta": ["tcg"]})
+    sc = parse_scenario({"name": "t", "backends": ["uml", "tcg"], "measurements": ["startup"]}, "t")
+    run = fleet_run(tmp_path, sc, doc)
+    run.keys, run.addresses = {"beta": seal.new_key()}, {"beta": "tcp://10.0.0.2:4000"}
+    beta = {k: v for k, v in fleet_doc({"beta": ["tcg"]}).items()}
+    unreadable = zlib.compress(b"[" * 100_000)
+
+    def sealed(seq: int, data: bytes | None = None) -> dict[str, Any]:
+        if data is None:
+            return seal.seal(run.keys["beta"], "beta", seq, {"doc": beta})
+        return {"host": "beta", "seq": seq, "data": data, "mac": seal._mac(run.keys["beta"], "beta", seq, data)}
+
+    run.numbers["beta"] = 10
+    for msg in (sealed(4, unreadable), sealed(11, unreadable), sealed(12)):  # a replay; superseded in the batch
+        run.inbox.put(msg)
+    assert run._take(timeout=0) == ["beta"]
+    assert "beta" not in run.refused and run.numbers["beta"] == 12
+    run.inbox.put(sealed(13, unreadable))  # the newest, read: beta fails saying why
+    run._take(timeout=0)
+    assert "beta" in run.refused

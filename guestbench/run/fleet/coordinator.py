@@ -270,24 +270,32 @@ class FleetRun:
                 batch.append(self.inbox.get_nowait())
             except queue.Empty:
                 break
-        latest: dict[str, dict[str, Any]] = {}
+        newest: dict[str, seal.Sealed] = {}  # per host, the one message of the batch worth reading
         for msg in batch:
-            got = seal.open_message(msg, self.keys, self.addresses)
-            if got is None or got.host in self.refused:
+            sealed = seal.identify(msg, self.keys, self.addresses)  # the seal only: nothing inflated or parsed yet
+            if sealed is None or sealed.host in self.refused:
                 continue  # no host to blame, or one already failed
+            if sealed.why is None and sealed.seq <= max(self.numbers.get(sealed.host, 0),
+                                                         newest[sealed.host].seq if sealed.host in newest else 0):
+                continue  # a replay, or older than one of this batch: never read
+            if sealed.why is not None:
+                newest.pop(sealed.host, None)
+                self.refuse(sealed.host, sealed.why)
+                continue
+            newest[sealed.host] = sealed
+        latest: dict[str, dict[str, Any]] = {}
+        for host, sealed in newest.items():
+            got = sealed.open()
             why = got.why or _unfit(got.body)
-            if why is None and got.seq <= self.numbers.get(got.host, 0):
-                continue  # a replay of an older message
             if why is not None:
-                latest.pop(got.host, None)
-                self.refuse(got.host, why)
+                self.refuse(host, why)
                 continue
             assert got.body is not None
-            self.numbers[got.host] = got.seq
+            self.numbers[host] = got.seq
             if got.body.get("final"):
-                self.finals[got.host] = got.body
+                self.finals[host] = got.body
             if isinstance(got.body.get("doc"), dict):
-                latest[got.host] = got.body["doc"]
+                latest[host] = got.body["doc"]
         for name, doc in latest.items():
             self.merge(name, doc, save=False)
         if latest:

@@ -60,6 +60,11 @@ def seal(key: str, host: str, seq: int, body: dict[str, Any]) -> dict[str, Any]:
     return {"host": host, "seq": seq, "data": data, "mac": _mac(key, host, seq, data)}
 
 
+MAX_SEALED = limits.MAX_BYTES + 2**20
+"""The most compressed bytes a message may carry: a results file's cap, incompressible (zlib adds ~0.03 %). Longer
+is dropped before any key is tried: checking a seal costs a pass over the bytes per key."""
+
+
 @dataclass
 class Opened:
     host: str  # who sent it: the host whose key seals it
@@ -68,24 +73,53 @@ class Opened:
     why: str | None = None
 
 
-def open_message(msg: Any, keys: dict[str, str], workers: dict[str, str]) -> Opened | None:
-    """The message a host sent, checked against `keys` (host -> its key) and `workers` (host -> its worker's
-    address); None when no host can be blamed for it (dropped). Only a key names the sender: Dask's scheduler
-    writes the sending worker's address into a worker's event as `worker`, but an event logged through a client
-    carries whatever `worker` it was given, so a `worker` that is not the sealer's marks a replay (dropped),
-    never a culprit."""
+@dataclass
+class Sealed:
+    """A message whose seal was checked, not yet inflated or parsed (that is the costly part: done only for the
+    message the coordinator will take, after replays and hosts already failed are dropped)."""
+
+    host: str  # who sent it: the host whose key seals it
+    seq: int
+    data: bytes
+    why: str | None = None  # set: the host sent what it may not (its body is never read)
+
+    def open(self) -> Opened:
+        if self.why is not None:
+            return Opened(self.host, self.seq, None, self.why)
+        try:
+            return Opened(self.host, self.seq, read(self.data))
+        except UserError as e:
+            return Opened(self.host, self.seq, None, f"its results were refused: {e}")
+
+
+def identify(msg: Any, keys: dict[str, str], workers: dict[str, str]) -> Sealed | None:
+    """Who sealed the message, checked against `keys` (host -> its key) and `workers` (host -> its worker's
+    address); None when no host can be blamed for it (dropped). Only a key names the sender, and at most two are
+    tried: the key of the host the message names, and that of the host whose worker Dask's scheduler stamped on it
+    (a worker's event carries its address as `worker`; an event logged through a client carries whatever `worker`
+    it was given, so a `worker` that is not the sealer's marks a replay, dropped, never a culprit)."""
     if not isinstance(msg, dict):
         return None
     claimed, seq, data, mac = msg.get("host"), msg.get("seq"), msg.get("data"), msg.get("mac")
     if not (isinstance(claimed, str) and type(seq) is int and isinstance(data, bytes) and isinstance(mac, str)):
         return None
-    sealer = next((h for h, k in keys.items() if hmac.compare_digest(_mac(k, claimed, seq, data), mac)), None)
+    if len(data) > MAX_SEALED:
+        return None
+    stamp = msg.get("worker")
+    tried = [claimed] if claimed in keys else []
+    tried += [h for h, address in workers.items() if stamp is not None and address == stamp and h not in tried]
+    sealer = next((h for h in tried if h in keys and hmac.compare_digest(_mac(keys[h], claimed, seq, data), mac)),
+                  None)
     if sealer is None or msg.get("worker", workers.get(sealer)) != workers.get(sealer):
         return None
     if claimed != sealer:  # a name quoted only when it is one of the run's: a host's text is not printed
         other = f"host {claimed}" if claimed in keys else "a host not in this run"
-        return Opened(sealer, seq, None, f"it sent results naming {other}, sealed with its own key")
-    try:
-        return Opened(sealer, seq, read(data))
-    except UserError as e:
-        return Opened(sealer, seq, None, f"its results were refused: {e}")
+        return Sealed(sealer, seq, b"", f"it sent results naming {other}, sealed with its own key")
+    return Sealed(sealer, seq, data)
+
+
+def open_message(msg: Any, keys: dict[str, str], workers: dict[str, str]) -> Opened | None:
+    """The message a host sent, its seal checked (identify) and its body read; None when no host can be blamed
+    for it (dropped)."""
+    sealed = identify(msg, keys, workers)
+    return None if sealed is None else sealed.open()

@@ -49,7 +49,7 @@ def host_share(run_id: str, host: str, key: str, scenario_file: dict[str, Any], 
 
     worker = get_worker()
     cancel = Event(cancel_event_name(run_id))
-    numbers = itertools.count(1)
+    numbers = itertools.count(time.time_ns())  # never one a rerun of this task at this address sent already
 
     def send(body: dict[str, Any]) -> None:
         worker.log_event(topic(run_id), seal.seal(key, host, next(numbers), body))
