@@ -31,11 +31,10 @@ from test_history import results, write_series
 SECRET_DATE = "2026-11-13T13:13:13"  # root's own run: never in the output of a history of nobody's directory
 SLOW_SAMPLES = 200_000  # ~6.5 MB: root parses it for about a second, while nobody swaps the next name
 
-# nobody's side: watch DIR for root opening TRIGGER (or any of a comma-separated list), then put a link to TARGET
-# where VICTIM was (a file replaced in one rename; a directory moved aside first), say so and end.
-WATCHER = r"""
+# watch DIR (argv[1]) for root opening TRIGGER (argv[2], or any of a comma-separated list), then go on
+WAIT_FOR_OPEN = r"""
 import ctypes, os, struct, sys
-d, trigger, victim, target = sys.argv[1:5]
+d, trigger = sys.argv[1:3]
 libc = ctypes.CDLL(None, use_errno=True)
 fd = libc.inotify_init1(0)
 if fd < 0 or libc.inotify_add_watch(fd, d.encode(), 0x20) < 0:  # IN_OPEN
@@ -48,6 +47,12 @@ while not opened:
         n = struct.unpack_from("iIII", buf, i)[3]
         opened |= buf[i + 16:i + 16 + n].rstrip(b"\0").decode() in trigger.split(",")
         i += 16 + n
+"""
+
+# nobody's side: then put a link to TARGET where VICTIM was (a file replaced in one rename; a directory moved aside
+# first), say so and end.
+WATCHER = WAIT_FOR_OPEN + r"""
+victim, target = sys.argv[3:5]
 os.symlink(target, os.path.join(d, ".link"))
 if os.path.isdir(os.path.join(d, victim)):
     os.rename(os.path.join(d, victim), os.path.join(d, victim + ".aside"))
@@ -175,23 +180,10 @@ def test_a_hard_link_to_roots_0600_results_in_a_directory_anyone_can_write_is_no
     _one_line(done, str(nobodys / "zz.json"), "with 2 link(s)", "mode 777", "not read")
 
 
-# root's side, a run saving its results: when root's history opens TRIGGER, write a new file and rename it over
-# VICTIM (another inode under the same name, as ResultsFile.save does after every sample)
-SAVER = r"""
-import ctypes, os, struct, sys
-d, trigger, victim = sys.argv[1:4]
-libc = ctypes.CDLL(None, use_errno=True)
-fd = libc.inotify_init1(0)
-if fd < 0 or libc.inotify_add_watch(fd, d.encode(), 0x20) < 0:  # IN_OPEN
-    sys.exit("inotify: " + os.strerror(ctypes.get_errno()))
-print("watching", flush=True)
-opened = False
-while not opened:
-    buf, i = os.read(fd, 65536), 0
-    while i < len(buf):
-        n = struct.unpack_from("iIII", buf, i)[3]
-        opened |= buf[i + 16:i + 16 + n].rstrip(b"\0").decode() == trigger
-        i += 16 + n
+# root's side, a run saving its results: then write a new file and rename it over VICTIM (another inode under the
+# same name, as ResultsFile.save does after every sample)
+SAVER = WAIT_FOR_OPEN + r"""
+victim = sys.argv[3]
 with open(os.path.join(d, victim), "rb") as f:
     data = f.read()
 with open(os.path.join(d, ".saving"), "wb") as f:
