@@ -29,6 +29,7 @@ from guestbench.run.fleet import seal
 
 POLL_S = 0.25  # how often the child's results file is looked at
 STOP_GRACE_S = 120.0  # after SIGTERM, how long the child may take to clean up before SIGKILL
+ASK_S = 30.0  # how long the scheduler may take to say whether the run was cancelled
 
 
 def topic(run_id: str) -> str:
@@ -45,18 +46,19 @@ def host_share(run_id: str, host: str, key: str, scenario_file: dict[str, Any], 
     `guestbench scenario`. Every snapshot, then the end ({"doc", "exit", "stderr", "final"}), goes to the
     coordinator as an event sealed with `key` (its own, given to this host alone); nothing is returned, so
     nothing of the worker's reaches the coordinator as Dask's pickled task result."""
-    from distributed import Event, get_worker
+    from distributed import get_worker
+    from distributed.utils import sync
 
     worker = get_worker()
-    cancel = Event(cancel_event_name(run_id))
     numbers = itertools.count(time.time_ns())  # never one a rerun of this task at this address sent already
 
     def send(body: dict[str, Any]) -> None:
         worker.log_event(topic(run_id), seal.seal(key, host, next(numbers), body))
 
     def cancelled() -> bool:
-        try:
-            return bool(cancel.is_set())
+        try:  # asked on the worker's own connection: a worker's certificate may not register a Dask client
+            return bool(sync(worker.loop, worker.scheduler.event_is_set, name=cancel_event_name(run_id),
+                             callback_timeout=ASK_S))
         except Exception:  # the scheduler is gone: nobody is left to receive samples
             return True
 

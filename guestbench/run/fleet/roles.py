@@ -1,0 +1,199 @@
+"""Roles by certificate: a fleet host's certificate makes it a worker, never a client of the scheduler.
+
+Dask gives a TLS certificate no role: any certificate the fleet's CA signed lets its holder register as a
+client, read every task's arguments (the other hosts' keys among them), have code run on every worker
+(`run_function`, `broadcast`), set the run's cancel event, or connect to another worker and call its `run`.
+guestbench puts the role in the certificate's subject (common name `guestbench-ROLE`, or `guestbench-ROLE.`
+followed by anything, e.g. the host's name) and checks it where Dask does not:
+
+- the scheduler, with this module as its preload (`dask scheduler --preload guestbench.run.fleet.roles`):
+  only a coordinator's certificate may call its handlers; a worker's may call those a worker needs
+  (WORKER_CALLS) and, on the stream its registration opens, send what a worker sends (WORKER_STREAM);
+  other peers (no certificate, another role) are turned away after the TLS handshake;
+- each `guestbench worker` whose own certificate is a worker's (`worker_setup`): only the scheduler's
+  certificate may connect to it, and its code-running handlers are refused to everyone (BLOCKED_ON_WORKER).
+
+A refused call is an error to its caller (Dask's error reply, as for a handler that raised), logged by the
+scheduler in one line.
+Relies on Dask internals named in /work/i46-notes/roles.md (distributed 2026.8.0)."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any, Callable
+
+PREFIX = "guestbench-"
+ROLES = ("scheduler", "worker", "coordinator")
+# What a worker calls on the scheduler: its registration, its heartbeat, and whether its run was cancelled
+WORKER_CALLS = frozenset({"register-worker", "heartbeat_worker", "event_is_set"})
+# What a worker sends on its stream (distributed.scheduler.Scheduler: worker_handlers)
+WORKER_STREAM = frozenset({"task-finished", "task-erred", "release-worker-data", "add-keys", "long-running",
+                           "reschedule", "keep-alive", "log-event", "worker-status-change",
+                           "request-refresh-who-has"})
+# A worker's handlers that run code or take files or data a peer sends; guestbench's coordinator uses none
+BLOCKED_ON_WORKER = ("run", "run_coroutine", "plugin-add", "plugin-remove", "upload_file", "actor_execute",
+                     "actor_attribute", "update_data", "benchmark_disk", "benchmark_memory", "benchmark_network")
+
+log = logging.getLogger("guestbench.fleet.roles")
+
+
+class RoleRefused(PermissionError):
+    """A peer asked for what its certificate's role may not do."""
+
+
+def common_name(role: str, host: str = "") -> str:
+    """The subject common name of a certificate for `role`, e.g. guestbench-worker.host1."""
+    return f"{PREFIX}{role}" + (f".{host}" if host else "")
+
+
+def role_of(peercert: Any) -> str | None:
+    """The role named by a certificate as ssl.SSLSocket.getpeercert() gives it (None: no certificate, or none
+    of guestbench's roles)."""
+    if not isinstance(peercert, dict):
+        return None
+    names = [value for rdn in peercert.get("subject", ()) for key, value in rdn if key == "commonName"]
+    if len(names) != 1:
+        return None
+    for role in ROLES:
+        if names[0] == common_name(role) or names[0].startswith(common_name(role) + "."):
+            return role
+    return None
+
+
+def role_of_file(path: str | None) -> str | None:
+    """The role named by the PEM certificate at `path` (this process's own)."""
+    if not path:
+        return None
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    try:
+        with open(path, "rb") as f:
+            cert = x509.load_pem_x509_certificate(f.read())
+    except (OSError, ValueError):  # Dask says what is wrong with it when it loads it
+        return None
+    names = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    return role_of({"subject": tuple(((("commonName", n),) for n in names))})
+
+
+def _peer_role(comm: Any) -> str | None:
+    return role_of(getattr(comm, "extra_info", {}).get("peercert"))
+
+
+def _may_call(role: str | None, op: str) -> bool:
+    return role == "coordinator" or (role == "worker" and op in WORKER_CALLS)
+
+
+def guard_call(op: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+    """`handler` of the scheduler's, called only for a peer whose certificate's role may call `op`. Dask passes
+    the comm to a handler whose first parameter is `comm` and `serializers` to one that names it: the guard's
+    signature says both, so Dask calls it as it would `handler`."""
+    try:
+        params = list(inspect.signature(handler).parameters.values())
+    except (TypeError, ValueError):  # not introspectable: called with the message's fields only
+        params = [inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
+    wants_comm = bool(params) and params[0].name == "comm"
+
+    def guarded(comm: Any, **kwargs: Any) -> Any:
+        role = _peer_role(comm)
+        if not _may_call(role, op):
+            log.warning("refused %r to %s (certificate role: %s)", op, getattr(comm, "peer_address", "?"), role)
+            from distributed.core import error_message  # Dask's error reply, as a handler's exception makes it
+
+            why = RoleRefused(f"guestbench fleet: a peer whose certificate's role is {role or 'none'} may not "
+                              f"call {op!r} (guestbench.run.fleet.roles)")
+            return error_message(why, status="uncaught-error")
+        return handler(comm, **kwargs) if wants_comm else handler(**kwargs)
+
+    rest = [p for p in params[1 if wants_comm else 0:] if p.kind is not p.VAR_POSITIONAL]
+    comm_param = inspect.Parameter("comm", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    guarded.__signature__ = inspect.Signature([comm_param, *rest])  # type: ignore[attr-defined]
+    guarded.__name__ = getattr(handler, "__name__", op)
+    guarded.guarded = True  # type: ignore[attr-defined]
+    return guarded
+
+
+def guard_stream(op: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+    """A stream handler of the scheduler's that a worker's stream may reach only for what a worker sends (a
+    worker's messages always carry `worker`; a client's stream is a coordinator's, its registration checked)."""
+    def refused(kwargs: dict[str, Any]) -> bool:
+        if "worker" in kwargs and op not in WORKER_STREAM:
+            log.warning("refused %r on the stream of worker %s", op, str(kwargs["worker"])[:200])
+            return True
+        return False
+
+    if inspect.iscoroutinefunction(handler):
+        async def guarded_async(*args: Any, **kwargs: Any) -> Any:
+            return None if refused(kwargs) else await handler(*args, **kwargs)
+        return guarded_async
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        return None if refused(kwargs) else handler(*args, **kwargs)
+    return guarded
+
+
+class Guarded(dict):  # type: ignore[type-arg]
+    """A handler table whose every entry, those added later (extensions, plugins) too, is guarded."""
+
+    def __init__(self, table: dict[str, Any], guard: Callable[[str, Any], Any]) -> None:
+        super().__init__()
+        self.guard = guard
+        self.update(table)
+
+    def __setitem__(self, op: str, handler: Any) -> None:
+        super().__setitem__(op, self.guard(op, handler))
+
+    def update(self, other: Any = (), **kwargs: Any) -> None:  # type: ignore[override]
+        for op, handler in dict(other, **kwargs).items():
+            self[op] = handler
+
+
+def only_roles(allowed: frozenset[str]) -> None:
+    """From now on, every TLS connection this process accepts whose peer's certificate has none of `allowed`
+    roles is closed right after the handshake, before Dask reads a byte of it (a worker's Dask unpickles what
+    it reads). Patches distributed.comm.tcp.TLSListener._prepare_stream (private) for the whole process."""
+    from distributed.comm import tcp
+
+    base = tcp.TLSListener._prepare_stream
+    if getattr(base, "roles", None) is not None:
+        base = base.base  # type: ignore[attr-defined]
+
+    async def _prepare_stream(self: Any, stream: Any, address: str) -> Any:
+        stream = await base(self, stream, address)
+        if stream is None:
+            return None
+        role = role_of(stream.socket.getpeercert() if stream.socket is not None else None)
+        if role not in allowed:
+            log.warning("refused a connection from %s: its certificate's role is %s, not %s", address, role,
+                        " or ".join(sorted(allowed)))
+            stream.close()
+            return None
+        return stream
+
+    _prepare_stream.roles = allowed  # type: ignore[attr-defined]
+    _prepare_stream.base = base  # type: ignore[attr-defined]
+    tcp.TLSListener._prepare_stream = _prepare_stream  # type: ignore[method-assign]
+
+
+def dask_setup(scheduler: Any) -> None:
+    """Dask's preload hook: the scheduler's handlers guarded by role, peers without a role turned away."""
+    if getattr(scheduler.handlers, "guard", None) is None:
+        scheduler.handlers = Guarded(dict(scheduler.handlers), guard_call)
+        scheduler.stream_handlers = Guarded(dict(scheduler.stream_handlers), guard_stream)
+    only_roles(frozenset({"coordinator", "worker"}))
+    log.info("guestbench fleet roles: clients need a coordinator's certificate")
+
+
+def worker_setup(cert_file: str | None) -> bool:
+    """Before a `guestbench worker` starts: its code-running handlers refused to everyone (Dask's
+    blocked-handlers), and, when its own certificate is a worker's, connections only from the scheduler's
+    certificate. True when roles are in force."""
+    import dask.config
+
+    blocked = set(dask.config.get("distributed.worker.blocked-handlers", []) or [])
+    dask.config.set({"distributed.worker.blocked-handlers": sorted(blocked | set(BLOCKED_ON_WORKER))})
+    if role_of_file(cert_file) != "worker":
+        return False
+    only_roles(frozenset({"scheduler"}))
+    return True

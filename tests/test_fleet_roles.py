@@ -1,0 +1,181 @@
+"""Roles by certificate (guestbench.run.fleet.roles): a fleet as `fleet local` makes it — its throw-away CA, a
+certificate per role, the scheduler's command with the roles preload, `guestbench worker`'s Dask worker process
+(guestbench.run.fleet.daskworker) — with two scripted hosts (tests/fleet_hostile_worker.py: no appliance is
+launched). A hostile host holds the workers' certificate and key. Before, Dask gave a certificate no role: with
+the workers' certificate a host registered as a client, read every event (the other hosts' messages), ran code
+on the scheduler and, through it or directly, on every worker, as root, and set a run's cancel event."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from conftest import ROOT, guestbench, write_scenario
+from test_fleet import _address, _cluster_workers, _wait
+
+HOSTILE = ROOT / "tests/fleet_hostile_worker.py"
+REAL = ROOT / "tests/data/results/20261121T211449Z-startup.json"
+JOIN_S = 120.0
+ASK_S = 30.0
+TLS = "DASK_DISTRIBUTED__COMM__"
+SCENARIO = "name: {name}\nrepetitions: 5\nwarmup: 1\nbackends: [uml, tcg]\nmeasurements: [startup]\n"
+
+
+def _security(env: dict[str, str]) -> Any:
+    """A Dask client's Security with the certificate of `env`'s role."""
+    from distributed.security import Security
+
+    return Security(require_encryption=True, tls_ca_file=env[f"{TLS}TLS__CA_FILE"],
+                    tls_client_cert=env[f"{TLS}TLS__CLIENT__CERT"], tls_client_key=env[f"{TLS}TLS__CLIENT__KEY"])
+
+
+class RoleFleet:
+    """The scheduler and two workers, alpha (uml) and beta (tcg), both honest shares of a scripted run."""
+
+    def __init__(self, tmp: Path) -> None:
+        from guestbench.run.fleet import ephemeral, local
+
+        self.tmp, self.runs = tmp, tmp / "runs"
+        keys = tmp / "keys"
+        keys.mkdir(mode=0o700)
+        self.runs.mkdir()
+        self.tls = ephemeral.make(keys)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(TLS)}
+        clean["DASK_TEMPORARY_DIRECTORY"] = str(tmp)
+        try:
+            self._spawn("scheduler", local.scheduler_command(self.tls["scheduler"], tmp / "scheduler.json"),
+                        {**clean, **self.tls["scheduler"]})
+            self.address = _wait("the scheduler's address", lambda: _address(tmp / "scheduler.json"), 60)
+            for name, backend, role in (("alpha", "uml", "hostile"), ("beta", "tcg", "honest")):
+                env = {**clean, **self.tls["worker"], "DASK_DISTRIBUTED__WORKER__PRELOAD": json.dumps([str(HOSTILE)]),
+                       "GUESTBENCH_TEST_ROLE": role, "GUESTBENCH_TEST_DIR": str(self.runs),
+                       "GUESTBENCH_TEST_REAL": str(REAL)}
+                self._spawn(name, [sys.executable, "-m", "guestbench.run.fleet.daskworker", self.address, name,
+                                   "127.0.0.1", json.dumps({"bench": 1, backend: 1}), str(tmp / name)], env)
+            self.coordinator = _security(self.tls["coordinator"])
+            self.workers = _wait("both workers", lambda: self._joined(), JOIN_S, every=0.5)
+        except BaseException:
+            self.close()
+            raise
+
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
+        self.procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                                           stderr=open(self.tmp / f"{name}.log", "wb")))
+
+    def _joined(self) -> dict[str, dict[str, Any]] | None:
+        assert all(p.poll() is None for p in self.procs), self.logs()
+        workers = _cluster_workers(self.address, self.coordinator)
+        return workers if set(workers) == {"alpha", "beta"} else None
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text()[-1500:] for p in sorted(self.tmp.glob("*.log")))
+
+    def close(self) -> None:
+        for p in reversed(self.procs):  # the workers, then the scheduler
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RoleFleet]:
+    f = RoleFleet(tmp_path_factory.mktemp("roles"))
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def _call(address: str, security: Any, op: str, **kwargs: Any) -> Any:
+    """One RPC `op` to the Dask server at `address`, as a client showing `security`'s certificate."""
+    from distributed.core import rpc
+
+    async def ask() -> Any:
+        async with rpc(address, timeout=10, connection_args=security.get_connection_args("client")) as r:
+            return await r.__getattr__(op)(**kwargs)
+
+    return asyncio.run(asyncio.wait_for(ask(), ASK_S))
+
+
+def _touch(marker: Path) -> dict[str, bytes]:
+    """run_function's or run's arguments: a function that creates `marker` (code run by whoever runs it)."""
+    from distributed.protocol.pickle import dumps
+
+    return {"function": dumps(pathlib.Path.touch), "args": dumps((marker,))}
+
+
+def test_a_workers_certificate_registers_no_client_and_calls_no_client_handler(fleet: RoleFleet,
+                                                                               tmp_path: Path) -> None:
+    """With the workers' certificate: no Dask client (so no topic subscribed, no task submitted), no code run on
+    the scheduler (run_function) or through it (broadcast), no event read (every host's messages), no cancel
+    event set. Each is an error to the caller; the scheduler runs on, and a coordinator is still let in."""
+    from distributed import Client
+
+    hostile = _security(fleet.tls["worker"])
+    with pytest.raises((OSError, TimeoutError, ValueError)):  # Dask's client retries until its time-out
+        Client(fleet.address, timeout=5, set_as_default=False, security=hostile).close()
+    assert "refused 'register-client' to tls://127.0.0.1:" in (fleet.tmp / "scheduler.log").read_text()
+    marker = tmp_path / "scheduler-ran"
+    for op, kwargs in (("run_function", _touch(marker)), ("events", {}), ("events", {"topic": "all"}),
+                       ("event_set", {"name": "guestbench-fleet-cancel-x"}), ("identity", {}),
+                       ("broadcast", {"msg": {"op": "run", **_touch(marker)}}), ("connection_stream", {})):
+        with pytest.raises(Exception) as e:
+            got = _call(fleet.address, hostile, op, **kwargs)
+            print(op, "answered", str(got)[:300])
+        assert "may not call" in str(e.value) and op in str(e.value), (op, e.value)
+    assert not marker.exists(), "the scheduler ran code a worker's certificate sent"
+    assert _call(fleet.address, fleet.coordinator, "identity")["type"] == "Scheduler"
+    assert fleet.procs[0].poll() is None
+
+
+def test_no_peer_runs_code_on_a_worker(fleet: RoleFleet, tmp_path: Path) -> None:
+    """A direct connection to a worker with the workers' (or the coordinator's) certificate is closed after the
+    TLS handshake, before Dask reads it; `run` through the scheduler, even a coordinator's, is refused by the
+    worker (guestbench's coordinator never runs code on a worker but its task)."""
+    from distributed import Client
+
+    marker = tmp_path / "worker-ran"
+    worker = fleet.workers["beta"]["address"]
+    for who in ("worker", "coordinator"):
+        with pytest.raises((OSError, TimeoutError, asyncio.TimeoutError)):
+            _call(worker, _security(fleet.tls[who]), "run", **_touch(marker))
+    with Client(fleet.address, timeout=20, set_as_default=False, security=fleet.coordinator) as c:
+        with pytest.raises(Exception) as e:
+            c.run(pathlib.Path.touch, marker, workers=[worker])
+        assert "disallowed" in str(e.value), e.value
+    assert not marker.exists(), "a worker ran code a peer sent"
+    assert _call(fleet.address, fleet.coordinator, "identity")["workers"].get(worker), "the worker is gone"
+
+
+def test_an_honest_fleet_run_completes_with_roles(fleet: RoleFleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The coordinator (its certificate's role: coordinator) runs a scenario on both hosts, whose tasks ask
+    whether the run was cancelled on their worker's own connection (a worker's certificate may not register the
+    Dask client `distributed.Event` would): both complete with the cells they sent."""
+    from guestbench.results import load_results
+
+    for k, v in fleet.tls["coordinator"].items():
+        monkeypatch.setenv(k, v)
+    sc = write_scenario(fleet.tmp / "honest.yaml", SCENARIO.format(name="honest"))
+    proc = guestbench("scenario", str(sc), "--cluster", fleet.address, "--results", str(fleet.runs / "honest"),
+                      timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:] + fleet.logs()
+    (path,) = list((fleet.runs / "honest").glob("*.json"))
+    load_results(path)
+    doc = json.loads(path.read_text())
+    assert doc["status"] == "complete", doc["status"]
+    assert {h: doc["hosts"][h]["status"] for h in ("alpha", "beta")} == {"alpha": "complete", "beta": "complete"}
+    assert sorted(c["host"] for c in doc["cells"]) == ["alpha", "beta"]
