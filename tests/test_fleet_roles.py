@@ -179,3 +179,35 @@ def test_an_honest_fleet_run_completes_with_roles(fleet: RoleFleet, monkeypatch:
     assert doc["status"] == "complete", doc["status"]
     assert {h: doc["hosts"][h]["status"] for h in ("alpha", "beta")} == {"alpha": "complete", "beta": "complete"}
     assert sorted(c["host"] for c in doc["cells"]) == ["alpha", "beta"]
+
+
+def test_fleet_local_makes_a_certificate_per_role_and_its_scheduler_guards_by_role() -> None:
+    """The real `guestbench fleet local 0` (a scheduler, no worker: nothing is launched): its directory holds
+    the CA and a scheduler's, a worker's and a coordinator's certificate, each naming its role; the exported
+    settings are the coordinator's, let in; the worker's certificate is no client. Before, one certificate
+    served every role, and with it anyone was a client."""
+    from distributed import Client
+    from distributed.security import Security
+
+    from guestbench.run.fleet import roles
+    from test_fleet import fleet_local
+
+    proc, address, settings = fleet_local(0)
+    private = Path(settings[f"{TLS}TLS__CA_FILE"]).parent
+    try:
+        found = {role: roles.role_of_file(str(private / f"{role}.pem")) for role in roles.ROLES}
+        assert found == {role: role for role in roles.ROLES}, sorted(os.listdir(private))
+        assert roles.role_of_file(settings[f"{TLS}TLS__CLIENT__CERT"]) == "coordinator", settings
+        assert _call(address, _security(settings), "identity")["type"] == "Scheduler"
+        worker = Security(require_encryption=True, tls_ca_file=str(private / "ca.pem"),
+                          tls_client_cert=str(private / "worker.pem"), tls_client_key=str(private / "worker-key.pem"))
+        with pytest.raises(Exception) as e:
+            _call(address, worker, "run_function", **_touch(private / "ran"))
+        assert "may not call 'run_function'" in str(e.value), e.value
+        with pytest.raises((OSError, TimeoutError, ValueError)):
+            Client(address, timeout=5, set_as_default=False, security=worker).close()
+        assert not (private / "ran").exists()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+    assert proc.returncode == 0 and not private.exists()
