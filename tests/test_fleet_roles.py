@@ -211,3 +211,18 @@ def test_fleet_local_makes_a_certificate_per_role_and_its_scheduler_guards_by_ro
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=120)
     assert proc.returncode == 0 and not private.exists()
+
+
+def test_a_host_sees_the_coordinators_cancel_on_its_own_connection(fleet: RoleFleet) -> None:
+    """A host's task asks whether its run was cancelled on its worker's own connection (event_is_set, which a
+    worker's certificate may call), as a Dask `Event` would through a client of its own, which a worker's
+    certificate may no longer register: unset, then set by the coordinator, then seen set."""
+    from distributed import Client, Event
+
+    from guestbench.run.fleet import task
+
+    with Client(fleet.address, timeout=20, set_as_default=False, security=fleet.coordinator) as c:
+        ask = lambda: c.submit(task.cancel_requested, "roles-test", pure=False).result(timeout=ASK_S)  # noqa: E731
+        assert ask() is False
+        Event(task.cancel_event_name("roles-test"), client=c).set()
+        assert ask() is True
