@@ -142,6 +142,31 @@ def test_a_workers_certificate_registers_no_client_and_calls_no_client_handler(f
     assert fleet.procs[0].poll() is None
 
 
+class Touch:
+    """Unpickled, it creates the file `marker` (pathlib.Path.touch): code run by whoever loads it."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> Any:
+        return (pathlib.Path.touch, (self.marker,))
+
+
+def test_the_scheduler_loads_no_pickle_a_worker_sends(fleet: RoleFleet, tmp_path: Path) -> None:
+    """Dask's protocol unpickles a `__Pickled__` frame as it reads a message, before any handler, whatever the
+    scheduler's `deserialize` says: a message from the workers' certificate carrying one ran code in the
+    scheduler (and from there, anything: the scheduler's certificate reaches every worker). Now it is refused
+    as it is read: an error to the sender; the scheduler runs on and still answers the coordinator."""
+    from distributed.protocol.serialize import ToPickle
+
+    marker = tmp_path / "scheduler-unpickled"
+    with pytest.raises(Exception):
+        _call(fleet.address, _security(fleet.tls["worker"]), "identity", payload=ToPickle(Touch(marker)))
+    assert not marker.exists(), "the scheduler unpickled what a worker's certificate sent"
+    assert fleet.procs[0].poll() is None
+    assert _call(fleet.address, fleet.coordinator, "identity")["type"] == "Scheduler"
+
+
 def test_no_peer_runs_code_on_a_worker(fleet: RoleFleet, tmp_path: Path) -> None:
     """A direct connection to a worker with the workers' (or the coordinator's) certificate is closed after the
     TLS handshake, before Dask reads it; `run` through the scheduler, even a coordinator's, is refused by the

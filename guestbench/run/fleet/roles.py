@@ -176,8 +176,31 @@ def only_roles(allowed: frozenset[str]) -> None:
     tcp.TLSListener._prepare_stream = _prepare_stream  # type: ignore[method-assign]
 
 
+def no_pickle_but_from(role: str) -> None:
+    """From now on, what this process reads from a TLS peer whose certificate's role is not `role` is loaded
+    without unpickling (guestbench.run.fleet.nopickle, for the reading task only): Dask's protocol unpickles
+    a `__Pickled__` frame whatever the server's `deserialize` says, so a worker could otherwise run code in
+    the scheduler. Patches distributed.comm.tcp.TLS.read (private) for the whole process."""
+    from distributed.comm import tcp
+
+    from guestbench.run.fleet import nopickle
+
+    base = getattr(tcp.TLS.read, "base", tcp.TLS.read)
+
+    async def read(self: Any, deserializers: Any = None) -> Any:
+        if role_of(self.extra_info.get("peercert")) == role:
+            return await base(self, deserializers)
+        with nopickle.refusing_in_task():
+            return await base(self, deserializers)
+
+    read.base = base  # type: ignore[attr-defined]
+    tcp.TLS.read = read  # type: ignore[method-assign]
+
+
 def dask_setup(scheduler: Any) -> None:
-    """Dask's preload hook: the scheduler's handlers guarded by role, peers without a role turned away."""
+    """Dask's preload hook: the scheduler's handlers guarded by role, peers without a role turned away, no
+    pickle loaded but a coordinator's (whose graphs Dask sends pickled)."""
+    no_pickle_but_from("coordinator")
     if getattr(scheduler.handlers, "guard", None) is None:
         scheduler.handlers = Guarded(dict(scheduler.handlers), guard_call)
         scheduler.stream_handlers = Guarded(dict(scheduler.stream_handlers), guard_stream)
