@@ -251,3 +251,28 @@ def test_a_host_sees_the_coordinators_cancel_on_its_own_connection(fleet: RoleFl
         assert ask() is False
         Event(task.cancel_event_name("roles-test"), client=c).set()
         assert ask() is True
+
+
+FORGE = """
+from distributed import get_worker
+w = get_worker()
+w.loop.add_callback(w.batched_send, {"op": "log-event", "topic": "roles-forge", "msg": {"n": 1}, "worker": OTHER})
+w.loop.add_callback(w.batched_send, {"op": "update-graph", "graph_header": {}, "graph_frames": [], "keys": []})
+"""
+
+
+def test_a_workers_stream_speaks_for_that_worker_only(fleet: RoleFleet) -> None:
+    """Alpha's stream sends an event whose message names beta as its worker, and a client's `update-graph`.
+    Before, Dask took the message's `worker` over the stream's own (the event was beta's), and handed a
+    worker's stream every client handler. Now the event is alpha's, the client op is dropped, and both
+    workers stay."""
+    from distributed import Client
+
+    alpha, beta = fleet.workers["alpha"]["address"], fleet.workers["beta"]["address"]
+    with Client(fleet.address, timeout=20, set_as_default=False, security=fleet.coordinator) as c:
+        c.submit(exec, FORGE.replace("OTHER", repr(beta)), {}, workers=[alpha], pure=False).result(timeout=ASK_S)
+        events = _wait("alpha's event", lambda: c.get_events("roles-forge"), ASK_S)
+        assert [e[1]["worker"] for e in events] == [alpha], events
+        log = _wait("the dropped op", lambda: "refused 'update-graph'" in (fleet.tmp / "scheduler.log").read_text(),
+                    ASK_S)
+        assert log and set(_cluster_workers(fleet.address, fleet.coordinator)) == {"alpha", "beta"}

@@ -197,6 +197,30 @@ def no_pickle_but_from(role: str) -> None:
     tcp.TLS.read = read  # type: ignore[method-assign]
 
 
+def own_worker_only(scheduler: Any) -> None:
+    """A worker's stream speaks for that worker alone. Dask calls a stream's handler with the stream's own
+    `worker` overridden by any `worker` field of the message; such a field is dropped as each message is read
+    (no message of a worker's names one). Wraps the scheduler's handle_stream (called by handle_worker)."""
+    base = scheduler.handle_stream
+
+    async def handle_stream(comm: Any, extra: dict[str, Any] | None = None) -> None:
+        if extra and "worker" in extra:
+            read = comm.read
+
+            async def own_read(deserializers: Any = None) -> Any:
+                msgs = await read(deserializers)
+                for msg in msgs if isinstance(msgs, (list, tuple)) else (msgs,):
+                    if isinstance(msg, dict) and msg.pop("worker", None) is not None:
+                        log.warning("dropped the 'worker' field of a message on the stream of %s",
+                                    str(extra["worker"])[:200])
+                return msgs
+
+            comm.read = own_read
+        await base(comm, extra)
+
+    scheduler.handle_stream = handle_stream
+
+
 def dask_setup(scheduler: Any) -> None:
     """Dask's preload hook: the scheduler's handlers guarded by role, peers without a role turned away, no
     pickle loaded but a coordinator's (whose graphs Dask sends pickled)."""
@@ -204,6 +228,7 @@ def dask_setup(scheduler: Any) -> None:
     if getattr(scheduler.handlers, "guard", None) is None:
         scheduler.handlers = Guarded(dict(scheduler.handlers), guard_call)
         scheduler.stream_handlers = Guarded(dict(scheduler.stream_handlers), guard_stream)
+        own_worker_only(scheduler)
     only_roles(frozenset({"coordinator", "worker"}))
     log.info("guestbench fleet roles: clients need a coordinator's certificate")
 
