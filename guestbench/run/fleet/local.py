@@ -4,7 +4,9 @@ are taken on a busy host whenever two measure at once, and the results say so (b
 
 The fleet speaks mutual TLS with throw-away certificates (ephemeral.py) kept in its private directory, so only
 root, who can read them, can reach the scheduler or a worker: not any local user, as a plain tcp:// loopback
-address would let. The directory, keys included, goes when the fleet stops."""
+address would let. Each process gets its own role's certificate only, and the scheduler checks roles
+(guestbench.run.fleet.roles): a worker's certificate is no client. The directory, keys included, goes when
+the fleet stops."""
 
 from __future__ import annotations
 
