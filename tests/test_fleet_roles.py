@@ -1,7 +1,7 @@
 """Roles by certificate (guestbench.run.fleet.roles): a fleet as `fleet local` makes it — its throw-away CA, a
 certificate per role, the scheduler's command with the roles preload, `guestbench worker`'s Dask worker process
 (guestbench.run.fleet.daskworker) — with two scripted hosts (tests/fleet_hostile_worker.py: no appliance is
-launched). A hostile host holds the workers' certificate and key. Before, Dask gave a certificate no role: with
+launched). A hostile host, alpha, holds its own worker certificate and key. Before, Dask gave a certificate no role: with
 the workers' certificate a host registered as a client, read every event (the other hosts' messages), ran code
 on the scheduler and, through it or directly, on every worker, as root, and set a run's cancel event."""
 
@@ -48,7 +48,7 @@ class RoleFleet:
         keys = tmp / "keys"
         keys.mkdir(mode=0o700)
         self.runs.mkdir()
-        self.tls = ephemeral.make(keys)
+        self.tls = ephemeral.make(keys, ("alpha", "beta"))
         self.procs: list[subprocess.Popen[bytes]] = []
         clean = {k: v for k, v in os.environ.items() if not k.startswith(TLS)}
         clean["DASK_TEMPORARY_DIRECTORY"] = str(tmp)
@@ -57,7 +57,7 @@ class RoleFleet:
                         {**clean, **self.tls["scheduler"]})
             self.address = _wait("the scheduler's address", lambda: _address(tmp / "scheduler.json"), 60)
             for name, backend, role in (("alpha", "uml", "hostile"), ("beta", "tcg", "honest")):
-                env = {**clean, **self.tls["worker"], "DASK_DISTRIBUTED__WORKER__PRELOAD": json.dumps([str(HOSTILE)]),
+                env = {**clean, **self.tls[f"worker.{name}"], "DASK_DISTRIBUTED__WORKER__PRELOAD": json.dumps([str(HOSTILE)]),
                        "GUESTBENCH_TEST_ROLE": role, "GUESTBENCH_TEST_DIR": str(self.runs),
                        "GUESTBENCH_TEST_REAL": str(REAL)}
                 self._spawn(name, [sys.executable, "-m", "guestbench.run.fleet.daskworker", self.address, name,
@@ -100,12 +100,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RoleFleet]:
         f.close()
 
 
-def _call(address: str, security: Any, op: str, **kwargs: Any) -> Any:
-    """One RPC `op` to the Dask server at `address`, as a client showing `security`'s certificate."""
+def _call(server: str, security: Any, op: str, /, **kwargs: Any) -> Any:
+    """One RPC `op` to the Dask server at `server`, as a client showing `security`'s certificate."""
     from distributed.core import rpc
 
     async def ask() -> Any:
-        async with rpc(address, timeout=10, connection_args=security.get_connection_args("client")) as r:
+        async with rpc(server, timeout=10, connection_args=security.get_connection_args("client")) as r:
             return await r.__getattr__(op)(**kwargs)
 
     return asyncio.run(asyncio.wait_for(ask(), ASK_S))
@@ -125,7 +125,7 @@ def test_a_workers_certificate_registers_no_client_and_calls_no_client_handler(f
     event set. Each is an error to the caller; the scheduler runs on, and a coordinator is still let in."""
     from distributed import Client
 
-    hostile = _security(fleet.tls["worker"])
+    hostile = _security(fleet.tls["worker.alpha"])
     with pytest.raises((OSError, TimeoutError, ValueError)):  # Dask's client retries until its time-out
         Client(fleet.address, timeout=5, set_as_default=False, security=hostile).close()
     assert "refused 'register-client' to tls://127.0.0.1:" in (fleet.tmp / "scheduler.log").read_text()
@@ -161,7 +161,7 @@ def test_the_scheduler_loads_no_pickle_a_worker_sends(fleet: RoleFleet, tmp_path
 
     marker = tmp_path / "scheduler-unpickled"
     with pytest.raises(Exception):
-        _call(fleet.address, _security(fleet.tls["worker"]), "identity", payload=ToPickle(Touch(marker)))
+        _call(fleet.address, _security(fleet.tls["worker.alpha"]), "identity", payload=ToPickle(Touch(marker)))
     assert not marker.exists(), "the scheduler unpickled what a worker's certificate sent"
     assert fleet.procs[0].poll() is None
     assert _call(fleet.address, fleet.coordinator, "identity")["type"] == "Scheduler"
@@ -175,7 +175,7 @@ def test_no_peer_runs_code_on_a_worker(fleet: RoleFleet, tmp_path: Path) -> None
 
     marker = tmp_path / "worker-ran"
     worker = fleet.workers["beta"]["address"]
-    for who in ("worker", "coordinator"):
+    for who in ("worker.alpha", "coordinator"):
         with pytest.raises((OSError, TimeoutError, asyncio.TimeoutError)):
             _call(worker, _security(fleet.tls[who]), "run", **_touch(marker))
     with Client(fleet.address, timeout=20, set_as_default=False, security=fleet.coordinator) as c:
@@ -276,3 +276,20 @@ def test_a_workers_stream_speaks_for_that_worker_only(fleet: RoleFleet) -> None:
         log = _wait("the dropped op", lambda: "refused 'update-graph'" in (fleet.tmp / "scheduler.log").read_text(),
                     ASK_S)
         assert log and set(_cluster_workers(fleet.address, fleet.coordinator)) == {"alpha", "beta"}
+
+
+def test_a_workers_certificate_is_that_hosts_only(fleet: RoleFleet) -> None:
+    """Alpha's certificate (common name guestbench-worker.alpha) may not register a worker named gamma (a host
+    that has not joined would be impersonated: its share and key would go to alpha) nor send beta's heartbeat."""
+    alpha = _security(fleet.tls["worker.alpha"])
+    beta = fleet.workers["beta"]["address"]
+    metrics = {"bandwidth": {"total": 1e8, "workers": {}, "types": {}}, "digests_total_since_heartbeat": {},
+               "memory": 0, "spilled_bytes": {"memory": 0, "disk": 0}, "task_counts": {}}  # as a worker sends
+    for op, kwargs, why in (("heartbeat_worker", {"address": beta, "metrics": metrics},
+                             "the worker certificate of 'alpha' may not send the heartbeat of 'beta'"),
+                            ("register-worker", {"name": "gamma", "address": "tls://127.0.0.1:1"},
+                             "the worker certificate of 'alpha' may not register as 'gamma'")):
+        with pytest.raises(Exception) as e:
+            _call(fleet.address, alpha, op, **kwargs)
+        assert why in str(e.value), (op, e.value)
+    assert set(_cluster_workers(fleet.address, fleet.coordinator)) == {"alpha", "beta"}

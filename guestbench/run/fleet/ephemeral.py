@@ -14,10 +14,9 @@ import datetime
 import ipaddress
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 CA_FILE = "ca.pem"
-ROLES = ("scheduler", "worker", "coordinator")
 DASK_ROLES = ("SCHEDULER", "WORKER", "CLIENT")  # the slots of Dask's TLS settings
 VALID = datetime.timedelta(days=30)  # a fleet lives as long as its `fleet local`; the files go with it
 ENV = "DASK_DISTRIBUTED__COMM__"
@@ -30,8 +29,8 @@ def _write(path: Path, data: bytes) -> None:
         f.write(data)
 
 
-def _certificate(role: str, ca_name: Any, ca_key: Any, now: datetime.datetime) -> tuple[Any, Any]:
-    """A certificate for `role`, its common name saying the role, signed by the CA; and its key."""
+def _certificate(role: str, host: str, ca_name: Any, ca_key: Any, now: datetime.datetime) -> tuple[Any, Any]:
+    """A certificate for `role` (and `host`), its common name saying so, signed by the CA; and its key."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -40,7 +39,7 @@ def _certificate(role: str, ca_name: Any, ca_key: Any, now: datetime.datetime) -
     from guestbench.run.fleet import roles
 
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, roles.common_name(role))])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, roles.common_name(role, host))])
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(ca_name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + VALID)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
@@ -52,11 +51,13 @@ def _certificate(role: str, ca_name: Any, ca_key: Any, now: datetime.datetime) -
     return cert, key
 
 
-def make(directory: Path) -> dict[str, dict[str, str]]:
-    """Write the CA's certificate and each role's certificate and key into `directory`; for each role
-    (ROLES), Dask's TLS settings of the process that has it, encryption required, as environment variables:
-    every slot of Dask's (scheduler, worker, client) holds that role's certificate, so a worker's own Dask
-    client, say, shows the worker's certificate, never the coordinator's."""
+def make(directory: Path, hosts: Sequence[str] = ()) -> dict[str, dict[str, str]]:
+    """Write the CA's certificate and each role's certificate and key into `directory`: the scheduler's, the
+    coordinator's and, for each of `hosts`, a worker's naming that host (which the scheduler then admits
+    under that name only), or one worker certificate naming none when no host is given. For each (keys
+    "scheduler", "coordinator", "worker.HOST" or "worker"), Dask's TLS settings of the process that has it,
+    encryption required, as environment variables: every slot of Dask's (scheduler, worker, client) holds
+    that certificate, so a worker's own Dask client, say, shows the worker's, never the coordinator's."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -76,16 +77,19 @@ def make(directory: Path) -> dict[str, dict[str, str]]:
     _write(directory / CA_FILE, ca.public_bytes(pem))
     common = {f"{ENV}REQUIRE_ENCRYPTION": "True", f"{ENV}TLS__CA_FILE": str(directory / CA_FILE)}
     out: dict[str, dict[str, str]] = {}
-    for role in ROLES:
-        cert, key = _certificate(role, ca_name, ca_key, now)
-        _write(directory / f"{role}.pem", cert.public_bytes(pem))
-        _write(directory / f"{role}-key.pem", key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+    workers = [(f"worker.{h}", "worker", h, f"worker-{i}") for i, h in enumerate(hosts, 1)]
+    for label, role, host, file in [("scheduler", "scheduler", "", "scheduler"),
+                                    ("coordinator", "coordinator", "", "coordinator"),
+                                    *(workers or [("worker", "worker", "", "worker")])]:
+        cert, key = _certificate(role, host, ca_name, ca_key, now)
+        _write(directory / f"{file}.pem", cert.public_bytes(pem))
+        _write(directory / f"{file}-key.pem", key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
                                                                 serialization.NoEncryption()))
         env = dict(common)
         for slot in DASK_ROLES:
-            env[f"{ENV}TLS__{slot}__CERT"] = str(directory / f"{role}.pem")
-            env[f"{ENV}TLS__{slot}__KEY"] = str(directory / f"{role}-key.pem")
-        out[role] = env
+            env[f"{ENV}TLS__{slot}__CERT"] = str(directory / f"{file}.pem")
+            env[f"{ENV}TLS__{slot}__KEY"] = str(directory / f"{file}-key.pem")
+        out[label] = env
     return out
 
 

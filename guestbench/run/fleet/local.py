@@ -42,8 +42,10 @@ class LocalCluster:
         self.dir = rundirs.make(owned.runtime_dir(), PREFIX)
         os.chmod(self.dir, 0o700)  # root's alone: it holds the fleet's keys
         self.procs: list[subprocess.Popen[bytes]] = []
+        host = _hostname()
+        names = [f"{host}-{i}" for i in range(1, workers + 1)]
         try:
-            tls = ephemeral.make(self.dir)
+            tls = ephemeral.make(self.dir, names)
         except BaseException:
             remove_tree(self.dir)
             raise
@@ -51,12 +53,11 @@ class LocalCluster:
         sched_file = self.dir / "scheduler.json"
         self.scheduler = self._start(scheduler_command(tls["scheduler"], sched_file), tls["scheduler"])
         self.address = self._address(sched_file)
-        host = _hostname()
-        for i in range(1, workers + 1):
-            cmd = [sys.executable, "-m", "guestbench", "worker", self.address, "--name", f"{host}-{i}"]
+        for name in names:  # each with a certificate of its own, which the scheduler admits under its name only
+            cmd = [sys.executable, "-m", "guestbench", "worker", self.address, "--name", name]
             if backends:
                 cmd += ["--backend", backends]
-            self._start(cmd, tls["worker"])
+            self._start(cmd, tls[f"worker.{name}"])
 
     def _start(self, cmd: list[str], tls: dict[str, str]) -> subprocess.Popen[bytes]:
         """`cmd` with Dask's TLS settings of its role only (a worker holds no key but the workers')."""

@@ -47,18 +47,25 @@ def common_name(role: str, host: str = "") -> str:
     return f"{PREFIX}{role}" + (f".{host}" if host else "")
 
 
-def role_of(peercert: Any) -> str | None:
-    """The role named by a certificate as ssl.SSLSocket.getpeercert() gives it (None: no certificate, or none
-    of guestbench's roles)."""
+def identity(peercert: Any) -> tuple[str | None, str]:
+    """The role and the name (what follows the role's dot; "" for none) of a certificate as
+    ssl.SSLSocket.getpeercert() gives it; (None, "") for no certificate, or none of guestbench's roles."""
     if not isinstance(peercert, dict):
-        return None
+        return None, ""
     names = [value for rdn in peercert.get("subject", ()) for key, value in rdn if key == "commonName"]
     if len(names) != 1:
-        return None
+        return None, ""
     for role in ROLES:
-        if names[0] == common_name(role) or names[0].startswith(common_name(role) + "."):
-            return role
-    return None
+        if names[0] == common_name(role):
+            return role, ""
+        if names[0].startswith(common_name(role) + "."):
+            return role, names[0][len(common_name(role)) + 1:]
+    return None, ""
+
+
+def role_of(peercert: Any) -> str | None:
+    """The role named by a certificate as ssl.SSLSocket.getpeercert() gives it."""
+    return identity(peercert)[0]
 
 
 def role_of_file(path: str | None) -> str | None:
@@ -77,12 +84,21 @@ def role_of_file(path: str | None) -> str | None:
     return role_of({"subject": tuple(((("commonName", n),) for n in names))})
 
 
-def _peer_role(comm: Any) -> str | None:
-    return role_of(getattr(comm, "extra_info", {}).get("peercert"))
-
-
-def _may_call(role: str | None, op: str) -> bool:
-    return role == "coordinator" or (role == "worker" and op in WORKER_CALLS)
+def _refusal(comm: Any, op: str, kwargs: dict[str, Any], scheduler: Any) -> str | None:
+    """Why the peer of `comm` may not call `op` with `kwargs` (None: it may). A worker's certificate that
+    names a host is that host's only: it registers under that name and sends heartbeats for it alone."""
+    role, name = identity(getattr(comm, "extra_info", {}).get("peercert"))
+    if role == "coordinator":
+        return None
+    if role != "worker" or op not in WORKER_CALLS:
+        return f"a peer whose certificate's role is {role or 'none'} may not call {op!r}"
+    if name and op == "register-worker" and str(kwargs.get("name")) != name:
+        return f"the worker certificate of {name!r} may not register as {str(kwargs.get('name'))[:100]!r}"
+    if name and op == "heartbeat_worker":
+        ws = getattr(scheduler, "workers", {}).get(kwargs.get("address"))
+        if ws is not None and str(ws.name) != name:
+            return f"the worker certificate of {name!r} may not send the heartbeat of {str(ws.name)[:100]!r}"
+    return None
 
 
 def guard_call(op: str, handler: Callable[..., Any]) -> Callable[..., Any]:
@@ -96,14 +112,13 @@ def guard_call(op: str, handler: Callable[..., Any]) -> Callable[..., Any]:
     wants_comm = bool(params) and params[0].name == "comm"
 
     def guarded(comm: Any, **kwargs: Any) -> Any:
-        role = _peer_role(comm)
-        if not _may_call(role, op):
-            log.warning("refused %r to %s (certificate role: %s)", op, getattr(comm, "peer_address", "?"), role)
+        why = _refusal(comm, op, kwargs, getattr(handler, "__self__", None))
+        if why is not None:
+            log.warning("refused %r to %s: %s", op, getattr(comm, "peer_address", "?"), why)
             from distributed.core import error_message  # Dask's error reply, as a handler's exception makes it
 
-            why = RoleRefused(f"guestbench fleet: a peer whose certificate's role is {role or 'none'} may not "
-                              f"call {op!r} (guestbench.run.fleet.roles)")
-            return error_message(why, status="uncaught-error")
+            return error_message(RoleRefused(f"guestbench fleet: {why} (guestbench.run.fleet.roles)"),
+                                 status="uncaught-error")
         return handler(comm, **kwargs) if wants_comm else handler(**kwargs)
 
     rest = [p for p in params[1 if wants_comm else 0:] if p.kind is not p.VAR_POSITIONAL]
