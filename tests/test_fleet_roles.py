@@ -293,3 +293,62 @@ def test_a_workers_certificate_is_that_hosts_only(fleet: RoleFleet) -> None:
             _call(fleet.address, alpha, op, **kwargs)
         assert why in str(e.value), (op, e.value)
     assert set(_cluster_workers(fleet.address, fleet.coordinator)) == {"alpha", "beta"}
+
+
+def _impostor(fleet: RoleFleet, tmp: Path) -> subprocess.Popen[bytes]:
+    """A Dask scheduler showing alpha's worker certificate (signed by the fleet's CA) as its own."""
+    own = fleet.tls["worker.alpha"]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(TLS)}
+    return subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                             "--protocol", "tls", "--tls-ca-file", own[f"{TLS}TLS__CA_FILE"],
+                             "--tls-cert", own[f"{TLS}TLS__SCHEDULER__CERT"],
+                             "--tls-key", own[f"{TLS}TLS__SCHEDULER__KEY"], "--port", "0", "--no-dashboard",
+                             "--scheduler-file", str(tmp / "fake.json")], env={**clean, **own}, cwd=ROOT,
+                            stdin=subprocess.DEVNULL, stderr=open(tmp / "fake.log", "wb"))
+
+
+def test_the_coordinator_takes_no_other_roles_certificate_for_the_scheduler(fleet: RoleFleet, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same impostor, given to `guestbench scenario --cluster`: before, the coordinator registered with it
+    and would have handed it every host's share and key. Now it is not reached: one line, exit 2."""
+    fake_proc = _impostor(fleet, tmp_path)
+    try:
+        fake = _wait("the impostor's address", lambda: _address(tmp_path / "fake.json"), 60)
+        for k, v in fleet.tls["coordinator"].items():
+            monkeypatch.setenv(k, v)
+        sc = write_scenario(tmp_path / "s.yaml", SCENARIO.format(name="impostor"))
+        proc = guestbench("scenario", str(sc), "--cluster", fake, "--results", str(tmp_path / "r"), timeout=120)
+        assert proc.returncode == 2 and "cannot reach a Dask scheduler there (refused a connection with" in \
+            proc.stderr and "its certificate's role is worker, not scheduler" in proc.stderr, proc.stderr[-2000:]
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert "Receive client connection" not in (tmp_path / "fake.log").read_text()
+    finally:
+        fake_proc.terminate()
+        fake_proc.wait(timeout=60)
+
+
+def test_a_worker_follows_no_scheduler_that_shows_another_roles_certificate(fleet: RoleFleet, tmp_path: Path) -> None:
+    """A host that can redirect another's connections (DNS, ARP) runs a Dask scheduler with its own worker
+    certificate, which the CA signed: before, a worker joined it and ran whatever it sent, as root. Now the
+    worker closes the connection after the TLS handshake, and the impostor never sees it register."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(TLS)}
+    procs = [_impostor(fleet, tmp_path)]
+    try:
+        fake = _wait("the impostor's address", lambda: _address(tmp_path / "fake.json"), 60)
+        procs.append(subprocess.Popen([sys.executable, "-m", "guestbench.run.fleet.daskworker", fake, "beta",
+                                       "127.0.0.1", json.dumps({"bench": 1}), str(tmp_path / "w")],
+                                      env={**clean, **fleet.tls["worker.beta"]}, cwd=ROOT, stdin=subprocess.DEVNULL,
+                                      stderr=open(tmp_path / "worker.log", "wb")))
+        _wait("the worker's refusal (or its registration)", lambda: "its certificate's role is worker, not "
+              "scheduler" in (tmp_path / "worker.log").read_text() or procs[1].poll() is not None or
+              "Register worker" in (tmp_path / "fake.log").read_text(), 60)
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    assert "Register worker" not in (tmp_path / "fake.log").read_text()

@@ -73,6 +73,13 @@ def connect(address: str, insecure: bool = False, warn: Callable[[str], None] = 
 
     fleet_address.check(address, insecure, "command line", f"--cluster {address}", warn)
     tls.check(address, "client", "command line", f"--cluster {address}")
+    if address.startswith("tls://"):
+        from distributed.security import Security
+
+        from guestbench.run.fleet import roles
+
+        if roles.role_of_file(Security().tls_client_cert) == "coordinator":  # certificates that name roles
+            roles.only_roles(frozenset({"scheduler"}), quiet=True)  # no other role's is taken for the scheduler
     start = "start one with 'dask scheduler' (or 'guestbench fleet local N') and give its address"
     if fleet_address.nobody_there(address):
         raise UserError(f"cannot reach a Dask scheduler there (nothing listens on that port of this host); {start}",
@@ -80,7 +87,10 @@ def connect(address: str, insecure: bool = False, warn: Callable[[str], None] = 
     try:
         client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False, deserializers=["msgpack"])
     except (OSError, TimeoutError, TypeError, ValueError) as e:  # TypeError, ValueError: Dask's TLS settings
-        raise UserError(f"cannot reach a Dask scheduler there ({type(e).__name__}: {e}); {start}",
+        from guestbench.run.fleet.roles import LAST_REFUSAL
+
+        why = LAST_REFUSAL[0] or f"{type(e).__name__}: {e}"
+        raise UserError(f"cannot reach a Dask scheduler there ({why}); {start}",
                         source="command line", key=f"--cluster {address}") from None
     for default_topic in ("print", "warn"):
         client.unsubscribe_topic(default_topic)

@@ -36,6 +36,7 @@ BLOCKED_ON_WORKER = ("run", "run_coroutine", "plugin-add", "plugin-remove", "upl
                      "actor_attribute", "update_data", "benchmark_disk", "benchmark_memory", "benchmark_network")
 
 log = logging.getLogger("guestbench.fleet.roles")
+LAST_REFUSAL = [""]  # the newest connection only_roles closed, for a caller to say why it has none
 
 
 class RoleRefused(PermissionError):
@@ -164,31 +165,28 @@ class Guarded(dict):  # type: ignore[type-arg]
             self[op] = handler
 
 
-def only_roles(allowed: frozenset[str]) -> None:
-    """From now on, every TLS connection this process accepts whose peer's certificate has none of `allowed`
-    roles is closed right after the handshake, before Dask reads a byte of it (a worker's Dask unpickles what
-    it reads). Patches distributed.comm.tcp.TLSListener._prepare_stream (private) for the whole process."""
+def only_roles(allowed: frozenset[str], quiet: bool = False) -> None:
+    """From now on, every TLS connection of this process, accepted or made, whose peer's certificate has none
+    of `allowed` roles is closed as soon as its TLS handshake is done, before Dask's own handshake reads a byte
+    (a worker's Dask unpickles what it reads): a worker then neither lets a peer in nor follows a "scheduler"
+    that shows another role's certificate. Each refusal is logged, or, `quiet`, only kept in LAST_REFUSAL. Patches distributed.comm.tcp.TLS._read_extra (private, called as
+    each TLS comm is made) for the whole process."""
     from distributed.comm import tcp
 
-    base = tcp.TLSListener._prepare_stream
-    if getattr(base, "roles", None) is not None:
-        base = base.base  # type: ignore[attr-defined]
+    base = getattr(tcp.TLS._read_extra, "base", tcp.TLS._read_extra)
 
-    async def _prepare_stream(self: Any, stream: Any, address: str) -> Any:
-        stream = await base(self, stream, address)
-        if stream is None:
-            return None
-        role = role_of(stream.socket.getpeercert() if stream.socket is not None else None)
+    def _read_extra(self: Any) -> None:
+        base(self)
+        role = role_of(self._extra.get("peercert"))
         if role not in allowed:
-            log.warning("refused a connection from %s: its certificate's role is %s, not %s", address, role,
-                        " or ".join(sorted(allowed)))
-            stream.close()
-            return None
-        return stream
+            LAST_REFUSAL[0] = (f"refused a connection with {str(self._peer_addr)[:200]}: its certificate's role is "
+                               f"{role}, not {' or '.join(sorted(allowed))}")
+            if not quiet:
+                log.warning("%s", LAST_REFUSAL[0])
+            self.abort()
 
-    _prepare_stream.roles = allowed  # type: ignore[attr-defined]
-    _prepare_stream.base = base  # type: ignore[attr-defined]
-    tcp.TLSListener._prepare_stream = _prepare_stream  # type: ignore[method-assign]
+    _read_extra.base = base  # type: ignore[attr-defined]
+    tcp.TLS._read_extra = _read_extra  # type: ignore[method-assign]
 
 
 def no_pickle_but_from(role: str) -> None:
