@@ -258,3 +258,14 @@ def worker_setup(cert_file: str | None) -> bool:
         return False
     only_roles(frozenset({"scheduler"}))
     return True
+
+
+def coordinator_setup(address: str) -> None:
+    """Before a coordinator connects to a tls:// scheduler with a coordinator's certificate: no peer showing
+    another role's certificate is taken for the scheduler (why is kept in LAST_REFUSAL for its one line)."""
+    if not address.startswith("tls://"):
+        return
+    from distributed.security import Security
+
+    if role_of_file(Security().tls_client_cert) == "coordinator":  # certificates that name their roles
+        only_roles(frozenset({"scheduler"}), quiet=True)
