@@ -231,12 +231,17 @@ def test_fleet_local_speaks_tls_only_to_its_own_certificate_kept_private_and_rem
         assert address.startswith("tls://127.0.0.1:"), address
         ours = tls_security(settings)
         worker = next(iter(_wait("the worker", lambda: _cluster_workers(address, ours), START_S, every=1.0).values()))
-        assert _identity(worker["address"], ours)["type"] == "Worker"  # with the fleet's certificate: in
+        # a worker lets in the scheduler's certificate only (guestbench.run.fleet.roles), not the coordinator's
+        scheduler = Security(require_encryption=True, tls_ca_file=str(private / "ca.pem"),
+                             tls_client_cert=str(private / "scheduler.pem"),
+                             tls_client_key=str(private / "scheduler-key.pem"))
+        assert _identity(worker["address"], scheduler)["type"] == "Worker"
+        _refused("the coordinator's certificate at a worker", lambda: _identity(worker["address"], ours))
         st = os.lstat(private)
         assert (stat.S_IMODE(st.st_mode), st.st_uid, stat.S_ISDIR(st.st_mode)) == (0o700, 0, True), private
         pems = sorted(private.glob("*.pem"))
-        assert len(pems) == 3 and all(stat.S_IMODE(os.lstat(p).st_mode) == 0o600 for p in pems), pems
-        key = settings["DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"]
+        assert len(pems) == 7 and all(stat.S_IMODE(os.lstat(p).st_mode) == 0o600 for p in pems), pems
+        key = settings["DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"]  # the coordinator's
         assert subprocess.run(["runuser", "-u", "nobody", "--", "cat", key], capture_output=True).returncode != 0
         other = Security(require_encryption=True, **{f"tls_{k}": v for k, v in zip(
             ("ca_file", "client_cert", "client_key"), _other_ca(tmp_path))})

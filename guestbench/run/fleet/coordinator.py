@@ -27,7 +27,7 @@ from guestbench.backends import BACKENDS
 from guestbench.util.errors import Interrupted, UserError, inert
 from guestbench.results import Failure, ResultsFile, utc_now
 from guestbench.run.fleet import address as fleet_address
-from guestbench.run.fleet import nopickle, resources, seal, task, tls
+from guestbench.run.fleet import nopickle, resources, roles, seal, task, tls
 from guestbench.run import remote
 from guestbench.run.remote import Remote
 from guestbench.run.record import progress_display
@@ -73,6 +73,7 @@ def connect(address: str, insecure: bool = False, warn: Callable[[str], None] = 
 
     fleet_address.check(address, insecure, "command line", f"--cluster {address}", warn)
     tls.check(address, "client", "command line", f"--cluster {address}")
+    roles.coordinator_setup(address)
     start = "start one with 'dask scheduler' (or 'guestbench fleet local N') and give its address"
     if fleet_address.nobody_there(address):
         raise UserError(f"cannot reach a Dask scheduler there (nothing listens on that port of this host); {start}",
@@ -80,7 +81,8 @@ def connect(address: str, insecure: bool = False, warn: Callable[[str], None] = 
     try:
         client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False, deserializers=["msgpack"])
     except (OSError, TimeoutError, TypeError, ValueError) as e:  # TypeError, ValueError: Dask's TLS settings
-        raise UserError(f"cannot reach a Dask scheduler there ({type(e).__name__}: {e}); {start}",
+        why = roles.LAST_REFUSAL[0] or f"{type(e).__name__}: {e}"
+        raise UserError(f"cannot reach a Dask scheduler there ({why}); {start}",
                         source="command line", key=f"--cluster {address}") from None
     for default_topic in ("print", "warn"):
         client.unsubscribe_topic(default_topic)

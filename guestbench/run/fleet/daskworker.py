@@ -3,7 +3,9 @@ python -m guestbench.run.fleet.daskworker ADDRESS NAME LISTEN_HOST RESOURCES_JSO
 
 It listens on LISTEN_HOST only (the interface that reaches the scheduler: guestbench.run.fleet.address), and
 its HTTP server (health and metrics routes; there is no dashboard) on loopback only: a worker runs, as root,
-whatever reaches it, so it is reachable from no further than it must be."""
+whatever reaches it, so it is reachable from no further than it must be. Dask's handlers that run code a peer
+sends (`run`, `run_coroutine`, plugins, uploads) are refused to everyone, and when this host's certificate is
+a worker's (guestbench.run.fleet.roles), only the scheduler's certificate may connect to it at all."""
 
 from __future__ import annotations
 
@@ -16,6 +18,11 @@ from guestbench.run.fleet.keeper import DEATH_TIMEOUT_S
 
 async def _serve(address: str, name: str, host: str, offered: dict[str, float], local_dir: str) -> None:
     from distributed import Worker
+    from distributed.security import Security
+
+    from guestbench.run.fleet import roles
+
+    roles.worker_setup(Security().tls_worker_cert if address.startswith("tls://") else None)
 
     async with Worker(address, nthreads=1, name=name, resources=offered, local_directory=local_dir,
                       death_timeout=DEATH_TIMEOUT_S, memory_limit=0,  # its tasks hold no data

@@ -4,7 +4,9 @@ are taken on a busy host whenever two measure at once, and the results say so (b
 
 The fleet speaks mutual TLS with throw-away certificates (ephemeral.py) kept in its private directory, so only
 root, who can read them, can reach the scheduler or a worker: not any local user, as a plain tcp:// loopback
-address would let. The directory, keys included, goes when the fleet stops."""
+address would let. Each process gets its own role's certificate only, and the scheduler checks roles
+(guestbench.run.fleet.roles): a worker's certificate is no client. The directory, keys included, goes when
+the fleet stops."""
 
 from __future__ import annotations
 
@@ -40,30 +42,27 @@ class LocalCluster:
         self.dir = rundirs.make(owned.runtime_dir(), PREFIX)
         os.chmod(self.dir, 0o700)  # root's alone: it holds the fleet's keys
         self.procs: list[subprocess.Popen[bytes]] = []
+        host = _hostname()
+        names = [f"{host}-{i}" for i in range(1, workers + 1)]
         try:
-            tls = ephemeral.make(self.dir)
+            tls = ephemeral.make(self.dir, names)
         except BaseException:
             remove_tree(self.dir)
             raise
         self.client_settings = ephemeral.client_settings(tls)
-        self.env = {**os.environ, **tls}
         sched_file = self.dir / "scheduler.json"
-        self.scheduler = self._start([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                                      "--protocol", "tls", "--tls-ca-file", tls[f"{ephemeral.ENV}TLS__CA_FILE"],
-                                      "--tls-cert", tls[f"{ephemeral.ENV}TLS__SCHEDULER__CERT"],
-                                      "--tls-key", tls[f"{ephemeral.ENV}TLS__SCHEDULER__KEY"],
-                                      "--port", "0", "--no-dashboard", "--dashboard-address", "127.0.0.1:0",
-                                      "--scheduler-file", str(sched_file)])  # its HTTP server too: loopback only
+        self.scheduler = self._start(scheduler_command(tls["scheduler"], sched_file), tls["scheduler"])
         self.address = self._address(sched_file)
-        host = _hostname()
-        for i in range(1, workers + 1):
-            cmd = [sys.executable, "-m", "guestbench", "worker", self.address, "--name", f"{host}-{i}"]
+        for name in names:  # each with a certificate of its own, which the scheduler admits under its name only
+            cmd = [sys.executable, "-m", "guestbench", "worker", self.address, "--name", name]
             if backends:
                 cmd += ["--backend", backends]
-            self._start(cmd)
+            self._start(cmd, tls[f"worker.{name}"])
 
-    def _start(self, cmd: list[str]) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=self.env,
+    def _start(self, cmd: list[str], tls: dict[str, str]) -> subprocess.Popen[bytes]:
+        """`cmd` with Dask's TLS settings of its role only (a worker holds no key but the workers')."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(ephemeral.ENV)}
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env={**env, **tls},
                                 stderr=open(self.dir / f"{len(self.procs)}.log", "wb"))
         self.procs.append(proc)
         return proc
@@ -116,6 +115,17 @@ class LocalCluster:
                     p.kill()
                     p.wait()
         remove_tree(self.dir)
+
+
+def scheduler_command(tls: dict[str, str], sched_file: Path) -> list[str]:
+    """The scheduler of a fleet: TLS with the scheduler's certificate, on loopback (its HTTP server too), its
+    handlers guarded by the role in each peer's certificate (guestbench.run.fleet.roles, as Dask's preload)."""
+    return [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--protocol", "tls",
+            "--tls-ca-file", tls[f"{ephemeral.ENV}TLS__CA_FILE"],
+            "--tls-cert", tls[f"{ephemeral.ENV}TLS__SCHEDULER__CERT"],
+            "--tls-key", tls[f"{ephemeral.ENV}TLS__SCHEDULER__KEY"],
+            "--port", "0", "--no-dashboard", "--dashboard-address", "127.0.0.1:0",
+            "--preload", "guestbench.run.fleet.roles", "--scheduler-file", str(sched_file)]
 
 
 def _hostname() -> str:

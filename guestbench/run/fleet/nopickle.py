@@ -7,7 +7,8 @@ while a fleet run talks to Dask, an audit hook (PEP 578) refuses every `pickle.f
 a pickle reaches a function or class (but `bytes`, below); what is left of pickle builds only plain values (str,
 bytes, numbers, containers), which run nothing. guestbench itself needs no pickle from a fleet: what a host sends crosses as
 sealed bytes it parses (guestbench.run.fleet.seal). An audit hook cannot be removed, so it is added once and
-acts only inside `refusing()`."""
+acts only inside `refusing()` (every thread), or inside `refusing_in_task()` (this asyncio task, or thread, only:
+a context variable, which Dask's offloading to a thread carries along)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ import logging
 import sys
 import threading
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Iterator
 
 _lock = threading.Lock()
 _state = {"installed": False, "refusing": 0}
+_here: ContextVar[bool] = ContextVar("guestbench_nopickle_here", default=False)
 
 
 class PickleRefused(TypeError):
@@ -32,18 +35,35 @@ ALLOWED = {("builtins", "bytes")}
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
-    if event == "pickle.find_class" and _state["refusing"] and tuple(args[:2]) not in ALLOWED:
-        raise PickleRefused(f"refused to unpickle {str(args[0])[:60]}.{str(args[1])[:60]}: the coordinator of a "
-                            "fleet run loads no pickle (guestbench.run.fleet.nopickle)")
+    if event == "pickle.find_class" and (_state["refusing"] or _here.get()) and tuple(args[:2]) not in ALLOWED:
+        raise PickleRefused(f"refused to unpickle {str(args[0])[:60]}.{str(args[1])[:60]}: nothing a fleet host "
+                            "sends is unpickled (guestbench.run.fleet.nopickle)")
+
+
+def _install() -> None:
+    with _lock:
+        if not _state["installed"]:
+            sys.addaudithook(_hook)
+            _state["installed"] = True
+
+
+@contextmanager
+def refusing_in_task() -> Iterator[None]:
+    """Every unpickling in this asyncio task (or thread) refused while inside, awaits included; other tasks
+    unpickle as before. For a server that reads hosts and a trusted peer in the same event loop."""
+    _install()
+    token = _here.set(True)
+    try:
+        yield
+    finally:
+        _here.reset(token)
 
 
 @contextmanager
 def refusing() -> Iterator[None]:
     """Every unpickling in this process, in every thread, refused while inside."""
+    _install()
     with _lock:
-        if not _state["installed"]:
-            sys.addaudithook(_hook)
-            _state["installed"] = True
         _state["refusing"] += 1
     # Dask logs each load that fails, traceback and all: a result's type (sent pickled with every finished task)
     # fails here every time, as it should; a message that fails is reported by the coordinator in its words

@@ -29,6 +29,7 @@ from guestbench.run.fleet import seal
 
 POLL_S = 0.25  # how often the child's results file is looked at
 STOP_GRACE_S = 120.0  # after SIGTERM, how long the child may take to clean up before SIGKILL
+ASK_S = 30.0  # how long the scheduler may take to say whether the run was cancelled
 
 
 def topic(run_id: str) -> str:
@@ -45,26 +46,35 @@ def host_share(run_id: str, host: str, key: str, scenario_file: dict[str, Any], 
     `guestbench scenario`. Every snapshot, then the end ({"doc", "exit", "stderr", "final"}), goes to the
     coordinator as an event sealed with `key` (its own, given to this host alone); nothing is returned, so
     nothing of the worker's reaches the coordinator as Dask's pickled task result."""
-    from distributed import Event, get_worker
+    from distributed import get_worker
 
     worker = get_worker()
-    cancel = Event(cancel_event_name(run_id))
     numbers = itertools.count(time.time_ns())  # never one a rerun of this task at this address sent already
 
     def send(body: dict[str, Any]) -> None:
         worker.log_event(topic(run_id), seal.seal(key, host, next(numbers), body))
 
-    def cancelled() -> bool:
-        try:
-            return bool(cancel.is_set())
-        except Exception:  # the scheduler is gone: nobody is left to receive samples
-            return True
-
     try:
-        out = run_child(host, scenario_file, options, lambda doc: send({"doc": doc}), cancelled)
+        out = run_child(host, scenario_file, options, lambda doc: send({"doc": doc}),
+                        lambda: cancel_requested(run_id))
     except Exception as e:  # said in the final message: a task's own exception would cross as pickle
         out = {"exit": None, "doc": None, "stderr": f"{type(e).__name__}: {e}"}
     send({"doc": out.get("doc"), "exit": out.get("exit"), "stderr": out.get("stderr"), "final": True})
+
+
+def cancel_requested(run_id: str) -> bool:
+    """Whether the coordinator set the run's cancel event, asked on this worker's own connection to the
+    scheduler: a worker's certificate may not register the Dask client `distributed.Event` would
+    (guestbench.run.fleet.roles). True when the scheduler does not answer: nobody is left to receive samples."""
+    from distributed import get_worker
+    from distributed.utils import sync
+
+    worker = get_worker()
+    try:
+        return bool(sync(worker.loop, worker.scheduler.event_is_set, name=cancel_event_name(run_id),
+                         callback_timeout=ASK_S))
+    except Exception:
+        return True
 
 
 def run_child(host: str, scenario_file: dict[str, Any], options: list[str], send: Callable[[dict[str, Any]], None],
