@@ -285,8 +285,10 @@ def test_a_workers_certificate_is_that_hosts_only(fleet: RoleFleet) -> None:
     beta = fleet.workers["beta"]["address"]
     metrics = {"bandwidth": {"total": 1e8, "workers": {}, "types": {}}, "digests_total_since_heartbeat": {},
                "memory": 0, "spilled_bytes": {"memory": 0, "disk": 0}, "task_counts": {}}  # as a worker sends
-    for op, kwargs, why in (("heartbeat_worker", {"address": beta, "metrics": metrics},
-                             "the worker certificate of 'alpha' may not send the heartbeat of 'beta'"),
+    beats = [("heartbeat_worker", {"address": form, "metrics": metrics, "resources": {"bench": 0, "uml": 5}},
+              "the worker certificate of 'alpha' may not send the heartbeat of 'beta'")
+             for form in (beta, "beta", beta.replace("127.0.0.1", "localhost"))]  # Dask resolves a name, a host name
+    for op, kwargs, why in (*beats,
                             ("register-worker", {"name": "gamma", "address": "tls://127.0.0.1:1"},
                              "the worker certificate of 'alpha' may not register as 'gamma'")):
         with pytest.raises(Exception) as e:

@@ -74,6 +74,7 @@ def connect(address: str, insecure: bool = False, warn: Callable[[str], None] = 
     fleet_address.check(address, insecure, "command line", f"--cluster {address}", warn)
     tls.check(address, "client", "command line", f"--cluster {address}")
     roles.coordinator_setup(address)
+    roles.LAST_REFUSAL[0] = ""  # an earlier connection's refusal is no reason for this one's
     start = "start one with 'dask scheduler' (or 'guestbench fleet local N') and give its address"
     if fleet_address.nobody_there(address):
         raise UserError(f"cannot reach a Dask scheduler there (nothing listens on that port of this host); {start}",

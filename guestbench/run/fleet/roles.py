@@ -30,7 +30,7 @@ WORKER_CALLS = frozenset({"register-worker", "heartbeat_worker", "event_is_set"}
 # What a worker sends on its stream (distributed.scheduler.Scheduler: worker_handlers)
 WORKER_STREAM = frozenset({"task-finished", "task-erred", "release-worker-data", "add-keys", "long-running",
                            "reschedule", "keep-alive", "log-event", "worker-status-change",
-                           "request-refresh-who-has"})
+                           "request-refresh-who-has", "steal-response"})  # the last: distributed/stealing.py
 # A worker's handlers that run code or take files or data a peer sends; guestbench's coordinator uses none
 BLOCKED_ON_WORKER = ("run", "run_coroutine", "plugin-add", "plugin-remove", "upload_file", "actor_execute",
                      "actor_attribute", "update_data", "benchmark_disk", "benchmark_memory", "benchmark_network")
@@ -96,7 +96,14 @@ def _refusal(comm: Any, op: str, kwargs: dict[str, Any], scheduler: Any) -> str 
     if name and op == "register-worker" and str(kwargs.get("name")) != name:
         return f"the worker certificate of {name!r} may not register as {str(kwargs.get('name'))[:100]!r}"
     if name and op == "heartbeat_worker":
-        ws = getattr(scheduler, "workers", {}).get(kwargs.get("address"))
+        from distributed.comm.addressing import normalize_address
+
+        try:  # the worker the handler will take it for: Dask resolves names (aliases), host names and IP forms
+            address = normalize_address(scheduler.coerce_address(kwargs.get("address"),
+                                                                 kwargs.get("resolve_address", True)))
+        except Exception:
+            return f"the worker certificate of {name!r} sent a heartbeat for an address Dask cannot read"
+        ws = getattr(scheduler, "workers", {}).get(address)
         if ws is not None and str(ws.name) != name:
             return f"the worker certificate of {name!r} may not send the heartbeat of {str(ws.name)[:100]!r}"
     return None
