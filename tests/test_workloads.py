@@ -25,7 +25,9 @@ def sh(cmd: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 
 
 def check_against_metrics(parsed: Mapping[str, float | str], listed: tuple[Metric, ...]) -> None:
-    """parse returned exactly what metrics() lists, each a positive number (or TOO_FAST)."""
+    """parse returned exactly what metrics() lists, each a positive number (or TOO_FAST); a share of CPU may be 0:
+    bonnie++ prints %CPU as a whole number, and a phase that mostly waited for the disk (a 16 MiB read beside the
+    suite's other workers) used under 0.5 % of its time (CI D6, issue 46's first session)."""
     assert [m.key for m in listed] == list(dict.fromkeys(m.key for m in listed)), "duplicate keys"
     assert set(parsed) == {m.key for m in listed}
     allowed_units = {"MB/s", "KiB/s", "IOPS", "ms", "s", "%CPU", "/s", "files/s"}
@@ -35,7 +37,8 @@ def check_against_metrics(parsed: Mapping[str, float | str], listed: tuple[Metri
         value = parsed[m.key]
         if value == TOO_FAST:
             continue
-        assert isinstance(value, float) and math.isfinite(value) and value > 0, (m.key, value)
+        assert isinstance(value, float) and math.isfinite(value), (m.key, value)
+        assert value >= 0 if m.unit == "%CPU" else value > 0, (m.key, value)
 
 
 # ---------------------------------------------------------------------------------------------- fio
