@@ -70,14 +70,19 @@ class Cluster:
                           *extra, timeout=300), results
 
     def close(self) -> None:
-        for p in reversed(self.procs):  # the workers, then the scheduler
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop(self.procs)
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """End a test cluster's processes, the workers first, then the scheduler: SIGTERM, then SIGKILL after 60 s."""
+    for p in reversed(procs):
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import pytest
 
 from conftest import ROOT, guestbench, write_scenario
 from test_fleet import _address, _cluster_workers, _wait
+from test_fleet_hostile import stop
 
 HOSTILE = ROOT / "tests/fleet_hostile_worker.py"
 REAL = ROOT / "tests/data/results/20261121T211449Z-startup.json"
@@ -81,14 +82,7 @@ class RoleFleet:
         return "\n".join(p.read_text()[-1500:] for p in sorted(self.tmp.glob("*.log")))
 
     def close(self) -> None:
-        for p in reversed(self.procs):  # the workers, then the scheduler
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop(self.procs)
 
 
 @pytest.fixture(scope="module")
