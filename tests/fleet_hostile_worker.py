@@ -9,8 +9,9 @@ backend (tests/data). GUESTBENCH_TEST_ROLE=hostile: what a host taken over can d
 - digits200, digits5000: an honest share whose final document has a sample `rep` of that many digits;
 - pickle: a task result whose unpickling would create a file, and a `warn` event carrying such a pickle (Dask's
   client unpickles a warn event's message);
-- deafen: once beta is complete, an event on the run's topic carrying such a pickle as a Dask-serialized frame
-  (Dask's client loads those before any handler sees them).
+- deafen: while beta runs (its honest share waits for alpha's attack to reach the scheduler before it ends), two
+  events on the run's topic whose payloads Dask's client loads before any handler sees them: a Dask-serialized
+  msgpack frame that inflates from about 0.5 MB to BOMB bytes, and such a pickle as a Dask-serialized frame.
 
 GUESTBENCH_TEST_DIR is where the coordinator's results go (one directory per scenario name) and the file a
 pickle would create; GUESTBENCH_TEST_REAL the real run's results file."""
@@ -31,6 +32,7 @@ from guestbench.run.fleet import task
 REAL = Path(os.environ.get("GUESTBENCH_TEST_REAL", "/nonexistent"))  # Dask runs a copy of this file elsewhere
 DIR = Path(os.environ.get("GUESTBENCH_TEST_DIR", "/nonexistent"))
 WAIT_S = 120.0
+BOMB = 512 * 2**20  # bytes the deafen attack's compressed frame inflates to
 
 
 def host_doc(backend: str, status: str) -> dict[str, Any]:
@@ -42,10 +44,13 @@ def host_doc(backend: str, status: str) -> dict[str, Any]:
 
 
 def scripted_child(final: dict[str, Any]) -> Any:
-    """A stand-in for task.run_child: one snapshot of the run under way, then `final` as the run's end."""
+    """A stand-in for task.run_child: one snapshot of the run under way, then `final` as the run's end (in the
+    deafen scenario, only once alpha's attack has reached the scheduler)."""
     def run_child(host: str, scenario_file: dict[str, Any], options: list[str], send: Any,
                   cancelled: Any) -> dict[str, Any]:
         send(host_doc(final["cells"][0]["backend"], "running"))
+        if scenario_file["name"] == "deafen":
+            _wait_for_file(DIR / "deafen-sent")
         send(final)
         return {"host": host, "exit": 0, "doc": final, "stderr": ""}
 
@@ -60,6 +65,28 @@ class Evil:
 
     def __reduce__(self) -> Any:
         return (pathlib.Path.touch, (DIR / f"{self.name}-ran",))
+
+
+def _wait_for_file(path: Path) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never came")
+        time.sleep(0.05)
+
+
+def _bomb() -> Any:
+    """A Dask-serialized msgpack value whose one zlib frame (about 0.5 MB) inflates to BOMB bytes."""
+    import struct
+    import zlib
+
+    from distributed.protocol.serialize import Serialized
+
+    squeeze = zlib.compressobj(9)
+    parts = [squeeze.compress(b"\xc6" + struct.pack(">I", BOMB))]  # msgpack's bin 32 header, then BOMB zeros
+    zeros = bytes(2**20)
+    parts += [squeeze.compress(zeros) for _ in range(BOMB // len(zeros))]
+    return Serialized({"serializer": "msgpack", "compression": ("zlib",)}, [b"".join(parts) + squeeze.flush()])
 
 
 def _wait_for_beta(name: str) -> dict[str, Any]:
@@ -103,12 +130,23 @@ def hostile_share(*args: Any) -> Any:
         final["cells"][0]["samples"][0]["rep"] = int("9" * int(name[len("digits"):]))
         task.run_child = scripted_child(final)
         return ORIGINAL(*args)
-    if name == "deafen":  # a pickle in an event, as Dask's own frames carry one: Dask's client loads those itself
+    if name == "deafen":  # objects in events, as Dask's own frames carry them: Dask's client loads those itself
         from distributed.protocol import to_serialize
+        from distributed.utils import sync
 
-        _wait_for_beta(name)
-        worker.loop.add_callback(worker.batched_send, {"op": "log-event", "topic": task.topic(run_id),
-                                                       "msg": {"host": host, "data": to_serialize(Evil(name))}})
+        for payload in (_bomb(), to_serialize(Evil(name))):
+            worker.loop.add_callback(worker.batched_send, {"op": "log-event", "topic": task.topic(run_id),
+                                                           "msg": {"host": host, "data": payload}})
+        # then a plain event on a topic of its own: once the scheduler has it, it has the two before it (one stream,
+        # in order) and sent them on to the coordinator; asking for the attack's own would load them here
+        sent = f"test-sent-{run_id}"
+        worker.loop.add_callback(worker.batched_send, {"op": "log-event", "topic": sent, "msg": {"sent": 2}})
+        deadline = time.monotonic() + WAIT_S
+        while not sync(worker.loop, worker.scheduler.events, topic=sent):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the attack never reached the scheduler")
+            time.sleep(0.05)
+        (DIR / f"{name}-sent").touch()
         return None
     if name == "pickle":
         worker.log_event("warn", {"message": pickle.dumps(Evil(name))})

@@ -24,6 +24,14 @@ HOSTILE = ROOT / "tests/fleet_hostile_worker.py"
 JOIN_S = 120.0
 SCENARIO = "name: {name}\nrepetitions: 5\nwarmup: 1\nbackends: [uml, tcg]\nmeasurements: [startup]\n"
 REAL = ROOT / "tests/data/results/20261121T211449Z-startup.json"
+PEAK = """import resource, runpy, sys
+peak = sys.argv.pop(1)
+try:
+    runpy.run_module("guestbench", run_name="__main__", alter_sys=True)
+finally:
+    with open(peak, "w") as f:
+        f.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+"""
 
 
 class Cluster:
@@ -68,6 +76,15 @@ class Cluster:
         results = self.dir / name
         return guestbench("scenario", str(sc), "--cluster", self.address, "--insecure", "--results", str(results),
                           *extra, timeout=300), results
+
+    def run_measured(self, name: str) -> tuple[subprocess.CompletedProcess[str], Path, int]:
+        """`run`, in a Python that writes its own peak resident memory (KiB) when the CLI ends."""
+        sc = write_scenario(self.tmp / f"{name}.yaml", SCENARIO.format(name=name))
+        results, peak = self.dir / name, self.tmp / f"{name}.peak"
+        proc = subprocess.run([sys.executable, "-c", PEAK, str(peak), "scenario", str(sc), "--cluster", self.address,
+                               "--insecure", "--results", str(results)], cwd=ROOT, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=300)
+        return proc, results, int(peak.read_text())
 
     def close(self) -> None:
         stop(self.procs)
@@ -165,19 +182,18 @@ def test_nothing_a_host_sends_is_unpickled_by_the_coordinator(cluster: Cluster) 
     assert alpha["status"] == "failed" and "without sending its final results" in alpha["error"], alpha
 
 
-def test_a_pickle_in_a_hosts_event_is_not_loaded_and_the_run_ends_saying_why(cluster: Cluster) -> None:
-    """Alpha, once beta is complete, logs an event whose payload is a Dask-serialized pickle: Dask's client loads
-    such frames as it reads them, before any handler. Before, the coordinator ran it. Now it is refused, Dask's
-    client stops reading the scheduler (it does so on any message that fails to load), and the coordinator,
-    rather than wait for ever, writes off the hosts still running within a second, saying why; beta, which had
-    sent its final results, keeps them."""
-    marker = cluster.dir / "deafen-ran"
-    proc, results = cluster.run("deafen")
-    assert not marker.exists(), "the coordinator unpickled what a host sent"
-    # Dask's client logs why it stopped reading (its traceback included): its own line, not guestbench's
-    assert proc.returncode == 1 and "internal error" not in proc.stderr, proc.stderr[-3000:]
-    assert "host alpha lost: the coordinator's Dask client stopped reading the scheduler" in proc.stderr
+def test_objects_in_a_hosts_events_are_withheld_and_the_other_hosts_go_on(cluster: Cluster) -> None:
+    """While beta runs, alpha logs two events whose payloads Dask's client loads as it reads them, before any
+    handler: a compressed frame that inflates to 512 MiB, and a pickle. Before, the coordinator inflated the
+    first in full and unpickled the second, or, refusing it, its Dask client stopped reading the scheduler for good:
+    beta's final results were never read and beta was written off as lost. Now neither is loaded
+    (guestbench.run.fleet.plain): beta ends complete with its cells as sent, alpha fails for sending no results."""
+    proc, results, peak_kib = cluster.run_measured("deafen")
+    assert not (cluster.dir / "deafen-ran").exists(), "the coordinator unpickled what a host sent"
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "stopped reading the scheduler" not in proc.stderr, proc.stderr[-3000:]
+    assert peak_kib < 400 * 2**10, f"the coordinator peaked at {peak_kib // 2**10} MiB: the frame was inflated"
     doc, _ = _results(results)
     _beta_as_sent(doc)
     alpha = doc["hosts"]["alpha"]
-    assert alpha["status"] == "lost" and "stopped reading the scheduler" in alpha["error"], alpha
+    assert alpha["status"] == "failed" and "without sending its final results" in alpha["error"], alpha

@@ -202,8 +202,9 @@ def test_an_honest_fleet_run_completes_with_roles(fleet: RoleFleet, monkeypatch:
 
 def test_fleet_local_makes_a_certificate_per_role_and_its_scheduler_guards_by_role() -> None:
     """The real `guestbench fleet local 0` (a scheduler, no worker: nothing is launched): its directory holds
-    the CA and a scheduler's, a worker's and a coordinator's certificate, each naming its role; the exported
-    settings are the coordinator's, let in; the worker's certificate is no client. Before, one certificate
+    the CA and a scheduler's and a coordinator's certificate, each naming its role, and no worker's (one naming no
+    host registers nowhere; a worker's certificate is no client: RoleFleet's, made the same way); the exported
+    settings are the coordinator's, let in; the scheduler's own certificate is turned away. Before, one certificate
     served every role, and with it anyone was a client."""
     from distributed import Client
     from distributed.security import Security
@@ -215,16 +216,19 @@ def test_fleet_local_makes_a_certificate_per_role_and_its_scheduler_guards_by_ro
     private = Path(settings[f"{TLS}TLS__CA_FILE"]).parent
     try:
         found = {role: roles.role_of_file(str(private / f"{role}.pem")) for role in roles.ROLES}
-        assert found == {role: role for role in roles.ROLES}, sorted(os.listdir(private))
+        assert found == {"scheduler": "scheduler", "coordinator": "coordinator", "worker": None}, \
+            sorted(os.listdir(private))
+        assert not list(private.glob("worker*")), sorted(os.listdir(private))
         assert roles.role_of_file(settings[f"{TLS}TLS__CLIENT__CERT"]) == "coordinator", settings
         assert _call(address, _security(settings), "identity")["type"] == "Scheduler"
-        worker = Security(require_encryption=True, tls_ca_file=str(private / "ca.pem"),
-                          tls_client_cert=str(private / "worker.pem"), tls_client_key=str(private / "worker-key.pem"))
-        with pytest.raises(Exception) as e:
-            _call(address, worker, "run_function", **_touch(private / "ran"))
-        assert "may not call 'run_function'" in str(e.value), e.value
+        other = Security(require_encryption=True, tls_ca_file=str(private / "ca.pem"),
+                         tls_client_cert=str(private / "scheduler.pem"),
+                         tls_client_key=str(private / "scheduler-key.pem"))
+        with pytest.raises(Exception) as e:  # turned away after the TLS handshake: no role of a scheduler's peer
+            _call(address, other, "run_function", **_touch(private / "ran"))
+        assert "before comm was established" in str(e.value), e.value
         with pytest.raises((OSError, TimeoutError, ValueError)):
-            Client(address, timeout=5, set_as_default=False, security=worker).close()
+            Client(address, timeout=5, set_as_default=False, security=other).close()
         assert not (private / "ran").exists()
     finally:
         proc.send_signal(signal.SIGINT)
@@ -348,3 +352,102 @@ def test_a_worker_follows_no_scheduler_that_shows_another_roles_certificate(flee
                 p.kill()
                 p.wait()
     assert "Register worker" not in (tmp_path / "fake.log").read_text()
+
+
+EVENTS = """
+from distributed import get_worker
+from distributed.protocol import to_serialize
+w = get_worker()
+def log(topic, msg):
+    w.loop.add_callback(w.batched_send, {"op": "log-event", "topic": topic, "msg": msg})
+log(RUN, {"host": "alpha", "data": to_serialize(b"x")})
+log(RUN, {"host": "alpha", "seq": 1, "data": "text", "mac": "m"})
+for seq in range(20):
+    log(RUN, {"host": "alpha", "seq": seq, "data": b"sealed", "mac": "m"})
+log(UNHEARD, {"host": "alpha", "seq": 1, "data": b"sealed", "mac": "m"})
+log("print", {"message": "x" * 100_000})
+log("print", {"message": to_serialize(b"x")})
+log(["all", "roles-many"], {"action": "forged"})
+log("roles-last", {"n": 1})
+"""
+
+
+def test_the_scheduler_passes_on_only_sealed_bounded_plain_events_of_a_worker(fleet: RoleFleet) -> None:
+    """Alpha logs events that Dask would keep (1,000 per topic, for ever) and send on to every subscriber as they
+    are: objects Dask serialized, on a run's topic or not; unsealed messages; events on a run's topic nobody
+    listens to, or on several topics at once; a large one. Now the scheduler drops each, saying so: what
+    reaches a coordinator from a worker's events is plain, bounded, and on a run's topic sealed; and a run's topic
+    keeps its last TOPIC_KEPT events."""
+    from distributed import Client
+
+    from guestbench.run.fleet import roles, task
+
+    run, unheard = task.topic("roles46"), task.topic("unheard46")
+    alpha = fleet.workers["alpha"]["address"]
+    with Client(fleet.address, timeout=20, set_as_default=False, security=fleet.coordinator) as c:
+        c.subscribe_topic(run, lambda event: None)
+        code = EVENTS.replace("RUN", repr(run)).replace("UNHEARD", repr(unheard))
+        c.submit(exec, code, {}, workers=[alpha], pure=False).result(timeout=ASK_S)
+        _wait("alpha's last event", lambda: c.get_events("roles-last"), ASK_S)  # one stream, in order: all came
+        kept = c.get_events(run)
+        assert [e[1]["seq"] for e in kept] == list(range(20 - roles.TOPIC_KEPT, 20)), kept
+        assert all(e[1]["data"] == b"sealed" and e[1]["worker"] == alpha for e in kept)
+        assert not c.get_events(unheard) and not c.get_events("roles-many")
+        assert not [e for e in c.get_events("print") if e[1].get("worker") == alpha]
+        assert not [e for e in c.get_events("all") if e[1].get("action") == "forged"]
+    log = (fleet.tmp / "scheduler.log").read_text()
+    for why in ("not a sealed message", "no coordinator listens to", "not plain data of at most 65,536 bytes",
+                "several topics at once"):
+        assert f"dropped an event of worker {alpha}: " in log and why in log, why
+    assert log.count(f"dropped an event of worker {alpha}: an event on a run's topic that is not a sealed") == 2
+    assert set(_cluster_workers(fleet.address, fleet.coordinator)) == {"alpha", "beta"}
+
+
+def _openssl_fleet(tmp: Path, who: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """Certificates made as docs/fleet.md tells an admin to ('openssl'), and Dask's settings for each of `who`."""
+    script = (
+        'set -e; umask 077; openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=test fleet CA" '
+        '-keyout ca-key.pem -out ca.pem -addext basicConstraints=critical,CA:TRUE '
+        '-addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null\n'
+        f'for who in {" ".join(who)}; do\n'
+        '  openssl req -newkey rsa:2048 -nodes -subj "/CN=guestbench-$who" -keyout "$who-key.pem" -out "$who.csr" '
+        '2>/dev/null\n'
+        '  openssl x509 -req -in "$who.csr" -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 2 -out "$who.pem" '
+        "-extfile <(printf 'basicConstraints=CA:FALSE\\nkeyUsage=digitalSignature,keyEncipherment\\n"
+        "extendedKeyUsage=serverAuth,clientAuth\\n') 2>/dev/null\n"
+        "done\n")
+    subprocess.run(["bash", "-c", script], cwd=tmp, check=True, timeout=120)
+    return {w: {f"{TLS}REQUIRE_ENCRYPTION": "True", f"{TLS}TLS__CA_FILE": str(tmp / "ca.pem"),
+                **{f"{TLS}TLS__{slot}__{part}": str(tmp / f"{w}{suffix}.pem")
+                   for slot in ("SCHEDULER", "WORKER", "CLIENT") for part, suffix in (("CERT", ""), ("KEY", "-key"))}}
+            for w in who}
+
+
+def test_a_worker_certificate_that_names_no_host_joins_nowhere(tmp_path: Path) -> None:
+    """A certificate `guestbench-worker` (no host after the role) was admitted under any name the worker gave: a
+    host holding it could join as a host not yet joined and be handed that host's share and key. Now the
+    scheduler's roles refuse it at registration, and `guestbench worker` says so before it starts (one line, exit
+    2), as it does for a certificate naming another host than --name."""
+    from guestbench.run.fleet import local
+
+    tls = _openssl_fleet(tmp_path, ("scheduler", "worker", "worker.host1"))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(TLS)}
+    sched = subprocess.Popen(local.scheduler_command(tls["scheduler"], tmp_path / "s.json"), cwd=ROOT,
+                             env={**clean, **tls["scheduler"], "DASK_TEMPORARY_DIRECTORY": str(tmp_path)},
+                             stdin=subprocess.DEVNULL, stderr=open(tmp_path / "scheduler.log", "wb"))
+    try:
+        address = _wait("the scheduler's address", lambda: _address(tmp_path / "s.json"), 60)
+        for name in ("gamma", ""):
+            with pytest.raises(Exception) as e:
+                _call(address, _security(tls["worker"]), "register-worker", name=name, address="tls://127.0.0.1:1")
+            assert "a worker's certificate must name its host (guestbench-worker.HOST)" in str(e.value), e.value
+        for cert, name, why in (("worker", "gamma", "names no host: a worker's certificate must be "
+                                                    "guestbench-worker.gamma"),
+                                ("worker.host1", "gamma", "is host 'host1''s: run it as --name host1")):
+            proc = subprocess.run([sys.executable, "-m", "guestbench", "worker", address, "--name", name], cwd=ROOT,
+                                  env={**clean, **tls[cert]}, capture_output=True, text=True, timeout=120,
+                                  stdin=subprocess.DEVNULL)
+            assert proc.returncode == 2 and why in proc.stderr, proc.stderr[-2000:]
+            assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    finally:
+        stop([sched])

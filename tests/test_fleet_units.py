@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ from guestbench.util.errors import UserError
 from guestbench.results import Run, load_results
 from guestbench.results.hosts import differences, names, view
 from guestbench.run import remote
-from guestbench.run.fleet import coordinator, resources
+from guestbench.run.fleet import coordinator
+from guestbench.run.fleet import resources
+from guestbench.run.fleet.inbox import Inbox
 from guestbench.scenario import parse_scenario
 
 from conftest import ROOT
@@ -51,7 +54,13 @@ def fleet_run(tmp_path: Path, sc: Any, doc: dict[str, Any]) -> coordinator.Fleet
     run.results = ResultsFile.create(tmp_path / "r.json", scenario=doc["scenario"], host=doc["host"],
                                      command=["t"], guestbench=doc["guestbench"])
     run.results.doc["hosts"] = {n: {"address": h["address"], "status": "starting"} for n, h in doc["hosts"].items()}
+    run.inbox = Inbox(h["address"] for h in doc["hosts"].values())
     return run
+
+
+def stamped(msg: dict[str, Any], address: str) -> dict[str, Any]:
+    """`msg` as the scheduler delivers a worker's event: stamped with the address of the worker that logged it."""
+    return {**msg, "worker": address}
 
 
 def test_resources_a_worker_offers_and_a_host_share_asks_for() -> None:
@@ -147,7 +156,8 @@ def test_a_hosts_results_that_no_run_writes_are_refused_and_its_host_is_failed_s
 
     run.keys = {"alpha": seal.new_key(), "beta": seal.new_key()}
     run.addresses = {n: h["address"] for n, h in doc["hosts"].items()}
-    run.inbox.put(seal.seal(run.keys["beta"], "beta", 1, {"doc": hostile, "exit": 0, "stderr": "", "final": True}))
+    run.inbox.put(stamped(seal.seal(run.keys["beta"], "beta", 1, {"doc": hostile, "exit": 0, "stderr": "", "final": True}),
+                          run.addresses["beta"]))
     run.host_ended("beta", Done())  # its final message is read first
     saved = load_results(tmp_path / "r.json")  # the file stays one every reader accepts
     assert saved.hosts["beta"].status == "failed"
@@ -265,14 +275,94 @@ def test_only_each_hosts_newest_message_is_read_replays_and_superseded_ones_neve
 
     def sealed(seq: int, data: bytes | None = None) -> dict[str, Any]:
         if data is None:
-            return seal.seal(run.keys["beta"], "beta", seq, {"doc": beta})
-        return {"host": "beta", "seq": seq, "data": data, "mac": seal._mac(run.keys["beta"], "beta", seq, data)}
+            msg = seal.seal(run.keys["beta"], "beta", seq, {"doc": beta})
+        else:
+            msg = {"host": "beta", "seq": seq, "data": data, "mac": seal._mac(run.keys["beta"], "beta", seq, data)}
+        return stamped(msg, "tcp://10.0.0.2:4000")
 
     run.numbers["beta"] = 10
-    for msg in (sealed(4, unreadable), sealed(11, unreadable), sealed(12)):  # a replay; superseded in the batch
+    run.inbox.put(sealed(4, unreadable))  # a replay
+    assert run._take(timeout=0) == [] and "beta" not in run.refused
+    for msg in (sealed(11, unreadable), sealed(12)):  # superseded in the inbox, as it arrives
         run.inbox.put(msg)
     assert run._take(timeout=0) == ["beta"]
     assert "beta" not in run.refused and run.numbers["beta"] == 12
     run.inbox.put(sealed(13, unreadable))  # the newest, read: beta fails saying why
     run._take(timeout=0)
     assert "beta" in run.refused
+
+
+def test_the_inbox_holds_one_message_per_worker_of_the_run_however_many_arrive() -> None:
+    """A host may send thousands of messages, or large ones: the coordinator holds each worker's newest only, and
+    drops what comes from no worker of the run or is larger than any seal (issue 46: the inbox was unbounded)."""
+    import threading
+    import tracemalloc
+
+    from guestbench.run.fleet import seal
+
+    alpha, beta = "tcp://10.0.0.1:4000", "tcp://10.0.0.2:4000"
+    inbox = Inbox([alpha, beta])
+    tracemalloc.start()
+    try:
+        for i in range(1_000):
+            inbox.put({"host": "alpha", "seq": i, "data": os.urandom(2**20), "mac": "m", "worker": alpha})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20, peak  # 1 GiB arrived; two messages' worth at most was ever held
+    for dropped in ({"host": "x", "data": b"x", "worker": "tcp://10.0.0.9:4000"}, {"host": "beta", "data": b"x"},
+                    {"host": "beta", "data": b"x" * (seal.MAX_SEALED + 1), "worker": beta},
+                    {"host": "beta", "data": "not bytes", "worker": beta}, ("a", "tuple"), None):
+        inbox.put(dropped)
+    assert inbox.dropped == 6
+    (held,) = inbox.take(timeout=0)
+    assert held["seq"] == 999 and inbox.take(timeout=0) == []
+    later = threading.Timer(0.05, inbox.put, args=({"host": "beta", "data": b"b", "worker": beta},))
+    later.start()
+    assert [m["host"] for m in inbox.take(timeout=60)] == ["beta"]  # woken by the message, not the time-out
+    later.join()
+
+
+def test_every_way_of_adding_a_handler_to_a_guarded_table_guards_it() -> None:
+    """Dask and its extensions add handlers by item, update, setdefault or |=: each is guarded (issue 46, review:
+    only item assignment and update were)."""
+    from guestbench.run.fleet import roles
+
+    def handler() -> None:
+        pass
+
+    table = roles.Guarded({"a": handler}, lambda op, h: ("guarded", op, h))
+    table["b"] = handler
+    table.update(c=handler)
+    table.setdefault("d", handler)
+    table |= {"e": handler}
+    assert table.setdefault("a", print) == ("guarded", "a", handler)  # one there already is kept
+    assert sorted(table) == ["a", "b", "c", "d", "e"] and all(v[:2] == ("guarded", k) for k, v in table.items())
+
+
+def test_a_dask_the_patches_were_not_made_for_is_refused_not_left_unguarded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The roles and the coordinator's plain loading patch Dask's private code: a Dask without those names, of
+    another release, or whose comms no longer load through the patched function, stops the fleet saying why."""
+    import distributed
+    import distributed.comm.utils
+    from types import SimpleNamespace
+
+    from guestbench.run.fleet import plain, roles
+
+    roles.check_dask()  # this one: the release they were made for
+    with pytest.raises(RuntimeError, match=r"without Scheduler.handle_stream, .*Scheduler._broker._topics"):
+        roles.check_dask(SimpleNamespace(handlers={}, stream_handlers={"log-event": None}))
+    monkeypatch.setattr(distributed, "__version__", "2027.1.0")
+    with pytest.raises(RuntimeError, match=r"made for distributed 2026\.8\.x, and this is 2027\.1\.0: not started"):
+        roles.check_dask()
+    monkeypatch.undo()
+    with plain.only():  # the comms load through the patched function: allowed
+        pass
+    from distributed.protocol import core
+
+    monkeypatch.setattr(distributed.comm.utils, "protocol", SimpleNamespace(loads=core.loads))  # a moved call
+    with pytest.raises(UserError, match="loads messages where guestbench cannot withhold what fleet hosts send"):
+        with plain.only():
+            pass
+    import distributed.protocol
+    assert distributed.protocol.loads is core.loads  # undone on the way out

@@ -12,14 +12,16 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
 from guestbench.nested import guest, image
+from guestbench.nested.console import LINE_MAX
 
 from conftest import ROOT, guestbench, host_path_lock, run_dirs, session_tmp_path, stop_run
 from test_owned import as_nobody, planted, tree
+from test_untrusted_text import OBEYED, placement  # noqa: F401  (placement: a fixture, the nested run's printer)
 
 TMP = session_tmp_path()
 
@@ -69,12 +71,35 @@ def _job(script: str) -> dict[str, bytes | Path]:
     return {"job.sh": script.encode()}
 
 
-def test_job_runs_inside_and_its_output_and_exit_status_come_back(built: image.Image, tmp_path: Path) -> None:
-    """The job's files and exit status cross back; guestbench and libguestfs inside are the end-to-end test's."""
+# What a level-1 guest may write to its console (the job's output goes there): sequences a terminal obeys, rich
+# markup, a bidi override, and a line far longer than any shown (issue 46)
+HOSTILE_JOB = ("printf 'title\\033]0;pwned\\007\\n\\033[2Jcleared\\n\\033[31mred\\033[0m\\n"
+               "admin\\342\\200\\256exe.txt\\n[/] [link=http://evil.example]click[/link]\\n'\n"
+               "head -c 100000 /dev/zero | tr '\\0' x; echo\n")
+
+
+def test_job_runs_inside_and_its_output_and_exit_status_come_back(built: image.Image, tmp_path: Path,
+                                                                  placement: Any) -> None:
+    """The job's files and exit status cross back; guestbench and libguestfs inside are the end-to-end test's.
+    What the job writes to the console reaches the terminal as a nested run shows it (NestedPlacement's console
+    printer): shown, never obeyed, and a long line cut."""
+    nested, terminal, _ = placement
     lines: list[str] = []
-    result = guest.run_job(built, _job("cp /proc/cpuinfo /guestbench-l1/out/cpuinfo\nexit 3\n"), tmp_path / "out",
-                           memory_mib=512, vcpus=1, kvm=False, timeout_s=600, on_console=lines.append)
+
+    def seen(line: str) -> None:
+        lines.append(line)
+        nested.show_console(line)
+
+    result = guest.run_job(built, _job(HOSTILE_JOB + "cp /proc/cpuinfo /guestbench-l1/out/cpuinfo\nexit 3\n"),
+                           tmp_path / "out", memory_mib=512, vcpus=1, kvm=False, timeout_s=600, on_console=seen)
     assert result.exit_status == 3
+    shown = terminal.getvalue()
+    for seq in OBEYED:
+        assert seq not in shown, repr(seq)
+    for visible in ("title\\x1b]0;pwned\\x07", "\\x1b[2Jcleared", "admin\\u202eexe.txt",
+                    "[/] [link=http://evil.example]click[/link]"):
+        assert f"level-1 │ {visible}" in shown, (visible, lines[-12:])
+    assert "x" * LINE_MAX + f" [... cut: the line is longer than {LINE_MAX} bytes]" in lines
     assert "QEMU" in (result.output / "cpuinfo").read_text()  # it really ran in the guest
     assert any("guestbench-l1: booted" in ln for ln in lines), lines[-5:]
     assert any(image.OUTPUT_WRITTEN == ln.strip() for ln in lines), lines[-5:]

@@ -32,7 +32,7 @@ from guestbench.scenario import parse_scenario
 from guestbench.util.errors import one_line, printable
 
 from conftest import ROOT
-from test_fleet_units import fleet_doc, fleet_run
+from test_fleet_units import fleet_doc, fleet_run, stamped
 from test_nested_run import _doc, _guest_doc
 
 SHIPPED = ROOT / "tests" / "data" / "results" / "20261121T211449Z-startup.json"
@@ -150,7 +150,8 @@ def test_a_hosts_refused_results_quoting_markup_fail_that_host_and_print(tmp_pat
     from guestbench.run.fleet import seal
 
     run.keys, run.addresses = {"beta": seal.new_key()}, {"beta": "tcp://10.0.0.2:4000"}
-    run.inbox.put(seal.seal(run.keys["beta"], "beta", 1, {"doc": hostile, "exit": 0, "stderr": "", "final": True}))
+    run.inbox.put(stamped(seal.seal(run.keys["beta"], "beta", 1, {"doc": hostile, "exit": 0, "stderr": "",
+                                                                   "final": True}), "tcp://10.0.0.2:4000"))
 
     class Ended:
         status = "finished"

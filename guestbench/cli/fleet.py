@@ -26,6 +26,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
                   lambda line: err.print(line, style="yellow", highlight=False, markup=False))
     tls.check(args.address, "worker", "command line", where)
     listen = address.listen_host(args.address, "command line", where)
+    import socket
+
+    worker_name = args.name or socket.gethostname().split(".")[0]
+    if args.address.startswith("tls://"):
+        roles_problem(worker_name, where)
     names = list(BACKENDS)
     if args.backend:
         from guestbench.scenario import Checker
@@ -37,11 +42,24 @@ def cmd_worker(args: argparse.Namespace) -> int:
     for name, av in checked.items():
         err.print("[green]✓[/] " if av.usable else "[yellow]–[/] ", inert(f"{name}: {short_reason(av.reason or '')}"),
                   sep="", highlight=False)
-    import socket
-
-    name = args.name or socket.gethostname().split(".")[0]
-    return keeper.serve(args.address, listen, [n for n, av in checked.items() if av.usable], name,
+    return keeper.serve(args.address, listen, [n for n, av in checked.items() if av.usable], worker_name,
                         lambda line: err.print(inert(line), highlight=False))
+
+
+def roles_problem(name: str, where: str) -> None:
+    """One line and exit 2 before a worker starts that the scheduler's roles would refuse, or whose Dask release
+    the roles were not made for."""
+    from distributed.security import Security
+
+    from guestbench.run.fleet import roles
+
+    try:
+        roles.check_dask()
+    except RuntimeError as e:
+        raise UserError(str(e), source="installation", key="distributed") from None
+    why = roles.worker_problem(Security().tls_worker_cert, name)
+    if why is not None:
+        raise UserError(why, source="command line", key=where)
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:

@@ -6,7 +6,8 @@ backends it will launch, and a key of its own. Snapshots of each host's own resu
 arrive as Dask events sealed with that key (guestbench.run.fleet.seal) and are merged here as they come (every
 sample is on disk here within a second of being taken there); a host whose message names another host, or that
 sends what the bounded parser refuses, fails saying why, and the other hosts' cells stay as they are. Nothing a
-host sends is unpickled here (guestbench.run.fleet.nopickle): no task result is fetched. A worker that leaves the
+host sends is loaded here but msgpack's plain values (guestbench.run.fleet.plain, .nopickle), what waits to be
+read is bounded (guestbench.run.fleet.inbox), and no task result is fetched. A worker that leaves the
 cluster mid-run makes its host 'lost': what it sent is kept, its unfinished iterations become failures with the
 reason, and the others go on. A signal sets the run's cancel event: each host stops as on Ctrl-C and sends its
 last snapshot, and the file is closed as 'interrupted'.
@@ -14,7 +15,6 @@ last snapshot, and the file is closed as 'interrupted'.
 
 from __future__ import annotations
 
-import queue
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -27,7 +27,8 @@ from guestbench.backends import BACKENDS
 from guestbench.util.errors import Interrupted, UserError, inert
 from guestbench.results import Failure, ResultsFile, utc_now
 from guestbench.run.fleet import address as fleet_address
-from guestbench.run.fleet import nopickle, resources, roles, seal, task, tls
+from guestbench.run.fleet import nopickle, plain, resources, roles, seal, task, tls
+from guestbench.run.fleet.inbox import Inbox
 from guestbench.run import remote
 from guestbench.run.remote import Remote
 from guestbench.run.record import progress_display
@@ -73,7 +74,10 @@ def connect(address: str, insecure: bool = False, warn: Callable[[str], None] = 
 
     fleet_address.check(address, insecure, "command line", f"--cluster {address}", warn)
     tls.check(address, "client", "command line", f"--cluster {address}")
-    roles.coordinator_setup(address)
+    try:
+        roles.coordinator_setup(address)
+    except RuntimeError as e:  # a Dask the roles were not made for
+        raise UserError(str(e), source="installation", key="distributed") from None
     roles.LAST_REFUSAL[0] = ""  # an earlier connection's refusal is no reason for this one's
     start = "start one with 'dask scheduler' (or 'guestbench fleet local N') and give its address"
     if fleet_address.nobody_there(address):
@@ -139,7 +143,7 @@ class FleetRun:
         self.opts = opts
         self.console = console
         self.run_id = uuid.uuid4().hex[:12]
-        self.inbox: queue.Queue[Any] = queue.Queue()  # the events as Dask delivers them, opened by `_take`
+        self.inbox = Inbox(())  # what the hosts sent, newest per worker, opened by `_take` (made for the plans)
         self.results: ResultsFile | None = None
         self.futures: dict[str, Any] = {}  # host name -> its task's future
         self.keys: dict[str, str] = {}  # host name -> the key its messages are sealed with (its alone)
@@ -150,7 +154,7 @@ class FleetRun:
         self.refused: set[str] = set()  # hosts failed for what they sent: nothing more of theirs is taken
 
     def run(self, results_dir: Any) -> ResultsFile:
-        with nopickle.refusing():
+        with nopickle.refusing(), plain.only():
             return self._run(results_dir)
 
     def _run(self, results_dir: Any) -> ResultsFile:
@@ -182,6 +186,7 @@ class FleetRun:
             for name, why in idle.items():
                 self.console.print("[yellow]–[/] ", inert(f"host {name}: not run: {why}"), sep="", highlight=False)
             cancel = Event(task.cancel_event_name(self.run_id), client=client)
+            self.inbox = Inbox(p.address for p in plans)
             client.subscribe_topic(task.topic(self.run_id), lambda event: self.inbox.put(event[1]))
             with TrapSignals():
                 try:
@@ -263,16 +268,7 @@ class FleetRun:
         """Merge what the inbox holds (waiting up to `timeout` for a first message): only each host's newest
         snapshot, and the file rewritten once for the batch. Returns the hosts merged. Each message is opened
         here (guestbench.run.fleet.seal): one its sender may not send fails that host, saying why."""
-        try:
-            first = self.inbox.get(timeout=timeout) if timeout else self.inbox.get_nowait()
-        except queue.Empty:
-            return []
-        batch = [first]
-        while True:
-            try:
-                batch.append(self.inbox.get_nowait())
-            except queue.Empty:
-                break
+        batch = self.inbox.take(timeout)
         newest: dict[str, seal.Sealed] = {}  # per host, the one message of the batch worth reading
         for msg in batch:
             sealed = seal.identify(msg, self.keys, self.addresses)  # the seal only: nothing inflated or parsed yet

@@ -54,8 +54,8 @@ def _certificate(role: str, host: str, ca_name: Any, ca_key: Any, now: datetime.
 def make(directory: Path, hosts: Sequence[str] = ()) -> dict[str, dict[str, str]]:
     """Write the CA's certificate and each role's certificate and key into `directory`: the scheduler's, the
     coordinator's and, for each of `hosts`, a worker's naming that host (which the scheduler then admits
-    under that name only), or one worker certificate naming none when no host is given. For each (keys
-    "scheduler", "coordinator", "worker.HOST" or "worker"), Dask's TLS settings of the process that has it,
+    under that name only; a worker certificate naming no host is admitted nowhere, so none is made). For each (keys
+    "scheduler", "coordinator" or "worker.HOST"), Dask's TLS settings of the process that has it,
     encryption required, as environment variables: every slot of Dask's (scheduler, worker, client) holds
     that certificate, so a worker's own Dask client, say, shows the worker's, never the coordinator's."""
     from cryptography import x509
@@ -80,7 +80,7 @@ def make(directory: Path, hosts: Sequence[str] = ()) -> dict[str, dict[str, str]
     workers = [(f"worker.{h}", "worker", h, f"worker-{i}") for i, h in enumerate(hosts, 1)]
     for label, role, host, file in [("scheduler", "scheduler", "", "scheduler"),
                                     ("coordinator", "coordinator", "", "coordinator"),
-                                    *(workers or [("worker", "worker", "", "worker")])]:
+                                    *workers]:
         cert, key = _certificate(role, host, ca_name, ca_key, now)
         _write(directory / f"{file}.pem", cert.public_bytes(pem))
         _write(directory / f"{file}-key.pem", key.private_bytes(pem, serialization.PrivateFormat.PKCS8,

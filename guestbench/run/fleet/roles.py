@@ -35,6 +35,10 @@ WORKER_STREAM = frozenset({"task-finished", "task-erred", "release-worker-data",
 BLOCKED_ON_WORKER = ("run", "run_coroutine", "plugin-add", "plugin-remove", "upload_file", "actor_execute",
                      "actor_attribute", "update_data", "benchmark_disk", "benchmark_memory", "benchmark_network")
 
+TESTED = "2026.8."  # the distributed releases whose private code the patches below were read against and tested
+TOPIC_KEPT = 8  # events the scheduler keeps of a run's topic (Dask keeps 1,000 of every topic, for ever)
+EVENT_MAX = 64 * 2**10  # bytes of plain data a worker's event on any other topic may carry
+
 log = logging.getLogger("guestbench.fleet.roles")
 LAST_REFUSAL = [""]  # the newest connection only_roles closed, for a caller to say why it has none
 
@@ -71,8 +75,13 @@ def role_of(peercert: Any) -> str | None:
 
 def role_of_file(path: str | None) -> str | None:
     """The role named by the PEM certificate at `path` (this process's own)."""
+    return identity_of_file(path)[0]
+
+
+def identity_of_file(path: str | None) -> tuple[str | None, str]:
+    """The role and name (`identity`) of the PEM certificate at `path` (this process's own)."""
     if not path:
-        return None
+        return None, ""
     from cryptography import x509
     from cryptography.x509.oid import NameOID
 
@@ -80,9 +89,23 @@ def role_of_file(path: str | None) -> str | None:
         with open(path, "rb") as f:
             cert = x509.load_pem_x509_certificate(f.read())
     except (OSError, ValueError):  # Dask says what is wrong with it when it loads it
-        return None
+        return None, ""
     names = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
-    return role_of({"subject": tuple(((("commonName", n),) for n in names))})
+    return identity({"subject": tuple(((("commonName", n),) for n in names))})
+
+
+def worker_problem(cert_file: str | None, name: str) -> str | None:
+    """Why `guestbench worker --name NAME` cannot join with the certificate at `cert_file` under the roles
+    preload, if it cannot: a worker's certificate registers under the host it names, and one naming none nowhere."""
+    role, named = identity_of_file(cert_file)
+    if role != "worker":
+        return None  # no roles in force (Dask's plain TLS): the scheduler decides
+    if not named:
+        return (f"its certificate ({cert_file}) names no host: a worker's certificate must be "
+                f"{common_name('worker', name)}, or the scheduler's roles refuse it")
+    if named != name:
+        return f"its certificate ({cert_file}) is host {named!r}'s: run it as --name {named}, or use {name!r}'s"
+    return None
 
 
 def _refusal(comm: Any, op: str, kwargs: dict[str, Any], scheduler: Any) -> str | None:
@@ -93,6 +116,8 @@ def _refusal(comm: Any, op: str, kwargs: dict[str, Any], scheduler: Any) -> str 
         return None
     if role != "worker" or op not in WORKER_CALLS:
         return f"a peer whose certificate's role is {role or 'none'} may not call {op!r}"
+    if not name and op == "register-worker":
+        return "a worker's certificate must name its host (guestbench-worker.HOST): one that names none could join as any"
     if name and op == "register-worker" and str(kwargs.get("name")) != name:
         return f"the worker certificate of {name!r} may not register as {str(kwargs.get('name'))[:100]!r}"
     if name and op == "heartbeat_worker":
@@ -171,6 +196,15 @@ class Guarded(dict):  # type: ignore[type-arg]
         for op, handler in dict(other, **kwargs).items():
             self[op] = handler
 
+    def setdefault(self, op: str, handler: Any = None) -> Any:  # type: ignore[override]
+        if op not in self:
+            self[op] = handler
+        return self[op]
+
+    def __ior__(self, other: Any) -> "Guarded":  # type: ignore[override,misc]
+        self.update(other)
+        return self
+
 
 def only_roles(allowed: frozenset[str], quiet: bool = False) -> None:
     """From now on, every TLS connection of this process, accepted or made, whose peer's certificate has none
@@ -241,14 +275,117 @@ def own_worker_only(scheduler: Any) -> None:
     scheduler.handle_stream = handle_stream
 
 
+def check_dask(scheduler: Any = None) -> None:
+    """Raise RuntimeError unless this process's Dask is a release the patches were made for and has the private
+    names they replace (fail closed: a Dask whose internals moved would be left unguarded, silently)."""
+    from collections import defaultdict
+
+    import distributed
+    from distributed.comm import tcp
+
+    needed = [("distributed.comm.tcp.TLS._read_extra", hasattr(tcp.TLS, "_read_extra")),
+              ("distributed.comm.tcp.TLS.read", hasattr(tcp.TLS, "read"))]
+    if scheduler is not None:
+        broker = getattr(scheduler, "_broker", None)
+        needed += [("Scheduler.handle_stream", hasattr(scheduler, "handle_stream")),
+                   ("Scheduler.coerce_address", hasattr(scheduler, "coerce_address")),
+                   ("Scheduler.handlers", isinstance(getattr(scheduler, "handlers", None), dict)),
+                   ("Scheduler.stream_handlers['log-event']", "log-event" in getattr(scheduler, "stream_handlers", {})),
+                   ("Scheduler._broker._topics", isinstance(getattr(broker, "_topics", None), defaultdict))]
+    missing = [name for name, there in needed if not there]
+    version = str(getattr(distributed, "__version__", "?"))
+    if missing or not version.startswith(TESTED):
+        raise RuntimeError(f"guestbench's fleet roles were made for distributed {TESTED}x, and this is {version}"
+                           + (f" without {', '.join(missing)}" if missing else "")
+                           + ": not started (install guestbench's own pin: pip install 'guestbench[fleet]')")
+
+
+def _plain_size(obj: Any, budget: int) -> int | None:
+    """The size of `obj` counted over its strings, bytes and items, if it is plain data (what msgpack makes) of at
+    most `budget`; None otherwise (an object Dask serialized, or too much). Without recursion."""
+    size, stack = 0, [obj]
+    while stack:
+        item = stack.pop()
+        if item is None or isinstance(item, (bool, int, float)):
+            size += 8
+        elif isinstance(item, (str, bytes)):
+            size += len(item)
+        elif isinstance(item, (list, tuple)):
+            size += 8
+            stack.extend(item)
+        elif isinstance(item, dict):
+            size += 8
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        else:
+            return None
+        if size > budget:
+            return None
+    return size
+
+
+def event_refusal(topic: Any, msg: Any, listened: Callable[[str], bool]) -> str | None:
+    """Why the scheduler drops an event a worker logged (None: it keeps it). On a run's topic only a sealed
+    message as guestbench.run.fleet.seal makes it, for a run a coordinator listens to; elsewhere plain data of at
+    most EVENT_MAX bytes. So nothing but msgpack's plain values, in bounded amounts, reaches a coordinator or
+    stays in the scheduler's memory from a worker's events."""
+    from guestbench.run.fleet import seal, task
+
+    if not isinstance(topic, str):
+        return "an event on several topics at once"
+    if not topic.startswith(task.TOPIC_PREFIX):
+        return None if _plain_size(msg, EVENT_MAX) is not None else \
+            f"an event that is not plain data of at most {EVENT_MAX:,} bytes"
+    if not listened(topic):
+        return "an event on a run's topic that no coordinator listens to"
+    if not (isinstance(msg, dict) and set(msg) == {"host", "seq", "data", "mac"} and isinstance(msg["host"], str)
+            and len(msg["host"]) <= 256 and type(msg["seq"]) is int and isinstance(msg["data"], bytes)
+            and len(msg["data"]) <= seal.MAX_SEALED and isinstance(msg["mac"], str) and len(msg["mac"]) <= 128):
+        return "an event on a run's topic that is not a sealed message (guestbench.run.fleet.seal)"
+    return None
+
+
+def events_checked(scheduler: Any) -> None:
+    """A worker's events pass `event_refusal` before Dask logs them, and the scheduler keeps TOPIC_KEPT events of
+    a run's topic. Replaces the scheduler's "log-event" stream handler and its broker's topic table."""
+    from guestbench.run.fleet import task
+
+    broker = scheduler._broker
+    make = broker._topics.default_factory  # Topic, with Dask's length
+
+    class Topics(type(broker._topics)):  # type: ignore[misc]
+        def __missing__(self, name: Any) -> Any:
+            run = isinstance(name, str) and name.startswith(task.TOPIC_PREFIX)
+            self[name] = topic = make(maxlen=TOPIC_KEPT) if run else make()
+            return topic
+
+    topics = Topics(make)
+    topics.update(broker._topics)
+    broker._topics = topics
+
+    def listened(topic: str) -> bool:
+        return bool(getattr(broker._topics.get(topic), "subscribers", None))
+
+    def log_worker_event(worker: str, topic: Any, msg: Any) -> None:
+        why = event_refusal(topic, msg, listened)
+        if why is not None:
+            log.warning("dropped an event of worker %s: %s", str(worker)[:200], why)
+            return
+        scheduler.log_worker_event(worker, topic, msg)
+
+    scheduler.stream_handlers["log-event"] = log_worker_event
+
+
 def dask_setup(scheduler: Any) -> None:
     """Dask's preload hook: the scheduler's handlers guarded by role, peers without a role turned away, no
     pickle loaded but a coordinator's (whose graphs Dask sends pickled)."""
+    check_dask(scheduler)
     no_pickle_but_from("coordinator")
     if getattr(scheduler.handlers, "guard", None) is None:
         scheduler.handlers = Guarded(dict(scheduler.handlers), guard_call)
         scheduler.stream_handlers = Guarded(dict(scheduler.stream_handlers), guard_stream)
         own_worker_only(scheduler)
+        events_checked(scheduler)
     only_roles(frozenset({"coordinator", "worker"}))
     log.info("guestbench fleet roles: clients need a coordinator's certificate")
 
@@ -259,6 +396,7 @@ def worker_setup(cert_file: str | None) -> bool:
     certificate. True when roles are in force."""
     import dask.config
 
+    check_dask()
     blocked = set(dask.config.get("distributed.worker.blocked-handlers", []) or [])
     dask.config.set({"distributed.worker.blocked-handlers": sorted(blocked | set(BLOCKED_ON_WORKER))})
     if role_of_file(cert_file) != "worker":
@@ -275,4 +413,5 @@ def coordinator_setup(address: str) -> None:
     from distributed.security import Security
 
     if role_of_file(Security().tls_client_cert) == "coordinator":  # certificates that name their roles
+        check_dask()
         only_roles(frozenset({"scheduler"}), quiet=True)

@@ -32,9 +32,12 @@ STOP_GRACE_S = 120.0  # after SIGTERM, how long the child may take to clean up b
 ASK_S = 30.0  # how long the scheduler may take to say whether the run was cancelled
 
 
+TOPIC_PREFIX = "guestbench-fleet-"
+
+
 def topic(run_id: str) -> str:
     """The event topic on which a run's hosts send their messages (each sealed: guestbench.run.fleet.seal)."""
-    return f"guestbench-fleet-{run_id}"
+    return f"{TOPIC_PREFIX}{run_id}"
 
 
 def cancel_event_name(run_id: str) -> str:
