@@ -9,6 +9,7 @@ backend (tests/data). GUESTBENCH_TEST_ROLE=hostile: what a host taken over can d
 - digits200, digits5000: an honest share whose final document has a sample `rep` of that many digits;
 - pickle: a task result whose unpickling would create a file, and a `warn` event carrying such a pickle (Dask's
   client unpickles a warn event's message);
+- raise: its task raises (Dask sends the exception, pickled, on to the coordinator as the task's error);
 - deafen: while beta runs (its honest share waits for alpha's attack to reach the scheduler before it ends), two
   events on the run's topic whose payloads Dask's client loads before any handler sees them: a Dask-serialized
   msgpack frame that inflates from about 0.5 MB to BOMB bytes, and such a pickle as a Dask-serialized frame.
@@ -148,6 +149,8 @@ def hostile_share(*args: Any) -> Any:
             time.sleep(0.05)
         (DIR / f"{name}-sent").touch()
         return None
+    if name == "raise":  # its task fails: Dask sends the exception on to the coordinator, pickled
+        raise RuntimeError("alpha's share failed \x1b]0;pwned\x07 on purpose")
     if name == "pickle":
         worker.log_event("warn", {"message": pickle.dumps(Evil(name))})
         return Evil(name)

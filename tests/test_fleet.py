@@ -204,12 +204,12 @@ def test_the_coordinator_sees_every_worker_at_every_check_however_often_its_clie
     200 times: every answer holds both workers. The cached read missed them in about 2 % of calls."""
     import dask.config
 
-    from guestbench.run.fleet import coordinator
+    from guestbench.run.fleet import cluster
 
     with dask.config.set({"distributed.client.scheduler-info-interval": "10ms"}):
-        client = coordinator.connect(fleet.address)
+        client = cluster.connect(fleet.address)
         try:
-            answers = [set(coordinator.workers(client)) for _ in range(200)]  # each bounded by ASK_TIMEOUT_S
+            answers = [set(cluster.workers(client)) for _ in range(200)]  # each bounded by ASK_TIMEOUT_S
         finally:
             client.close()
     missed = sum(a != {"alpha", "beta"} for a in answers)

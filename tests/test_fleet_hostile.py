@@ -182,6 +182,18 @@ def test_nothing_a_host_sends_is_unpickled_by_the_coordinator(cluster: Cluster) 
     assert alpha["status"] == "failed" and "without sending its final results" in alpha["error"], alpha
 
 
+def test_a_host_whose_task_fails_fails_saying_so_and_the_run_ends(cluster: Cluster) -> None:
+    """Alpha's task raises. Its error reaches the coordinator as an object Dask serialized, which the coordinator
+    does not load (guestbench.run.fleet.plain): its future must still end (the first version of that left it
+    pending and the run never ended: review), alpha failing, beta complete."""
+    proc, results = cluster.run("raise")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "\x1b]0;" not in proc.stderr, proc.stderr
+    doc, _ = _results(results)
+    _beta_as_sent(doc)
+    alpha = doc["hosts"]["alpha"]
+    assert alpha["status"] == "failed" and "its task failed on the worker" in alpha["error"], alpha
+
+
 def test_objects_in_a_hosts_events_are_withheld_and_the_other_hosts_go_on(cluster: Cluster) -> None:
     """While beta runs, alpha logs two events whose payloads Dask's client loads as it reads them, before any
     handler: a compressed frame that inflates to 512 MiB, and a pickle. Before, the coordinator inflated the

@@ -254,7 +254,7 @@ def test_a_host_sees_the_coordinators_cancel_on_its_own_connection(fleet: RoleFl
 FORGE = """
 from distributed import get_worker
 w = get_worker()
-w.loop.add_callback(w.batched_send, {"op": "log-event", "topic": "roles-forge", "msg": {"n": 1}, "worker": OTHER})
+w.loop.add_callback(w.batched_send, {"op": "log-event", "topic": "worker-get-client", "msg": {"forged": 1}, "worker": OTHER})
 w.loop.add_callback(w.batched_send, {"op": "update-graph", "graph_header": {}, "graph_frames": [], "keys": []})
 """
 
@@ -269,7 +269,8 @@ def test_a_workers_stream_speaks_for_that_worker_only(fleet: RoleFleet) -> None:
     alpha, beta = fleet.workers["alpha"]["address"], fleet.workers["beta"]["address"]
     with Client(fleet.address, timeout=20, set_as_default=False, security=fleet.coordinator) as c:
         c.submit(exec, FORGE.replace("OTHER", repr(beta)), {}, workers=[alpha], pure=False).result(timeout=ASK_S)
-        events = _wait("alpha's event", lambda: c.get_events("roles-forge"), ASK_S)
+        events = _wait("alpha's event", lambda: [e for e in c.get_events("worker-get-client") if e[1].get("forged")],
+                       ASK_S)
         assert [e[1]["worker"] for e in events] == [alpha], events
         log = _wait("the dropped op", lambda: "refused 'update-graph'" in (fleet.tmp / "scheduler.log").read_text(),
                     ASK_S)
@@ -288,7 +289,14 @@ def test_a_workers_certificate_is_that_hosts_only(fleet: RoleFleet) -> None:
              for form in (beta, "beta", beta.replace("127.0.0.1", "localhost"))]  # Dask resolves a name, a host name
     for op, kwargs, why in (*beats,
                             ("register-worker", {"name": "gamma", "address": "tls://127.0.0.1:1"},
-                             "the worker certificate of 'alpha' may not register as 'gamma'")):
+                             "the worker certificate of 'alpha' may not register as 'gamma'"),
+                            # Dask merges `extra` over a worker's identity: its name would be beta's in every listing
+                            ("register-worker", {"name": "alpha", "address": "tls://127.0.0.1:1",
+                                                 "extra": {"name": "beta"}},
+                             "a worker's extra information may not set name"),
+                            # a non-mapping made the scheduler's identity fail for every client
+                            ("register-worker", {"name": "alpha", "address": "tls://127.0.0.1:1", "extra": ["x"]},
+                             "a worker's extra information must be a mapping")):
         with pytest.raises(Exception) as e:
             _call(fleet.address, alpha, op, **kwargs)
         assert why in str(e.value), (op, e.value)
@@ -362,42 +370,48 @@ def log(topic, msg):
     w.loop.add_callback(w.batched_send, {"op": "log-event", "topic": topic, "msg": msg})
 log(RUN, {"host": "alpha", "data": to_serialize(b"x")})
 log(RUN, {"host": "alpha", "seq": 1, "data": "text", "mac": "m"})
+log(UNHEARD, {"host": "alpha", "seq": 1, "data": b"sealed", "mac": "m"})
+log("print", {"args": ("\x1b]0;pwned\x07",), "kwargs": {}})
+log("warn", {"message": b"N.", "category": b"N."})
+log("worker-fail-hard", {"message": "x" * 100_000})
+log("roles-made-up", {"n": 1})
+log(["all", "roles-many"], {"action": "forged"})
 for seq in range(20):
     log(RUN, {"host": "alpha", "seq": seq, "data": b"sealed", "mac": "m"})
-log(UNHEARD, {"host": "alpha", "seq": 1, "data": b"sealed", "mac": "m"})
-log("print", {"message": "x" * 100_000})
-log("print", {"message": to_serialize(b"x")})
-log(["all", "roles-many"], {"action": "forged"})
-log("roles-last", {"n": 1})
+log(w.address, {"last": 1})
 """
 
 
 def test_the_scheduler_passes_on_only_sealed_bounded_plain_events_of_a_worker(fleet: RoleFleet) -> None:
     """Alpha logs events that Dask would keep (1,000 per topic, for ever) and send on to every subscriber as they
-    are: objects Dask serialized, on a run's topic or not; unsealed messages; events on a run's topic nobody
-    listens to, or on several topics at once; a large one. Now the scheduler drops each, saying so: what
-    reaches a coordinator from a worker's events is plain, bounded, and on a run's topic sealed; and a run's topic
-    keeps its last TOPIC_KEPT events."""
+    are: objects Dask serialized; unsealed messages on a run's topic; events on a run's topic nobody listens to,
+    on several topics at once, on a topic of its own making, on Dask's `print` and `warn` (the client prints the
+    one and unpickles the other); a large one. Now the scheduler drops each, saying so: what reaches a coordinator
+    from a worker's events is plain, bounded, and on a run's topic sealed; the scheduler keeps none of a run's
+    topic, and no topic is made by a worker."""
     from distributed import Client
 
-    from guestbench.run.fleet import roles, task
+    from guestbench.run.fleet import admission, task
 
     run, unheard = task.topic("roles46"), task.topic("unheard46")
     alpha = fleet.workers["alpha"]["address"]
+    got: list[Any] = []
     with Client(fleet.address, timeout=20, set_as_default=False, security=fleet.coordinator) as c:
-        c.subscribe_topic(run, lambda event: None)
+        c.subscribe_topic(run, lambda event: got.append(event[1]))
         code = EVENTS.replace("RUN", repr(run)).replace("UNHEARD", repr(unheard))
         c.submit(exec, code, {}, workers=[alpha], pure=False).result(timeout=ASK_S)
-        _wait("alpha's last event", lambda: c.get_events("roles-last"), ASK_S)  # one stream, in order: all came
-        kept = c.get_events(run)
-        assert [e[1]["seq"] for e in kept] == list(range(20 - roles.TOPIC_KEPT, 20)), kept
-        assert all(e[1]["data"] == b"sealed" and e[1]["worker"] == alpha for e in kept)
-        assert not c.get_events(unheard) and not c.get_events("roles-many")
-        assert not [e for e in c.get_events("print") if e[1].get("worker") == alpha]
+        _wait("alpha's last event", lambda: [e for e in c.get_events(alpha) if e[1].get("last")], ASK_S)
+        _wait("the sealed events", lambda: len(got) >= 20, ASK_S)  # one stream, in order: all before them came
+        assert [m["seq"] for m in got] == list(range(20)), got[:3]
+        assert all(m["data"] == b"sealed" and m["worker"] == alpha for m in got)
+        assert len(c.get_events(run)) == admission.TOPIC_KEPT == 0  # none kept at the scheduler
+        for topic in (unheard, "roles-many", "roles-made-up", "print", "warn", "worker-fail-hard"):
+            assert not [e for e in c.get_events(topic) if e[1].get("worker") == alpha], topic
         assert not [e for e in c.get_events("all") if e[1].get("action") == "forged"]
     log = (fleet.tmp / "scheduler.log").read_text()
     for why in ("not a sealed message", "no coordinator listens to", "not plain data of at most 65,536 bytes",
-                "several topics at once"):
+                "several topics at once", "a topic no worker of a fleet logs ('print')",
+                "a topic no worker of a fleet logs ('warn')", "a topic no worker of a fleet logs ('roles-made-up')"):
         assert f"dropped an event of worker {alpha}: " in log and why in log, why
     assert log.count(f"dropped an event of worker {alpha}: an event on a run's topic that is not a sealed") == 2
     assert set(_cluster_workers(fleet.address, fleet.coordinator)) == {"alpha", "beta"}

@@ -21,7 +21,7 @@ from guestbench.util.errors import UserError
 from guestbench.results import Run, load_results
 from guestbench.results.hosts import differences, names, view
 from guestbench.run import remote
-from guestbench.run.fleet import coordinator
+from guestbench.run.fleet import cluster as fleet_cluster, coordinator
 from guestbench.run.fleet import resources
 from guestbench.run.fleet.inbox import Inbox
 from guestbench.scenario import parse_scenario
@@ -75,14 +75,14 @@ def test_choose_runs_each_host_on_what_it_offers_and_says_why_others_sit_out() -
     cluster = {"alpha": {"address": "a", "resources": {"bench": 1, "uml": 1}},
                "beta": {"address": "b", "resources": {"bench": 1, "kvm": 1}},
                "gamma": {"address": "c", "resources": {"GPU": 1}}}
-    plans, idle = coordinator.choose(sc, cluster, None, "tcp://s:1")
+    plans, idle = fleet_cluster.choose(sc, cluster, None, "tcp://s:1")
     assert [(p.name, p.backends) for p in plans] == [("alpha", ["uml"])]
     assert "can launch kvm, none of the scenario's (uml, tcg)" in idle["beta"]
     assert "not a guestbench worker" in idle["gamma"]
     with pytest.raises(UserError, match="no worker named delta; the cluster has alpha, beta, gamma"):
-        coordinator.choose(sc, cluster, ["delta"], "tcp://s:1")
+        fleet_cluster.choose(sc, cluster, ["delta"], "tcp://s:1")
     with pytest.raises(UserError, match="the scheduler has no workers"):
-        coordinator.choose(sc, {}, None, "tcp://s:1")
+        fleet_cluster.choose(sc, {}, None, "tcp://s:1")
 
 
 def test_a_message_crosses_as_sealed_compressed_json_and_anything_else_is_dropped_or_blamed() -> None:
@@ -128,7 +128,7 @@ def test_a_lost_host_keeps_its_samples_and_its_unfinished_iterations_become_fail
     cell["samples"] = cell["samples"][:2]
     cell["status"] = "running"
     run.merge("beta", {**beta_doc, "status": "running"})
-    run.write_off(coordinator.HostPlan("beta", "tcp://10.0.0.2:4000", {}, ["tcg"]),
+    run.write_off(fleet_cluster.HostPlan("beta", "tcp://10.0.0.2:4000", {}, ["tcg"]),
               "its worker (tcp://10.0.0.2:4000) left the cluster mid-run")
     saved = json.loads((tmp_path / "r.json").read_text())
     assert saved["hosts"]["beta"]["status"] == "lost" and "left the cluster mid-run" in saved["hosts"]["beta"]["error"]
@@ -204,12 +204,12 @@ def test_a_scheduler_that_stops_answering_costs_its_hosts_after_a_deadline_not_a
     sc = parse_scenario({"name": "t", "backends": ["uml", "tcg"], "measurements": ["startup"]}, "t")
     run = fleet_run(tmp_path, sc, doc)
     client = _SilentScheduler()
-    plans = [coordinator.HostPlan(n, h["address"], {}, h["backends"]) for n, h in doc["hosts"].items()]
+    plans = [fleet_cluster.HostPlan(n, h["address"], {}, h["backends"]) for n, h in doc["hosts"].items()]
     run.supervise(client, plans)  # returns: both hosts written off
     saved = json.loads((tmp_path / "r.json").read_text())
     for name in ("alpha", "beta"):
         host = saved["hosts"][name]
-        assert host["status"] == "lost" and "the scheduler did not answer for 0.5 s" in host["error"], host
+        assert host["status"] == "lost" and "the scheduler did not answer, or answered only errors, for 0.5 s" in host["error"], host
     assert sorted(client.cancelled) == sorted(f"guestbench-{run.run_id}-{n}" for n in ("alpha", "beta"))
 
 
@@ -366,3 +366,43 @@ def test_a_dask_the_patches_were_not_made_for_is_refused_not_left_unguarded(monk
             pass
     import distributed.protocol
     assert distributed.protocol.loads is core.loads  # undone on the way out
+
+
+def test_what_dask_would_still_load_or_print_from_a_worker_is_left_plain() -> None:
+    """Beside the objects it withholds, the coordinator's loader makes plain what Dask's client would load or
+    print from a worker without asking: an event on any topic but a run's (the client prints `print` events and
+    unpickles `warn` ones), a result's pickled type, an error's exception and traceback (review)."""
+    from distributed.protocol import Serialize, dumps
+
+    from guestbench.run.fleet import plain, task
+
+    def through(msg: Any) -> Any:
+        return plain.loads(dumps(msg))
+
+    for topic in ("print", "warn", "all", ["print"]):
+        assert through({"op": "event", "topic": topic, "event": (1.0, {"args": ["\x1b]0;x\x07"]})}) == \
+            {"op": "event", "topic": plain.OTHER_TOPIC, "event": (0.0, None)}
+    run = {"op": "event", "topic": task.topic("x"), "event": (1.0, {"host": "a", "data": b"d"})}
+    assert through(run) == run
+    assert through({"op": "key-in-memory", "key": "k", "type": b"\x80\x04N."})["type"] is None
+    erred = through({"op": "task-erred", "key": "k", "exception": Serialize(b"x"), "traceback": Serialize(b"y")})
+    assert erred["exception"] is plain.WITHHELD and erred["traceback"] is None
+    reply = through({"status": "uncaught-error", "exception": Serialize(b"x"), "traceback": None,
+                     "exception_text": "RoleRefused('may not call')", "traceback_text": ""})
+    assert reply["exception"] == "RoleRefused('may not call')" and isinstance(reply["exception"], plain.Withheld)
+    from distributed.core import clean_exception
+
+    assert str(clean_exception(**reply)[1]) == "RoleRefused('may not call')"  # what Dask makes of it: an Exception
+
+
+def test_a_workers_pace_on_a_runs_topic_is_bounded_and_an_honest_hosts_never_reached() -> None:
+    """The scheduler drops a worker's events on a run's topic past 8 a second (bursts of 32) or one largest seal
+    of bytes a second (bursts of 4): a flood would otherwise pile up in its backlog to the coordinator (review)."""
+    from guestbench.run.fleet import admission
+
+    pace = admission.Pace(seal_max=1000)
+    assert all(pace.allows("w", 10, 0.0) for _ in range(32)) and not pace.allows("w", 10, 0.0)
+    assert pace.allows("w", 10, 0.125) and not pace.allows("w", 10, 0.125)  # one more each 1/8 s
+    assert pace.allows("v", 4000, 0.0) and not pace.allows("v", 1, 0.0) and pace.allows("v", 1000, 1.0)
+    honest = [pace.allows("h", 150, t / 4) for t in range(4 * 600)]  # 10 min of snapshots, each 15 % of a seal
+    assert all(honest) and pace.allows("h", 1000, 600.0)  # and its final, as large as a seal may be

@@ -271,14 +271,14 @@ def test_a_bidi_override_in_a_label_reaches_no_report_file(tmp_path: Path) -> No
 def test_a_host_named_with_markup_or_escapes_is_printed_as_text_when_lost_or_idle(tmp_path: Path) -> None:
     """A worker picks its own name: "[/]" raised MarkupError where a host was written off or left idle, ending the
     fleet run with every other host's later samples lost; ESC reached root's terminal (issue 46, review)."""
-    from guestbench.run.fleet import coordinator
+    from guestbench.run.fleet import cluster
 
     name = "[/]\x1b]0;owned\x07"
     doc = fleet_doc({name: ["tcg"], "beta": ["uml"]})
     sc = parse_scenario({"name": "t", "backends": ["uml", "tcg"], "measurements": ["startup"]}, "t")
     run = fleet_run(tmp_path, sc, doc)
     run.console, out = _terminal()
-    run.write_off(coordinator.HostPlan(name, "tcp://10.0.0.1:4000", {"bench": 1, "tcg": 1}, ["tcg"]), "gone")
+    run.write_off(cluster.HostPlan(name, "tcp://10.0.0.1:4000", {"bench": 1, "tcg": 1}, ["tcg"]), "gone")
     assert "host [/]\\x1b]0;owned\\x07 lost: gone" in out.getvalue() and "\x1b]0;" not in out.getvalue()
     assert json.loads((tmp_path / "r.json").read_text())["hosts"][name]["status"] == "lost"
 

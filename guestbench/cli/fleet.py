@@ -29,8 +29,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import socket
 
     worker_name = args.name or socket.gethostname().split(".")[0]
-    if args.address.startswith("tls://"):
-        roles_problem(worker_name, where)
+    roles_problem(args.address, worker_name, where)
     names = list(BACKENDS)
     if args.backend:
         from guestbench.scenario import Checker
@@ -46,9 +45,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
                         lambda line: err.print(inert(line), highlight=False))
 
 
-def roles_problem(name: str, where: str) -> None:
-    """One line and exit 2 before a worker starts that the scheduler's roles would refuse, or whose Dask release
-    the roles were not made for."""
+def roles_problem(address: str, name: str, where: str) -> None:
+    """One line and exit 2 before a worker starts whose Dask release the roles were not made for, or, on a tls://
+    scheduler, that the scheduler's roles would refuse."""
     from distributed.security import Security
 
     from guestbench.run.fleet import roles
@@ -57,6 +56,8 @@ def roles_problem(name: str, where: str) -> None:
         roles.check_dask()
     except RuntimeError as e:
         raise UserError(str(e), source="installation", key="distributed") from None
+    if not address.startswith("tls://"):
+        return
     why = roles.worker_problem(Security().tls_worker_cert, name)
     if why is not None:
         raise UserError(why, source="command line", key=where)

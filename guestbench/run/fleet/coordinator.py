@@ -18,16 +18,15 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from rich.console import Console
 
 from guestbench.host import fingerprint as host_info
-from guestbench.backends import BACKENDS
 from guestbench.util.errors import Interrupted, UserError, inert
 from guestbench.results import Failure, ResultsFile, utc_now
-from guestbench.run.fleet import address as fleet_address
-from guestbench.run.fleet import nopickle, plain, resources, roles, seal, task, tls
+from guestbench.run.fleet import nopickle, plain, resources, seal, task
+from guestbench.run.fleet.cluster import ASK_TIMEOUT_S, DEAF, HostPlan, addresses, choose, close, connect, deaf, workers
 from guestbench.run.fleet.inbox import Inbox
 from guestbench.run import remote
 from guestbench.run.remote import Remote
@@ -35,17 +34,13 @@ from guestbench.run.record import progress_display
 from guestbench.run.supervisor import TrapSignals
 from guestbench.scenario import Scenario
 
-CONNECT_TIMEOUT_S = 20.0
 CANCEL_WAIT_S = 180.0  # after a signal, how long the hosts may take to stop and send their last samples
 LIVENESS_EVERY_S = 1.0
-ASK_TIMEOUT_S = 10.0  # one question to the scheduler
 # A scheduler that went away cancels every future (the client does that); one that is stopped or stuck keeps its
 # connection open and answers nothing: past this, its hosts are written off as lost.
 SCHEDULER_SILENT_S = 60.0
 HOST_FIELDS = ("host", "backends", "placements", "order", "status", "started_utc", "finished_utc", "guestbench")
 ENDED = ("done", "skipped", "unavailable")
-DEAF = ("the coordinator's Dask client stopped reading the scheduler: a message failed to load (the coordinator "
-        "loads no pickle; a host may have sent one)")
 
 
 @dataclass
@@ -55,84 +50,6 @@ class FleetOptions:
     child_options: list[str] = field(default_factory=list)  # passed to each host's `guestbench scenario`
     command: tuple[str, ...] = ()
     insecure: bool = False  # a plain tcp:// scheduler not on loopback is allowed (guestbench.run.fleet.address)
-
-
-@dataclass
-class HostPlan:
-    name: str
-    address: str
-    resources: dict[str, Any]
-    backends: list[str]  # what it will launch: the scenario's backends it can launch
-
-
-def connect(address: str, insecure: bool = False, warn: Callable[[str], None] = print) -> Any:
-    """A Dask client, or one line saying why there is none (a plain address is refused before any connection
-    unless `insecure`). It takes data from Dask only as msgpack (`deserializers`: no "pickle", nor "dask", whose
-    loader unpickles the type), and drops Dask's default `print` and `warn` topics (the latter unpickles what a
-    worker logs); the rest of Dask's unpickling is refused by guestbench.run.fleet.nopickle during a run."""
-    from distributed import Client
-
-    fleet_address.check(address, insecure, "command line", f"--cluster {address}", warn)
-    tls.check(address, "client", "command line", f"--cluster {address}")
-    try:
-        roles.coordinator_setup(address)
-    except RuntimeError as e:  # a Dask the roles were not made for
-        raise UserError(str(e), source="installation", key="distributed") from None
-    roles.LAST_REFUSAL[0] = ""  # an earlier connection's refusal is no reason for this one's
-    start = "start one with 'dask scheduler' (or 'guestbench fleet local N') and give its address"
-    if fleet_address.nobody_there(address):
-        raise UserError(f"cannot reach a Dask scheduler there (nothing listens on that port of this host); {start}",
-                        source="command line", key=f"--cluster {address}")
-    try:
-        client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False, deserializers=["msgpack"])
-    except (OSError, TimeoutError, TypeError, ValueError) as e:  # TypeError, ValueError: Dask's TLS settings
-        why = roles.LAST_REFUSAL[0] or f"{type(e).__name__}: {e}"
-        raise UserError(f"cannot reach a Dask scheduler there ({why}); {start}",
-                        source="command line", key=f"--cluster {address}") from None
-    for default_topic in ("print", "warn"):
-        client.unsubscribe_topic(default_topic)
-    return client
-
-
-def workers(client: Any) -> dict[str, dict[str, Any]]:
-    """The cluster's workers by name: {"address", "resources"}, asked of the scheduler each time.
-
-    Not `client.scheduler_info()`: it returns the client's cached identity, which the client's own refresh
-    (every 2 s) replaces with one that lists no workers; read at the wrong instant, every host looked lost
-    (seen beside two CPU hogs). Raises OSError or TimeoutError when the scheduler does not answer."""
-    info = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=ASK_TIMEOUT_S)
-    out: dict[str, dict[str, Any]] = {}
-    for addr, w in info["workers"].items():
-        out[str(w.get("name", addr))] = {"address": addr, "resources": resources.known(w.get("resources"))}
-    return out
-
-
-def choose(sc: Scenario, cluster: dict[str, dict[str, Any]], wanted: list[str] | None,
-           address: str) -> tuple[list[HostPlan], dict[str, str]]:
-    """The hosts that will run, and those that will not with why."""
-    if not cluster:
-        raise UserError("the scheduler has no workers; start 'guestbench worker ADDRESS' on each host",
-                        source="command line", key=f"--cluster {address}")
-    names = list(cluster) if wanted is None else wanted
-    unknown = [n for n in names if n not in cluster]
-    if unknown:
-        raise UserError(f"no worker named {', '.join(unknown)}; the cluster has {', '.join(sorted(cluster))}",
-                        source="command line", key="--hosts")
-    plans: list[HostPlan] = []
-    idle: dict[str, str] = {}
-    for name in sorted(names):
-        w = cluster[name]
-        offers = resources.backends_of(w["resources"])
-        if resources.BENCH not in w["resources"]:
-            idle[name] = "it is not a guestbench worker (no 'bench' resource)"
-            continue
-        selected = [b for b in (sc.backends or list(BACKENDS)) if b in offers]
-        if not selected:
-            idle[name] = (f"it can launch {', '.join(offers) or 'no backend'}, none of the scenario's "
-                          f"({', '.join(sc.backends or BACKENDS)})")
-            continue
-        plans.append(HostPlan(name, w["address"], w["resources"], selected))
-    return plans, idle
 
 
 class FleetRun:
@@ -165,8 +82,8 @@ class FleetRun:
         try:
             try:
                 cluster = workers(client)
-            except (OSError, TimeoutError) as e:
-                raise UserError(f"the scheduler did not tell its workers ({type(e).__name__}: {e})",
+            except OSError as e:
+                raise UserError(f"the scheduler did not tell its workers ({e})",
                                 source="command line", key=f"--cluster {self.opts.address}") from None
             plans, idle = choose(self.sc, cluster, self.opts.hosts, self.opts.address)
             if not plans:
@@ -229,13 +146,14 @@ class FleetRun:
                 if pending and time.monotonic() >= next_check:
                     next_check = time.monotonic() + LIVENESS_EVERY_S
                     try:
-                        alive = {w["address"] for w in workers(client).values()}
+                        alive = addresses(client)  # not by name: a worker may give another's (cluster.workers)
                         answered = time.monotonic()
-                    except (OSError, TimeoutError):
+                    except OSError:
                         if time.monotonic() - answered < SCHEDULER_SILENT_S:
                             continue  # no verdict yet: a scheduler that went away cancels every future
-                        alive, why = set(), (f"the scheduler did not answer for {SCHEDULER_SILENT_S:g} s (the "
-                                             "host was not told: its run there may go on)")
+                        alive, why = set(), (f"the scheduler did not answer, or answered only errors, for "
+                                             f"{SCHEDULER_SILENT_S:g} s (the host was not told: its run there may "
+                                             "go on)")
                     else:
                         why = "its worker ({}) left the cluster mid-run"
                         if deaf(client):
@@ -405,25 +323,6 @@ class FleetRun:
 
     def _progress(self, name: str) -> tuple[int, int | None]:
         return self._remote(name).progress(self.sc)
-
-
-def deaf(client: Any) -> bool:
-    """Whether Dask's client stopped reading what the scheduler sends: it does so for good when one message fails
-    to load (a message a host made for it, which held a pickle). Its futures would never end."""
-    listener = getattr(client, "_handle_report_task", None)  # Dask's own; absent: no verdict
-    return bool(listener is not None and listener.done())
-
-
-def close(client: Any) -> None:
-    """Close Dask's client; a deaf one (`deaf`) would raise its listener's failure, already reported as the
-    hosts' (and again, for 40 s, when it is collected), so it is closed as if its listener had ended."""
-    if deaf(client):
-        client._handle_report_task.exception()  # retrieved: asyncio would log it, traceback and all
-        client._handle_report_task = None
-    try:
-        client.close()
-    except Exception:  # closing is not the run: what it found is in the results file already
-        pass
 
 
 def _unfit(body: dict[str, Any] | None) -> str | None:

@@ -34,6 +34,9 @@ def main(argv: list[str]) -> int:
     address, name, host, offered, local_dir = argv
     try:
         asyncio.run(_serve(address, name, host, json.loads(offered), local_dir))
+    except RuntimeError as e:  # a Dask the roles were not made for (guestbench.run.fleet.roles.check_dask)
+        print(f"guestbench worker: {e}", file=sys.stderr)
+        return 2
     except (TimeoutError, OSError) as e:  # no scheduler there (Dask retries until death_timeout)
         print(f"guestbench worker: cannot reach a Dask scheduler at {address} within {DEATH_TIMEOUT_S} s "
               f"({type(e).__name__}: {e}); start one with 'dask scheduler' and give its address", file=sys.stderr)

@@ -17,24 +17,28 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+from guestbench.run.fleet.task import TOPIC_PREFIX
 from guestbench.util.errors import UserError
 
 
-class Withheld:
-    """A part of a message the coordinator does not load (a serialized object or a pickle)."""
-
-    def __repr__(self) -> str:
-        return "<withheld by guestbench>"
+class Withheld(str):
+    """A part of a message the coordinator does not load (a serialized object or a pickle). A string, so that
+    where Dask's client expects an error it makes an Exception of it (a task that failed still ends)."""
 
 
-WITHHELD = Withheld()
+WITHHELD = Withheld("withheld by guestbench (an object Dask serialized or pickled)")
+OTHER_TOPIC = "guestbench-withheld-topic"  # what an event on a topic no fleet run uses is delivered as: nowhere
+TEXT_MAX = 2000  # characters of an error's text kept
 _lock = threading.Lock()
-_state: dict[str, Any] = {"depth": 0, "base": None}
+_state: dict[str, Any] = {"depth": 0, "base": None, "kept": False}
 
 
 def _plain(obj: dict[Any, Any]) -> Any:
     """msgpack's hook for each map it reads: Dask's markers of objects become WITHHELD, a set of plain values a
-    set; everything else stays the plain value msgpack made."""
+    set. And what Dask's client would still load or print from a worker, without asking: a result's pickled type
+    (`key-in-memory`) is dropped, an error's exception and traceback are its text only (task-erred reports,
+    error replies), and an event on any topic but a fleet run's (Dask's own `print` and `warn` among them: the
+    client subscribes to both as it starts) goes to a topic nobody handles."""
     if "__Serialized__" in obj or "__Pickled__" in obj or "__Enum__" in obj:
         return WITHHELD
     if "__Set__" in obj:
@@ -42,6 +46,15 @@ def _plain(obj: dict[Any, Any]) -> Any:
             return set(obj.get("as-list") or ())
         except TypeError:  # an unhashable member: no set Dask makes
             return WITHHELD
+    op = obj.get("op")
+    if op == "event" and not (isinstance(obj.get("topic"), str) and obj["topic"].startswith(TOPIC_PREFIX)):
+        return {"op": "event", "topic": OTHER_TOPIC, "event": (0.0, None)}
+    if op == "key-in-memory" and "type" in obj:
+        return {**obj, "type": None}
+    if "exception" in obj or "traceback" in obj:
+        text = obj.get("exception_text")
+        return {**obj, "exception": Withheld(text[:TEXT_MAX]) if isinstance(text, str) and text else WITHHELD,
+                "traceback": None}
     return obj
 
 
@@ -67,9 +80,16 @@ def _check() -> None:
                         source="installation", key="distributed")
 
 
+def keep() -> None:
+    """Leave `loads` in place for the rest of this process: a Dask client that did not close may read on."""
+    with _lock:
+        _state["kept"] = True
+
+
 @contextmanager
 def only() -> Iterator[None]:
-    """While inside, every message this process reads from Dask is loaded by `loads` (every thread)."""
+    """While inside (and after, once `keep` was called), every message this process reads from Dask is loaded by
+    `loads` (every thread)."""
     from distributed import protocol
 
     with _lock:
@@ -83,5 +103,5 @@ def only() -> Iterator[None]:
     finally:
         with _lock:
             _state["depth"] -= 1
-            if _state["depth"] == 0:
+            if _state["depth"] == 0 and not _state["kept"]:
                 protocol.loads = _state["base"]

@@ -15,13 +15,18 @@ followed by anything, e.g. the host's name) and checks it where Dask does not:
 
 A refused call is an error to its caller (Dask's error reply, as for a handler that raised), logged by the
 scheduler in one line.
-Relies on Dask internals named in /work/i46-notes/roles.md (distributed 2026.8.0)."""
+What else a worker sends (its events, its registration's extra information) is held to what a guestbench worker
+sends by guestbench.run.fleet.admission, which the preload sets up too. Relies on Dask's private code: `check_dask`
+refuses any release but the one it was made for (TESTED, pinned in setup.cfg), and one without the names it
+replaces."""
 
 from __future__ import annotations
 
 import inspect
 import logging
 from typing import Any, Callable
+
+from guestbench.run.fleet import admission
 
 PREFIX = "guestbench-"
 ROLES = ("scheduler", "worker", "coordinator")
@@ -36,8 +41,6 @@ BLOCKED_ON_WORKER = ("run", "run_coroutine", "plugin-add", "plugin-remove", "upl
                      "actor_attribute", "update_data", "benchmark_disk", "benchmark_memory", "benchmark_network")
 
 TESTED = "2026.8."  # the distributed releases whose private code the patches below were read against and tested
-TOPIC_KEPT = 8  # events the scheduler keeps of a run's topic (Dask keeps 1,000 of every topic, for ever)
-EVENT_MAX = 64 * 2**10  # bytes of plain data a worker's event on any other topic may carry
 
 log = logging.getLogger("guestbench.fleet.roles")
 LAST_REFUSAL = [""]  # the newest connection only_roles closed, for a caller to say why it has none
@@ -118,6 +121,8 @@ def _refusal(comm: Any, op: str, kwargs: dict[str, Any], scheduler: Any) -> str 
         return f"a peer whose certificate's role is {role or 'none'} may not call {op!r}"
     if not name and op == "register-worker":
         return "a worker's certificate must name its host (guestbench-worker.HOST): one that names none could join as any"
+    if op == "register-worker" and (why := admission.extra_refusal(kwargs.get("extra"))) is not None:
+        return why
     if name and op == "register-worker" and str(kwargs.get("name")) != name:
         return f"the worker certificate of {name!r} may not register as {str(kwargs.get('name'))[:100]!r}"
     if name and op == "heartbeat_worker":
@@ -147,7 +152,8 @@ def guard_call(op: str, handler: Callable[..., Any]) -> Callable[..., Any]:
     def guarded(comm: Any, **kwargs: Any) -> Any:
         why = _refusal(comm, op, kwargs, getattr(handler, "__self__", None))
         if why is not None:
-            log.warning("refused %r to %s: %s", op, getattr(comm, "peer_address", "?"), why)
+            if admission.logged(str(getattr(comm, "peer_address", "?"))):
+                log.warning("refused %r to %s: %s", op, getattr(comm, "peer_address", "?"), why)
             from distributed.core import error_message  # Dask's error reply, as a handler's exception makes it
 
             return error_message(RoleRefused(f"guestbench fleet: {why} (guestbench.run.fleet.roles)"),
@@ -167,7 +173,8 @@ def guard_stream(op: str, handler: Callable[..., Any]) -> Callable[..., Any]:
     worker's messages always carry `worker`; a client's stream is a coordinator's, its registration checked)."""
     def refused(kwargs: dict[str, Any]) -> bool:
         if "worker" in kwargs and op not in WORKER_STREAM:
-            log.warning("refused %r on the stream of worker %s", op, str(kwargs["worker"])[:200])
+            if admission.logged(str(kwargs["worker"])):
+                log.warning("refused %r on the stream of worker %s", op, str(kwargs["worker"])[:200])
             return True
         return False
 
@@ -300,82 +307,6 @@ def check_dask(scheduler: Any = None) -> None:
                            + ": not started (install guestbench's own pin: pip install 'guestbench[fleet]')")
 
 
-def _plain_size(obj: Any, budget: int) -> int | None:
-    """The size of `obj` counted over its strings, bytes and items, if it is plain data (what msgpack makes) of at
-    most `budget`; None otherwise (an object Dask serialized, or too much). Without recursion."""
-    size, stack = 0, [obj]
-    while stack:
-        item = stack.pop()
-        if item is None or isinstance(item, (bool, int, float)):
-            size += 8
-        elif isinstance(item, (str, bytes)):
-            size += len(item)
-        elif isinstance(item, (list, tuple)):
-            size += 8
-            stack.extend(item)
-        elif isinstance(item, dict):
-            size += 8
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        else:
-            return None
-        if size > budget:
-            return None
-    return size
-
-
-def event_refusal(topic: Any, msg: Any, listened: Callable[[str], bool]) -> str | None:
-    """Why the scheduler drops an event a worker logged (None: it keeps it). On a run's topic only a sealed
-    message as guestbench.run.fleet.seal makes it, for a run a coordinator listens to; elsewhere plain data of at
-    most EVENT_MAX bytes. So nothing but msgpack's plain values, in bounded amounts, reaches a coordinator or
-    stays in the scheduler's memory from a worker's events."""
-    from guestbench.run.fleet import seal, task
-
-    if not isinstance(topic, str):
-        return "an event on several topics at once"
-    if not topic.startswith(task.TOPIC_PREFIX):
-        return None if _plain_size(msg, EVENT_MAX) is not None else \
-            f"an event that is not plain data of at most {EVENT_MAX:,} bytes"
-    if not listened(topic):
-        return "an event on a run's topic that no coordinator listens to"
-    if not (isinstance(msg, dict) and set(msg) == {"host", "seq", "data", "mac"} and isinstance(msg["host"], str)
-            and len(msg["host"]) <= 256 and type(msg["seq"]) is int and isinstance(msg["data"], bytes)
-            and len(msg["data"]) <= seal.MAX_SEALED and isinstance(msg["mac"], str) and len(msg["mac"]) <= 128):
-        return "an event on a run's topic that is not a sealed message (guestbench.run.fleet.seal)"
-    return None
-
-
-def events_checked(scheduler: Any) -> None:
-    """A worker's events pass `event_refusal` before Dask logs them, and the scheduler keeps TOPIC_KEPT events of
-    a run's topic. Replaces the scheduler's "log-event" stream handler and its broker's topic table."""
-    from guestbench.run.fleet import task
-
-    broker = scheduler._broker
-    make = broker._topics.default_factory  # Topic, with Dask's length
-
-    class Topics(type(broker._topics)):  # type: ignore[misc]
-        def __missing__(self, name: Any) -> Any:
-            run = isinstance(name, str) and name.startswith(task.TOPIC_PREFIX)
-            self[name] = topic = make(maxlen=TOPIC_KEPT) if run else make()
-            return topic
-
-    topics = Topics(make)
-    topics.update(broker._topics)
-    broker._topics = topics
-
-    def listened(topic: str) -> bool:
-        return bool(getattr(broker._topics.get(topic), "subscribers", None))
-
-    def log_worker_event(worker: str, topic: Any, msg: Any) -> None:
-        why = event_refusal(topic, msg, listened)
-        if why is not None:
-            log.warning("dropped an event of worker %s: %s", str(worker)[:200], why)
-            return
-        scheduler.log_worker_event(worker, topic, msg)
-
-    scheduler.stream_handlers["log-event"] = log_worker_event
-
-
 def dask_setup(scheduler: Any) -> None:
     """Dask's preload hook: the scheduler's handlers guarded by role, peers without a role turned away, no
     pickle loaded but a coordinator's (whose graphs Dask sends pickled)."""
@@ -385,7 +316,7 @@ def dask_setup(scheduler: Any) -> None:
         scheduler.handlers = Guarded(dict(scheduler.handlers), guard_call)
         scheduler.stream_handlers = Guarded(dict(scheduler.stream_handlers), guard_stream)
         own_worker_only(scheduler)
-        events_checked(scheduler)
+        admission.events_checked(scheduler)
     only_roles(frozenset({"coordinator", "worker"}))
     log.info("guestbench fleet roles: clients need a coordinator's certificate")
 
