@@ -296,7 +296,14 @@ def test_a_workers_certificate_is_that_hosts_only(fleet: RoleFleet) -> None:
                              "a worker's extra information may not set name"),
                             # a non-mapping made the scheduler's identity fail for every client
                             ("register-worker", {"name": "alpha", "address": "tls://127.0.0.1:1", "extra": ["x"]},
-                             "a worker's extra information must be a mapping")):
+                             "a worker's extra information must be a mapping"),
+                            # a listing of the workers, which a coordinator asks for every second, made heavy
+                            ("register-worker", {"name": "alpha", "address": "tls://127.0.0.1:1",
+                                                 "extra": {"pad": ("",) * 100_000}},
+                             "a worker's register-worker must be plain data of at most 65,536 bytes"),
+                            # beta's address, taken once beta's worker left, would be handed beta's task and key
+                            ("register-worker", {"name": "alpha", "address": "tls://192.0.2.7:4000"},
+                             "a worker connecting from '127.0.0.1' may not register an address on another host")):
         with pytest.raises(Exception) as e:
             _call(fleet.address, alpha, op, **kwargs)
         assert why in str(e.value), (op, e.value)
@@ -373,12 +380,20 @@ log(RUN, {"host": "alpha", "seq": 1, "data": "text", "mac": "m"})
 log(UNHEARD, {"host": "alpha", "seq": 1, "data": b"sealed", "mac": "m"})
 log("print", {"args": ("\x1b]0;pwned\x07",), "kwargs": {}})
 log("warn", {"message": b"N.", "category": b"N."})
-log("worker-fail-hard", {"message": "x" * 100_000})
+log("worker-get-client", {"message": "x" * 100_000})
+log("worker-get-client", {"pad": ("",) * 100_000})
 log("roles-made-up", {"n": 1})
 log(["all", "roles-many"], {"action": "forged"})
+log(w.address, {"n": 1})
 for seq in range(20):
     log(RUN, {"host": "alpha", "seq": seq, "data": b"sealed", "mac": "m"})
-log(w.address, {"last": 1})
+log("worker-get-client", {"last": 1})
+"""
+OUTSIDE = """
+from distributed import get_worker
+w = get_worker()
+w.loop.add_callback(w.batched_send, {"op": "log-event", "topic": RUN,
+                                     "msg": {"host": "alpha", "seq": 99, "data": b"sealed", "mac": "m"}})
 """
 
 
@@ -398,18 +413,22 @@ def test_the_scheduler_passes_on_only_sealed_bounded_plain_events_of_a_worker(fl
     got: list[Any] = []
     with Client(fleet.address, timeout=20, set_as_default=False, security=fleet.coordinator) as c:
         c.subscribe_topic(run, lambda event: got.append(event[1]))
+        c.submit(exec, OUTSIDE.replace("RUN", repr(run)), {}, workers=[alpha], pure=False).result(timeout=ASK_S)
         code = EVENTS.replace("RUN", repr(run)).replace("UNHEARD", repr(unheard))
-        c.submit(exec, code, {}, workers=[alpha], pure=False).result(timeout=ASK_S)
-        _wait("alpha's last event", lambda: [e for e in c.get_events(alpha) if e[1].get("last")], ASK_S)
+        c.submit(exec, code, {}, workers=[alpha], key=task.key("roles46", "alpha")).result(timeout=ASK_S)
+        _wait("alpha's last event", lambda: [e for e in c.get_events("worker-get-client") if e[1].get("last")],
+              ASK_S)
         _wait("the sealed events", lambda: len(got) >= 20, ASK_S)  # one stream, in order: all before them came
         assert [m["seq"] for m in got] == list(range(20)), got[:3]
         assert all(m["data"] == b"sealed" and m["worker"] == alpha for m in got)
         assert len(c.get_events(run)) == admission.TOPIC_KEPT == 0  # none kept at the scheduler
-        for topic in (unheard, "roles-many", "roles-made-up", "print", "warn", "worker-fail-hard"):
+        for topic in (unheard, "roles-many", "roles-made-up", "print", "warn", "worker-fail-hard", alpha):
             assert not [e for e in c.get_events(topic) if e[1].get("worker") == alpha], topic
         assert not [e for e in c.get_events("all") if e[1].get("action") == "forged"]
+        assert not [e for e in c.get_events("worker-get-client") if {"message", "pad"} & set(e[1])]  # too large
     log = (fleet.tmp / "scheduler.log").read_text()
-    for why in ("not a sealed message", "no coordinator listens to", "not plain data of at most 65,536 bytes",
+    for why in ("not a sealed message", "no coordinator listens to", "not plain data of at most 4,096 bytes",
+                "the topic of a run whose task the worker is not running",
                 "several topics at once", "a topic no worker of a fleet logs ('print')",
                 "a topic no worker of a fleet logs ('warn')", "a topic no worker of a fleet logs ('roles-made-up')"):
         assert f"dropped an event of worker {alpha}: " in log and why in log, why

@@ -12,12 +12,15 @@ from typing import Any, Callable
 
 TOPIC_KEPT = 0  # events the scheduler keeps of a run's topic: none (Dask keeps 1,000 of every topic, for ever);
 # each goes to the coordinator as it comes, which needs none of the past
-EVENT_MAX = 64 * 2**10  # bytes of plain data a worker's event on any other topic may carry
-# The other topics a worker's events may have (Dask's own: distributed/worker.py, worker_state_machine.py), besides
-# the worker's own address: a worker makes no new topic, so the scheduler's topics do not grow with its events.
-# Dask's `print` and `warn` are not among them: its client prints the one and unpickles the other.
-DASK_WORKER_TOPICS = frozenset({"worker-fail-hard", "worker-get-client", "invalid-worker-transition",
-                                "invalid-worker-task-state", "transition-counter-max-exceeded"})
+EVENT_MAX = 4 * 2**10  # bytes of plain data a worker's event on any other topic may carry (Dask's: a few dozen)
+# The other topics a worker's events may have (Dask's own: distributed/worker.py, worker_state_machine.py): a fixed
+# few, so the scheduler keeps at most 4 x 1,000 x EVENT_MAX of them whatever the workers send. Not among them: a
+# worker's address (a worker that registers again elsewhere would make a new topic each time), Dask's `print` and
+# `warn` (its client prints the one and unpickles the other), and `worker-fail-hard` (its message is never plain).
+DASK_WORKER_TOPICS = frozenset({"worker-get-client", "invalid-worker-transition", "invalid-worker-task-state",
+                                "transition-counter-max-exceeded"})
+CALL_MAX = 64 * 2**10  # bytes of plain data a worker's registration or heartbeat may carry (Dask's: a few KiB);
+# both reach every coordinator in Dask's listing of the workers, asked for each second
 # What Dask's identity of a worker sets; a worker's `extra` at registration, which Dask merges over it, may hold none
 IDENTITY_KEYS = frozenset({"type", "id", "host", "resources", "local_directory", "name", "nthreads", "memory_limit",
                            "last_seen", "services", "metrics", "status", "nanny"})
@@ -36,8 +39,8 @@ def extra_refusal(extra: Any) -> str | None:
     the identity's own keys (`name` would make the worker another's in every listing)."""
     if extra is None:
         return None
-    if not isinstance(extra, dict) or _plain_size(extra, EVENT_MAX) is None:
-        return f"a worker's extra information must be a mapping of plain data of at most {EVENT_MAX:,} bytes"
+    if not isinstance(extra, dict) or _plain_size(extra, CALL_MAX) is None:
+        return f"a worker's extra information must be a mapping of plain data of at most {CALL_MAX:,} bytes"
     if clash := sorted(str(k)[:40] for k in extra if not isinstance(k, str) or k in IDENTITY_KEYS):
         return f"a worker's extra information may not set {', '.join(clash[:5])} (Dask's identity of it)"
     return None
@@ -54,16 +57,38 @@ def logged(peer: str) -> bool:
     return n <= LOGGED_PER_PEER or n % 1000 == 0
 
 
+def call_refusal(op: str, kwargs: dict[str, Any], peer: str) -> str | None:
+    """Why a worker's registration or heartbeat is refused, if it is: more than CALL_MAX of plain data, or (a
+    registration) an address on another host than the one it connects from: a host that registered at another's
+    address would be handed that host's task (and key) once the other's worker left."""
+    if op not in ("register-worker", "heartbeat_worker"):
+        return None
+    if _plain_size(kwargs, CALL_MAX) is None:
+        return f"a worker's {op} must be plain data of at most {CALL_MAX:,} bytes"
+    if op == "register-worker":
+        from distributed.comm.addressing import get_address_host
+
+        try:
+            here, there = get_address_host(str(kwargs.get("address"))), get_address_host(peer)
+        except Exception:
+            return "a worker's registration gave an address Dask cannot read"
+        if here != there:
+            return (f"a worker connecting from {there[:100]!r} may not register an address on another host "
+                    f"({here[:100]!r})")
+    return extra_refusal(kwargs.get("extra")) if op == "register-worker" else None
+
+
 def _plain_size(obj: Any, budget: int) -> int | None:
-    """The size of `obj` counted over its strings, bytes and items, if it is plain data (what msgpack makes) of at
-    most `budget`; None otherwise (an object Dask serialized, or too much). Without recursion."""
+    """The size of `obj` counted over its items (8 bytes each, whatever they hold, as in memory) and the length of
+    its strings and bytes, if it is plain data (what msgpack makes) of at most `budget`; None otherwise (an object
+    Dask serialized, or too much). Without recursion."""
     size, stack = 0, [obj]
     while stack:
         item = stack.pop()
         if item is None or isinstance(item, (bool, int, float)):
             size += 8
         elif isinstance(item, (str, bytes)):
-            size += len(item)
+            size += 8 + len(item)
         elif isinstance(item, (list, tuple)):
             size += 8
             stack.extend(item)
@@ -78,7 +103,8 @@ def _plain_size(obj: Any, budget: int) -> int | None:
     return size
 
 
-def event_refusal(worker: str, topic: Any, msg: Any, listened: Callable[[str], bool]) -> str | None:
+def event_refusal(worker: str, topic: Any, msg: Any, listened: Callable[[str], bool],
+                  running: Callable[[str, str], bool]) -> str | None:
     """Why the scheduler drops an event that `worker` logged (None: it keeps it). On a run's topic only a sealed
     message as guestbench.run.fleet.seal makes it, for a run a coordinator listens to, kept by the scheduler not at
     all; elsewhere only Dask's own topics of a worker's (DASK_WORKER_TOPICS, the worker's address) and plain data
@@ -89,12 +115,14 @@ def event_refusal(worker: str, topic: Any, msg: Any, listened: Callable[[str], b
     if not isinstance(topic, str):
         return "an event on several topics at once"
     if not topic.startswith(task.TOPIC_PREFIX):
-        if topic not in DASK_WORKER_TOPICS and topic != worker:
+        if topic not in DASK_WORKER_TOPICS:
             return f"an event on a topic no worker of a fleet logs ({topic[:60]!r})"
         return None if _plain_size(msg, EVENT_MAX) is not None else \
             f"an event that is not plain data of at most {EVENT_MAX:,} bytes"
     if not listened(topic):
         return "an event on a run's topic that no coordinator listens to"
+    if not running(worker, topic):
+        return "an event on the topic of a run whose task the worker is not running"
     if not (isinstance(msg, dict) and set(msg) == {"host", "seq", "data", "mac"} and isinstance(msg["host"], str)
             and len(msg["host"]) <= 256 and type(msg["seq"]) is int and isinstance(msg["data"], bytes)
             and len(msg["data"]) <= seal.MAX_SEALED and isinstance(msg["mac"], str) and len(msg["mac"]) <= 128):
@@ -146,8 +174,13 @@ def events_checked(scheduler: Any) -> None:
 
     pace = Pace(seal.MAX_SEALED)
 
+    def running(worker: str, topic: str) -> bool:  # a host's task is running there: its key names the run
+        ws = scheduler.workers.get(worker)
+        prefix = task.key_prefix(topic)
+        return ws is not None and any(str(ts.key).startswith(prefix) for ts in ws.processing)
+
     def log_worker_event(worker: str, topic: Any, msg: Any) -> None:
-        why = event_refusal(worker, topic, msg, listened)
+        why = event_refusal(worker, topic, msg, listened, running)
         if why is None and topic.startswith(task.TOPIC_PREFIX) and \
                 not pace.allows(str(worker), len(msg["data"]), time.monotonic()):
             why = (f"more events on a run's topic than {RUN_EVENTS_PER_S:g} a second (bursts of "

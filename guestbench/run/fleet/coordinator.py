@@ -171,7 +171,7 @@ class FleetRun:
         scenario_file = self.sc.to_file(backends=p.backends)
         return client.submit(task.host_share, self.run_id, p.name, self.keys[p.name], scenario_file,
                              self.opts.child_options,
-                             key=f"guestbench-{self.run_id}-{p.name}", workers=[p.address],
+                             key=task.key(self.run_id, p.name), workers=[p.address],
                              allow_other_workers=False, resources=resources.asked(p.backends), pure=False,
                              retries=0)
 

@@ -27,7 +27,9 @@ class Withheld(str):
 
 
 WITHHELD = Withheld("withheld by guestbench (an object Dask serialized or pickled)")
-OTHER_TOPIC = "guestbench-withheld-topic"  # what an event on a topic no fleet run uses is delivered as: nowhere
+# What an event on a topic no fleet run uses becomes: a message Dask's client handles by doing nothing (it cancels
+# the futures of no keys). An event on an unknown topic would make the client unsubscribe and log a traceback.
+NOTHING = {"op": "cancelled-keys", "keys": ()}
 TEXT_MAX = 2000  # characters of an error's text kept
 _lock = threading.Lock()
 _state: dict[str, Any] = {"depth": 0, "base": None, "kept": False}
@@ -38,7 +40,7 @@ def _plain(obj: dict[Any, Any]) -> Any:
     set. And what Dask's client would still load or print from a worker, without asking: a result's pickled type
     (`key-in-memory`) is dropped, an error's exception and traceback are its text only (task-erred reports,
     error replies), and an event on any topic but a fleet run's (Dask's own `print` and `warn` among them: the
-    client subscribes to both as it starts) goes to a topic nobody handles."""
+    client subscribes to both as it starts) becomes NOTHING."""
     if "__Serialized__" in obj or "__Pickled__" in obj or "__Enum__" in obj:
         return WITHHELD
     if "__Set__" in obj:
@@ -48,7 +50,7 @@ def _plain(obj: dict[Any, Any]) -> Any:
             return WITHHELD
     op = obj.get("op")
     if op == "event" and not (isinstance(obj.get("topic"), str) and obj["topic"].startswith(TOPIC_PREFIX)):
-        return {"op": "event", "topic": OTHER_TOPIC, "event": (0.0, None)}
+        return dict(NOTHING)
     if op == "key-in-memory" and "type" in obj:
         return {**obj, "type": None}
     if "exception" in obj or "traceback" in obj:

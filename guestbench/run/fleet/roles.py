@@ -121,7 +121,7 @@ def _refusal(comm: Any, op: str, kwargs: dict[str, Any], scheduler: Any) -> str 
         return f"a peer whose certificate's role is {role or 'none'} may not call {op!r}"
     if not name and op == "register-worker":
         return "a worker's certificate must name its host (guestbench-worker.HOST): one that names none could join as any"
-    if op == "register-worker" and (why := admission.extra_refusal(kwargs.get("extra"))) is not None:
+    if (why := admission.call_refusal(op, kwargs, str(getattr(comm, "peer_address", "")))) is not None:
         return why
     if name and op == "register-worker" and str(kwargs.get("name")) != name:
         return f"the worker certificate of {name!r} may not register as {str(kwargs.get('name'))[:100]!r}"

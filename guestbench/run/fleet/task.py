@@ -40,6 +40,17 @@ def topic(run_id: str) -> str:
     return f"{TOPIC_PREFIX}{run_id}"
 
 
+def key(run_id: str, host: str) -> str:
+    """The Dask key of `host`'s task in run `run_id` (the scheduler's roles take a run's events only from a worker
+    running one: guestbench.run.fleet.admission)."""
+    return f"guestbench-{run_id}-{host}"
+
+
+def key_prefix(run_topic: str) -> str:
+    """What the keys of the tasks of the run whose topic is `run_topic` begin with."""
+    return key(run_topic[len(TOPIC_PREFIX):], "")
+
+
 def cancel_event_name(run_id: str) -> str:
     return f"guestbench-fleet-cancel-{run_id}"
 
