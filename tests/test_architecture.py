@@ -75,7 +75,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("util",),  # errors, units, reasons, bounded YAML: nothing of guestbench's
     ("host",),  # host facts: fingerprint, /proc, cgroups, space, locks, neighbours, paths, owned files
     ("results", "instruments"),  # the results file's model and io; what a worker measures per sample
-    ("backends", "workloads", "storage"),  # the domain: hypervisors, workload tools, disks
+    ("backends", "workloads", "storage", "stacks"),  # the domain: hypervisors, workload tools, disks, software stacks
     ("measurements",),
     ("scenario",),
     ("analysis",),  # figures of a results file: statistics, comparisons, cost, phases

@@ -20,6 +20,7 @@ from guestbench.cli.fleet import cmd_fleet, cmd_worker
 from guestbench.cli.parser import build_parser
 from guestbench.cli.results import cmd_compare, cmd_export, cmd_history, cmd_import, cmd_report, cmd_show
 from guestbench.cli.run import cmd_ab, cmd_env, cmd_exec, cmd_nested, cmd_scenario
+from guestbench.cli.stack import cmd_stack
 from guestbench.host import space
 from guestbench.util.errors import Interrupted, UserError, clip_text, one_line as _one_line
 
@@ -30,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return {"scenario": cmd_scenario, "doctor": cmd_doctor, "show": cmd_show,
                 "compare": cmd_compare, "report": cmd_report, "nested": cmd_nested, "export": cmd_export,
                 "import": cmd_import, "env": cmd_env, "exec": cmd_exec, "ab": cmd_ab, "worker": cmd_worker,
-                "fleet": cmd_fleet, "history": cmd_history}[args.command](args)
+                "fleet": cmd_fleet, "history": cmd_history, "stack": cmd_stack}[args.command](args)
     except UserError as e:  # values are clipped where quoted; the limit is for whatever was not
         sys.stderr.write(f"guestbench: {_one_line(str(e), limit=1000)}\n")
         return e.exit_status

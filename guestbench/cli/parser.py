@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     nb = nsub.add_parser("build", help="build the level-1 guest image from this host's packages (cached by inputs)")
     nb.add_argument("--force", action="store_true", help="rebuild even when the cached image is up to date")
 
+    _add_stack(sub)
+
     e = sub.add_parser("export", help="write a results file as pytest-benchmark JSON",
                        description="Write a results file in another tool's format: pytest-benchmark JSON (raw "
                        "samples in stats.data, pytest-benchmark's summary fields, everything else in extra_info "
@@ -106,6 +108,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_libguestfs_programs(sub)
     _add_ab(sub)
     return p
+
+
+def _add_stack(sub: Any) -> None:
+    st = sub.add_parser("stack", help="Debian suites' software stacks (libguestfs, qemu, libvirt, UML, Python) to "
+                        "compare: build, list, remove (docs/stacks.md)")
+    stsub = st.add_subparsers(dest="stack_command", required=True, metavar="build|list|rm")
+    sb = stsub.add_parser("build", help="make a stack's root file system from this machine's apt sources (as root)")
+    sb.add_argument("name", metavar="NAME", help="the stack's name (e.g. trixie, sid)")
+    sb.add_argument("--suite", help="the Debian suite (default: NAME)")
+    sb.add_argument("--packages", choices=["full", "lean"], default="full",
+                    help="full: everything guestbench drives; lean: Python only (for tests)")
+    sb.add_argument("--force", action="store_true", help="rebuild a stack that exists")
+    sl = stsub.add_parser("list", help="the stacks built here and their software's versions")
+    sl.add_argument("--json", action="store_true", help="as JSON")
+    sr = stsub.add_parser("rm", help="remove a stack")
+    sr.add_argument("name", metavar="NAME")
 
 
 def _add_history(sub: Any) -> None:
