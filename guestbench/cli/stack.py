@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 
 from rich import console as rich_console
 
-from guestbench.util.errors import inert
+from guestbench.util.errors import UserError, inert
 
 
 def cmd_stack(args: argparse.Namespace) -> int:
@@ -25,8 +26,19 @@ def cmd_stack(args: argparse.Namespace) -> int:
         print(stack.path)
         return 0
     if args.stack_command == "rm":
-        stack = store.load(store.check_name(args.name))
-        store.remove(stack.path)
+        from guestbench.host import locks, rundirs
+
+        base = store.stacks_dir()
+        stack = store.load(store.check_name(args.name), base)
+        try:
+            with locks.exclusive(base / ".lock", "the stacks", 60):  # not while a build replaces it
+                aside = rundirs.make(base, store.BUILD_PREFIX)  # a removal stopped halfway: swept as a dead build
+                try:
+                    store.set_aside(stack.path, aside)
+                finally:
+                    shutil.rmtree(aside, ignore_errors=True)
+        except locks.LockTimeout as e:
+            raise UserError(str(e), source="command line", key=args.name) from None
         return 0
     stacks = store.all_stacks()
     if args.json:

@@ -51,9 +51,16 @@ VERSIONS = {"python": "python3", "libguestfs": "python3-guestfs", "qemu": "qemu-
 
 
 def requirements() -> list[str]:
-    """guestbench's own requirements (not its extras'), as its installed metadata names them."""
-    reqs = metadata.requires("guestbench") or []
-    return [r.split(";")[0].strip() for r in reqs if "extra ==" not in r]
+    """guestbench's own requirements (not its extras'), as its installed metadata names them (markers kept: pip
+    judges them against the stack's Python)."""
+    return [r for r in metadata.requires("guestbench") or [] if "extra ==" not in r]
+
+
+def _environment() -> dict[str, str]:
+    """What the build's processes see: a plain PATH, and the machine's PIP_* settings (its way to the package index;
+    mmdebstrap passes its environment to its hooks, so pip in the stack gets them, never on a command line)."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
+    return {**env, **{k: v for k, v in os.environ.items() if k.startswith("PIP_") and k != "PIP_FIND_LINKS"}}
 
 
 def versions(root: Path) -> dict[str, str]:
@@ -63,8 +70,11 @@ def versions(root: Path) -> dict[str, str]:
     link = root / "usr/bin/python3"
     if link.is_symlink() and re.fullmatch(r"python3\.\d+", target := os.readlink(link)):
         wanted["python"] = target
-    proc = subprocess.run(["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f", r"${Package}\t${Version}\n",
-                           *wanted.values()], capture_output=True, text=True, timeout=60)
+    try:
+        proc = subprocess.run(["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f",
+                               r"${Package}\t${Version}\n", *wanted.values()], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
     found = dict(line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)
     out = {name: found[pkg] for name, pkg in wanted.items() if found.get(pkg)}
     for what, where in (("kernel", root / "lib/modules"), ("uml_kernel", root / "usr/lib/uml/modules")):
@@ -77,17 +87,18 @@ def _hooks(packages: str) -> list[str]:
     """mmdebstrap customize hooks (run as root with the chroot at "$1"): the machine's way to the package index,
     then the worker's venv."""
     reqs = requirements() if packages == "full" else list(LEAN_REQUIREMENTS)
-    pip_env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(os.environ.items())
-                       if k.startswith("PIP_") and k != "PIP_FIND_LINKS")
-    hooks = ['cp /etc/resolv.conf "$1/etc/resolv.conf"']
-    if Path("/etc/pip.conf").is_file():
+    hooks = []  # mmdebstrap copies the machine's resolv.conf itself
+    pip_conf = Path("/etc/pip.conf").is_file()
+    if pip_conf:
         hooks.append('cp /etc/pip.conf "$1/etc/pip.conf"')
-    if list(Path("/usr/local/share/ca-certificates").glob("*.crt")):
-        hooks.append('cp /usr/local/share/ca-certificates/*.crt "$1/usr/local/share/ca-certificates/" && '
+    if Path("/usr/local/share/ca-certificates").is_dir():
+        hooks.append('cp -a /usr/local/share/ca-certificates/. "$1/usr/local/share/ca-certificates/" && '
                      'chroot "$1" update-ca-certificates >/dev/null')
     hooks.append(f'chroot "$1" python3 -m venv --system-site-packages {VENV}')
-    hooks.append(f'chroot "$1" env {pip_env} {VENV}/bin/pip install -q --disable-pip-version-check '
+    hooks.append(f'chroot "$1" {VENV}/bin/pip install -q --disable-pip-version-check '
                  + " ".join(shlex.quote(r) for r in reqs))
+    if pip_conf:  # it may hold the index's credentials: not kept in the stack
+        hooks.append('rm -f "$1/etc/pip.conf"')
     return hooks
 
 
@@ -114,12 +125,20 @@ def sweep(base: Path) -> list[str]:
     """Remove the build directories of builds whose owner died (their namespaces died with them: no mount)."""
     found = rundirs.claim_dead(base, store.BUILD_PREFIX)
     for d in found.claimed:
-        if procs.users(d):  # something still works in it: leave it to a later sweep
+        if [p for p in procs.users(d) if procs.proc_euid(p) == os.geteuid()]:  # one of ours works in it (another
+            # user's process naming the path cannot keep it: only ours could have been the build's)
             found.release(d)
             continue
-        subprocess.run(["rm", "-rf", "--one-file-system", str(d)], timeout=600)
-        found.log.append(f"removed {d} (its build died)")
+        done = _rm(d)
+        found.log.append(f"removed {d} (its build died)" if done else f"could not remove {d} (its build died)")
     return found.log
+
+
+def _rm(d: Path) -> bool:
+    try:
+        return subprocess.run(["rm", "-rf", "--one-file-system", str(d)], timeout=600).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def build(name: str, suite: str, packages: str, force: bool, say: Callable[[str], None]) -> store.Stack:
@@ -127,16 +146,29 @@ def build(name: str, suite: str, packages: str, force: bool, say: Callable[[str]
     for line in sweep(base):
         say(line)
     out = base / store.check_name(name)
-    if not force and os.path.lexists(out) and store.load(name, base).problem is None:
-        raise UserError(f"stack {name!r} exists; use it, or rebuild it with --force", source="command line", key=name)
     lines = [s.line() for s in apt_sources.for_suite(suite, apt_sources.machine_sources(),
                                                      apt_sources.host_codename())]
     builder = builder_version()
     try:
         with locks.exclusive(base / ".lock", "the stacks", LOCK_WAIT_S):
+            _may_build(name, base, out, force)
             return _build(name, suite, packages, base, out, lines, builder, say)
     except locks.LockTimeout as e:
         raise UserError(str(e), source="command line", key=name) from None
+
+
+def _may_build(name: str, base: Path, out: Path, force: bool) -> None:
+    """A stack may be built where there is none, or (with `force`) over one of guestbench's own, whole or not;
+    never over anything else (a link, another user's): that is said before the build, not after it."""
+    if not os.path.lexists(out):
+        return
+    stack = store.load(name, base)
+    if stack.problem and stack.problem.endswith("not used"):
+        raise UserError(f"{stack.problem}: remove it yourself, or choose another name", source="command line",
+                        key=name)
+    if not force:
+        state = "exists" if stack.problem is None else f"exists ({stack.problem})"
+        raise UserError(f"stack {name!r} {state}; rebuild it with --force", source="command line", key=name)
 
 
 def _build(name: str, suite: str, packages: str, base: Path, out: Path, lines: list[str], builder: str,
@@ -146,18 +178,28 @@ def _build(name: str, suite: str, packages: str, base: Path, out: Path, lines: l
     say(f"building {name} ({suite}, {packages}: {len(PACKAGES[packages])} packages and their dependencies) with "
         f"{builder}; its log: {log}")
     started = time.monotonic()
+    kept = base / f".{name}.failed.log"  # the build's directory goes: a failed build's log is kept beside it
     try:
         with open(log, "wb") as f:
-            proc = subprocess.Popen(command(suite, packages, root, lines), stdin=subprocess.DEVNULL, stdout=f,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                proc = subprocess.Popen(command(suite, packages, root, lines), stdin=subprocess.DEVNULL, stdout=f,
+                                        stderr=subprocess.STDOUT, start_new_session=True, env=_environment())
+            except OSError as e:
+                raise UserError(f"cannot start the build ({e.strerror}: {e.filename}; setpriv and unshare are "
+                                "util-linux's)", source="installation", key="util-linux") from None
         try:
             rc = proc.wait(timeout=BUILD_TIMEOUT_S)
-        except BaseException:  # the deadline, or a signal to guestbench: the namespace dies with its first process
+        except subprocess.TimeoutExpired:
+            procs.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            shutil.copyfile(log, kept)
+            raise UserError(f"the build did not finish within {BUILD_TIMEOUT_S:.0f} s (its log: {kept})",
+                            source="stack build", key=name) from None
+        except BaseException:  # a signal to guestbench: the namespace dies with its first process
             procs.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             raise
         if rc != 0:
-            kept = base / f".{name}.failed.log"  # the build's directory goes: its log is kept beside, for the user
             shutil.copyfile(log, kept)
             raise UserError(f"{_failure(suite, log.read_text(errors='replace'))} (the whole log: {kept})",
                             source="stack build", key=name)
@@ -165,17 +207,14 @@ def _build(name: str, suite: str, packages: str, base: Path, out: Path, lines: l
                             built_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                             versions=versions(root))
         store.write_record(stack)
-        if os.path.lexists(out):
-            store.remove(out)
+        if os.path.lexists(out):  # --force: the old one goes aside (into this build's directory, deleted with it)
+            store.set_aside(out, work)
         os.replace(root, out)
         stack.path = out
         say(f"stack {name} built in {time.monotonic() - started:.0f} s: {out}")
         return stack
-    except subprocess.TimeoutExpired:
-        raise UserError(f"the build did not finish within {BUILD_TIMEOUT_S:.0f} s (its log: {log})",
-                        source="stack build", key=name) from None
     finally:
-        subprocess.run(["rm", "-rf", "--one-file-system", str(work)], timeout=600)
+        _rm(work)
 
 
 def _failure(suite: str, text: str) -> str:

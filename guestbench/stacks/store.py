@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,12 +86,14 @@ def load(name: str, base: Path | None = None) -> Stack:
         doc = json.loads(raw) if len(raw) <= RECORD_MAX else None
     except ValueError:
         doc = None
-    if not isinstance(doc, dict):
+    texts = ("suite", "packages", "built_utc", "builder", "venv")
+    if not (isinstance(doc, dict) and all(isinstance(doc.get(k, ""), str) for k in texts)
+            and isinstance(doc.get("versions", {}), dict)
+            and all(isinstance(v, str) for v in doc.get("versions", {}).values())
+            and isinstance(doc.get("sources", []), list) and all(isinstance(v, str) for v in doc.get("sources", []))):
         return Stack(name, path, problem="its record is not one guestbench writes")
-    return Stack(name, path, suite=str(doc.get("suite", "")), packages=str(doc.get("packages", "")),
-                 built_utc=str(doc.get("built_utc", "")), builder=str(doc.get("builder", "")),
-                 versions={str(k): str(v) for k, v in (doc.get("versions") or {}).items()},
-                 sources=[str(s) for s in doc.get("sources") or []], venv=str(doc.get("venv", "")))
+    return Stack(name, path, **{k: doc.get(k, "") for k in texts}, versions=dict(doc.get("versions", {})),
+                 sources=list(doc.get("sources", [])))
 
 
 def all_stacks(base: Path | None = None) -> list[Stack]:
@@ -109,15 +110,26 @@ def write_record(stack: Stack) -> None:
     os.replace(tmp, stack.path / RECORD)
 
 
-def remove(path: Path) -> None:
-    """Remove a stack directory of ours: nothing may be mounted below it (a stack in use), and no link is followed
-    (shutil.rmtree unlinks links inside; the directory itself was checked)."""
+def _mounted(path: Path) -> list[str]:
+    """Mount points at or below `path` in this mount namespace (mountinfo's octal escapes decoded)."""
+    inside = str(path).rstrip("/")
+    with open("/proc/self/mountinfo") as f:
+        points = [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4]) for line in f]
+    return [p for p in points if p == inside or p.startswith(inside + "/")]
+
+
+def set_aside(path: Path, aside: Path) -> None:
+    """Take a stack directory of ours out of use: nothing may be mounted in it (a stack in use); its record goes
+    first, then the directory is moved into `aside` (a directory of the caller's, in the same place), which the
+    caller deletes (shutil.rmtree unlinks the links inside, never follows them). A removal stopped halfway leaves no
+    stack that looks whole, and a rebuild puts the new stack in place before the old one is deleted."""
     if why := _checked(path):
         raise UserError(f"{path} {why}: not removed", source="command line", key=path.name)
-    prefix = str(path).rstrip("/") + "/"
-    with open("/proc/self/mountinfo") as f:
-        mounted = [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
-    if mounted:
+    if mounted := _mounted(path):
         raise UserError(f"{path} is in use ({mounted[0]} is mounted): not removed", source="command line",
                         key=path.name)
-    shutil.rmtree(path)
+    try:
+        os.unlink(path / RECORD)
+    except FileNotFoundError:
+        pass
+    os.replace(path, aside / "old")
