@@ -359,13 +359,7 @@ def test_a_worker_follows_no_scheduler_that_shows_another_roles_certificate(flee
               "scheduler" in (tmp_path / "worker.log").read_text() or procs[1].poll() is not None or
               "Register worker" in (tmp_path / "fake.log").read_text(), 60)
     finally:
-        for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop(procs)
     assert "Register worker" not in (tmp_path / "fake.log").read_text()
 
 
