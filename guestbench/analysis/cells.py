@@ -70,7 +70,7 @@ def row(cell: Cell) -> Row:
     if nbytes is not None and summary is not None and summary.median > 0:
         throughput = units.mb_per_s(nbytes, summary.median)
     return Row(
-        backend=cell.backend or "?",
+        backend=cell.system if cell.backend else "?",
         placement=cell.placement or "",
         measurement=measurement,
         label=cell.label or measurement,

@@ -150,7 +150,7 @@ def cell_key(cell: Cell) -> Key:
     placement = cell.placement or ""
     if cell.host:
         placement = f"{placement or 'host'}@{cell.host}"
-    return (cell.backend or "?", placement, cell.label or measurement)
+    return (cell.system if cell.backend else "?", placement, cell.label or measurement)
 
 
 def cells_by_key(run: Run, source: str | None = None) -> dict[Key, Cell]:

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guestbench.analysis import cells as cellrows
-from guestbench.analysis import cost, phases
+from guestbench.analysis import cost, phases, software
+from guestbench.analysis.software import Software
 from guestbench.analysis import workloads as tools
 from guestbench.analysis.cells import Row
 from guestbench.analysis.placements import Level1, Placements, placements
@@ -65,6 +66,7 @@ class Findings:
     density: list[Density]  # the density records
     unusable_at: dict[tuple[str, str], str]  # (placement, backend): why the backend was not usable there
     warnings: list[str] = field(default_factory=list)
+    software: list[Software] = field(default_factory=list)  # what each backend ran on, where stacks or modes vary
 
     @property
     def unusable(self) -> dict[str, str]:
@@ -95,7 +97,7 @@ def analyze(doc: Run, path: str | None = None, member: Member | None = None) -> 
         placements=placements(rows, run.unusable_at, nested.status if nested else None,
                               nested.level1 if nested else None),
         prices=run.prices, cost=cost.per_cell(rows, run.prices), density=run.density, unusable_at=run.unusable_at,
-        warnings=warnings)
+        warnings=warnings, software=software.per_system(cells))
 
 
 @dataclass(frozen=True)

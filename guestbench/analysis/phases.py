@@ -68,7 +68,7 @@ def cell_phases(cell: Cell, read: list[Sample]) -> BackendPhases | None:
         seen = sum(1 for phases, _ in timed if any(p["name"] == name for p in phases))
         stats[name] = PhaseStats(float(medians[i]), float(per_sample[:, i].min()), float(per_sample[:, i].max()),
                                  float(medians[i]) / total if total > 0 else 0.0, seen)
-    return BackendPhases(cell.backend, str(cell.placement) if "placement" in cell.source_keys else "host", len(timed),
+    return BackendPhases(cell.system, str(cell.placement) if "placement" in cell.source_keys else "host", len(timed),
                          stats, float(np.median([seconds for _, seconds in timed])),
                          max(sum_check(phases, seconds) for phases, seconds in timed), cell.cache_mode)
 

@@ -97,7 +97,7 @@ class Durability:
 def _header(cell: Cell, varied: list[str]) -> str:
     variant = cell.variant or {}
     parts = [f"guest {variant[k]}" if k == "guest" else str(variant[k]) for k in varied if k in variant]
-    return " · ".join([*parts, cell.backend or "?"])
+    return " · ".join([*parts, cell.system if cell.backend else "?"])
 
 
 def _status(cell: Cell, read: list[Sample]) -> str:
@@ -117,7 +117,7 @@ def metric_tables(cells: list[Cell], rows: list[Row]) -> list[MetricTable]:
     verdicts: dict[tuple[Any, Any, Any], str] = {}
     for cell, row in zip(cells, rows):
         if cell.measurement == "durability":
-            verdicts[(cell.backend, cell.cache_mode, cell.placement)] = durability_text(cell, row.samples)
+            verdicts[(cell.system, cell.cache_mode, cell.placement)] = durability_text(cell, row.samples)
         elif cell.metrics:
             key = (cell.group or cell.label, cell.placement or "host")
             groups.setdefault(key, []).append((cell, row.samples))
@@ -144,7 +144,7 @@ def durability(cells: list[Cell], rows: list[Row]) -> list[Durability]:
         figures = [s.metrics or {} for s in row.samples]
         write = spot([f["write_bw"] for f in figures if f.get("write_bw") is not None])
         flushes = spot([f["host_flushes"] for f in figures if f.get("host_flushes") is not None])
-        out.append(Durability(c.backend, c.placement or "host", str(c.cache_mode),
+        out.append(Durability(c.system, c.placement or "host", str(c.cache_mode),
                               durability_text(c, row.samples), write, len(figures), c.disk or "?",
                               flushes))
     return out
@@ -172,7 +172,7 @@ def _table(group: str, placement: str, members: list[tuple[Cell, list[Sample]]],
     rows.append(MetricRow("wall_s", "wall time of the sample (what is timed, below)", "s", False,
                           [spot(w) for w in seconds], [_span(w) for w in seconds]))
     if verdicts:  # a write figure beside its durability (E1's caveat), when this run measured it
-        seen = [verdicts.get((c.backend, c.cache_mode, c.placement), "not measured in this run")
+        seen = [verdicts.get((c.system, c.cache_mode, c.placement), "not measured in this run")
                 if c else "" for c in (col.cell for col in columns)]
         rows.append(MetricRow("durability", "fsync durability (this backend and cache mode)", "verdict", True,
                               [Spot(verdict=v) for v in seen]))
@@ -191,12 +191,12 @@ def _add_aggregates(columns: list[MetricColumn], rows: list[MetricRow]) -> None:
     for i, col in enumerate(columns):
         if col.cell is not None and (col.cell.concurrency or 1) > 1:
             variant = {k: v for k, v in (col.cell.variant or {}).items() if k != "guest"}
-            sets.setdefault((col.cell.backend, json_key(variant)), []).append(i)
+            sets.setdefault((col.cell.system, json_key(variant)), []).append(i)
     for members in reversed(list(sets.values())):
         first = columns[members[0]].cell
         assert first is not None  # a set is made of cells' columns
         header = " · ".join([*(str(v) for k, v in (first.variant or {}).items() if k != "guest"),
-                             f"all {len(members)} guests", first.backend])
+                             f"all {len(members)} guests", first.system])
         n = min(columns[i].n for i in members)
         at = members[-1] + 1
         columns.insert(at, MetricColumn(None, header, n, ""))

@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -74,6 +75,13 @@ def uml_kernel_version() -> str | None:
         return None
     versions = sorted(p.name for p in UML_MODULES_ROOT.iterdir() if (p / "modules.dep").exists())
     return versions[-1] if versions else None
+
+
+def host_kernel_version() -> str | None:
+    """The version of the newest kernel whose modules are installed: the one supermin puts in a qemu appliance."""
+    found = sorted((p.parent.name for p in Path("/lib/modules").glob("*/modules.dep")),
+                   key=lambda v: [int(n) if n.isdigit() else n for n in re.split(r"(\d+)", v)])
+    return found[-1] if found else None
 
 
 class Flavour:

@@ -8,13 +8,15 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guestbench.host import owned
+from guestbench.host import fingerprint, owned
 from guestbench.util.errors import UserError
-from guestbench.backends.appliance import appliance_dir
+from guestbench.backends.appliance import appliance_dir, host_kernel_version
+from guestbench.stacks.sources import host_codename
 from guestbench.host.paths import WORKDIR_ENV, scratch_env
 
 QEMU = "qemu-system-x86_64"
@@ -102,6 +104,21 @@ class Backend:
     # shared daemons that work for its launches (their CPU during a timed step is the cell's; their memory is
     # shared by every domain and not counted): guestbench.instruments.usage
     daemons: tuple[str, ...] = ()
+    # its worker runs in namespaces of its own (a stack's sandbox: guestbench.stacks.backend), as a child of the
+    # sandbox's first process (pid 1 there), seeing of the host only the paths it is given (worker_command)
+    sandboxed: bool = False
+
+    def worker_command(self, writable: list[str], readable: list[str], env: dict[str, str]) -> list[str]:
+        """How its worker is started: guestbench's worker in this interpreter, `env` in its environment (a
+        sandboxed backend binds `writable` and `readable`, the host paths the worker's request names, into its
+        sandbox, and passes on `env` alone)."""
+        return [sys.executable, "-m", "guestbench.run.worker"]
+
+    def software(self) -> dict[str, Any]:
+        """What its cells record of the software they run on: the machine's own stack ("host") and its versions."""
+        v = fingerprint.versions()
+        return {"stack": "host", **{k: v[k] for k in ("python", "libguestfs", "qemu", "libvirt", "uml", "supermin")
+                                    if v.get(k)}, "suite": host_codename(), "kernel": host_kernel_version() or ""}
 
     def preconditions(self) -> Availability:
         """Cheap checks that need no launch (binaries, devices, daemons)."""

@@ -165,6 +165,10 @@ def _add_run_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--memsize", help="appliance memory (MiB, or e.g. 2GiB)")
     s.add_argument("--placement", help="comma-separated placements: host, nested (inside a level-1 VM); "
                    "overrides the scenario's 'placement'")
+    s.add_argument("--stack", help="comma-separated software stacks: host (the machine's own) and stacks built with "
+                   "`guestbench stack build`; overrides the scenario's 'stacks'")
+    s.add_argument("--uml-mode", help="comma-separated UML userspace modes (seccomp, ptrace), one uml cell each; "
+                   "overrides every item's 'uml_mode'")
     s.add_argument("--phases", action="store_true", default=None,
                    help="break start-up samples into boot phases (verbose appliance console)")
     s.add_argument("--order", help="interleaved, random or sequential: in which order a measurement's cells take "

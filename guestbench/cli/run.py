@@ -32,7 +32,7 @@ def _scenario_from_args(args: argparse.Namespace) -> Any:
     return apply_overrides(sc, backend=args.backend, measurement=args.measurement, repetitions=args.repetitions,
                            warmup=args.warmup, timeout=args.timeout, sample_timeout=args.sample_timeout,
                            size=args.size, memsize=args.memsize, phases=args.phases,
-                           placement=args.placement, order=args.order, seed=args.seed, precision=args.precision,
+                           placement=args.placement, stack=args.stack, uml_mode=args.uml_mode, order=args.order, seed=args.seed, precision=args.precision,
                            max_repetitions=args.max_repetitions)
 
 

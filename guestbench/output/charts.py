@@ -108,8 +108,9 @@ def _bar_text(r: Row) -> str:
 
 
 def backend_colour(name: str) -> str:
-    """Each backend brings its own colour, so that it is the same in every chart."""
-    backend = BACKENDS.get(name)
+    """Each backend brings its own colour, so that it is the same in every chart (on every stack and in every mode:
+    `uml+seccomp@sid` is uml's)."""
+    backend = BACKENDS.get(name.partition("@")[0].partition("+")[0])
     return backend.colour if backend is not None else OTHER_COLOUR
 
 

@@ -28,6 +28,7 @@ from guestbench.analysis import workloads
 from guestbench.analysis.findings import Findings
 from guestbench.results.model import Run
 from guestbench.output.tables import cost as cost_table
+from guestbench.output.tables import software as software_table
 from guestbench.util.reasons import short_reason
 from guestbench.output.document import Bullets, Document, Figure, Para, Part, Section, Table, slug
 from guestbench.output.formats import Printable
@@ -117,6 +118,10 @@ def section(s: Findings, *, title: str = "", anchor: str = "", brief: bool = Fal
         if drawn is not None:
             parts.append(_figure(drawn.density[i], stem))
     parts += _cost_tables(s)
+    if s.software:
+        parts.append(Table("software", "software", software_table.HEADER, software_table.rows(s.software),
+                           caption=software_table.caption(s.software), label="software", numeric_from=len(
+                               software_table.HEADER)))
     for i, pt in enumerate(phase_table.phase_tables(s.phases)):
         parts.append(Table("phases", pt.title, pt.header, pt.rows, caption=pt.caption, label=pt.title,
                            numeric_from=1))

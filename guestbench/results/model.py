@@ -36,6 +36,15 @@ ORDERS = ("interleaved", "random", "sequential")
 PRECISION_STOPS = ("target", "cap", "ended")
 
 
+HOST_STACK = "host"  # the machine's own software stack
+
+
+def system_name(backend: str, stack: str = HOST_STACK, mode: str | None = None) -> str:
+    """A backend as it ran: `uml`, `uml+seccomp`, `tcg@sid`, `uml+ptrace@sid` (the machine's own stack unnamed, so
+    that runs from before stacks keep their names)."""
+    return backend + (f"+{mode}" if mode else "") + (f"@{stack}" if stack != HOST_STACK else "")
+
+
 @dataclass
 class Sample(Record):
     """One timed iteration (a measured repetition, or a warm-up in a cell's ``warmups``)."""
@@ -153,6 +162,8 @@ class Cell(Record):
     order: str | None = None  # "interleaved" | "random": it took turns with its item's other cells; "sequential"
     precision: Precision | None = None  # sampling towards a precision target: where it got and why it stopped
     density_level: int | None = None  # a density item's appliance: the level (N at once) it belongs to
+    software: dict[str, Any] | None = None  # its software stack: "stack" (host or a stack's name), versions, UML's mode
+    uml_mode: str | None = None  # the UML userspace mode the scenario asked for (uml cells; None: the fastest offered)
 
     WHAT: ClassVar[str] = "a cell: an object with backend and label"
     REQUIRED: ClassVar[dict[str, str]] = {"backend": "the backend's name, a string",
@@ -176,7 +187,20 @@ class Cell(Record):
         "env": parse.nullable(parse.mapping), "memsize": parse.nullable(parse.count),
         "order": parse.nullable(parse.one_of(ORDERS, "order")), "precision": parse.nullable(Precision.from_dict),
         "density_level": parse.nullable(parse.count),
+        "software": parse.nullable(parse.mapping), "uml_mode": parse.nullable(parse.text),
     }
+
+    @property
+    def stack_name(self) -> str:
+        """The software stack it ran on: "host" (the machine's own), or a stack's name (guestbench.stacks)."""
+        name = (self.software or {}).get("stack")
+        return name if isinstance(name, str) and name else HOST_STACK
+
+    @property
+    def system(self) -> str:
+        """What it ran on, as tables, compare and history name it: the backend, UML's mode where the scenario named
+        one, the stack where it is not the host's (system_name)."""
+        return system_name(self.backend, self.stack_name, self.uml_mode)
 
 
 @dataclass

@@ -136,7 +136,7 @@ def export(run: Run, source: str | None = None) -> dict[str, Any]:
         extra = {k: v for k, v in written.items() if k not in ("samples", "pytest_benchmark")}
         extra["sample_meta"] = [{k: v for k, v in s.items() if k != "seconds"} for s in written["samples"]]
         label = cell.label or cell.measurement or "?"
-        backend = cell.backend or "?"
+        backend = cell.system if cell.backend else "?"
         origin = _mapping(cell.extra.get("pytest_benchmark"))
         placement = cell.placement or "host"
         param = backend if placement == "host" else f"{backend}-{placement}"  # host and nested: distinct names

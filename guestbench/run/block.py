@@ -19,6 +19,7 @@ from guestbench.results.figures import figures
 from guestbench.results.model import Cell
 from guestbench.run.cell import MAX_WORKER_RESTARTS, CellRun, RunContext, Seat
 from guestbench.run.executor import Executor
+from guestbench.run.plan import system_of, verdict_name
 from guestbench.run.record import CellDoc, numbered
 from guestbench.run.schedule import Order, Turnstile
 from guestbench.run.threads import run_together
@@ -51,7 +52,7 @@ class Block:
 
     def run(self) -> None:
         executors = [self.executor.spawn() for _ in self.cells]
-        jobs = [(f"{c['backend']}-{c['label']}", self._job(slot, c, ex))
+        jobs = [(f"{system_of(c)}-{c['label']}", self._job(slot, c, ex))
                 for slot, (c, ex) in enumerate(zip(self.cells, executors))]
         try:
             run_together(jobs, executors, self.ctx.stop, main=self.turnstile.run)
@@ -75,7 +76,7 @@ class Block:
         """Stop this cell instead of running its iteration k: its backend was refused during the block (its
         deferred probe, another cell's first launch, failed), or its target is reached (only before a repetition)."""
         cell = self.cells[slot]
-        if self.ctx.gate.refusal(cell["backend"]) is not None:
+        if self.ctx.gate.refusal(verdict_name(cell)) is not None:
             return True
         if self.target is None or self.its[k] != "rep":
             return False
@@ -98,7 +99,7 @@ class Block:
 
     def _why_stopped(self, slot: int, cell: CellDoc, reached: float | None) -> str:
         """target: told to stop, or its last sample met the target; cap: every repetition allowed was tried."""
-        if self.ctx.gate.refusal(cell["backend"]) is not None:
+        if self.ctx.gate.refusal(verdict_name(cell)) is not None:
             return "ended"
         if slot in self.turnstile.stopped or (reached is not None and reached <= (self.target or 0)):
             return "target"

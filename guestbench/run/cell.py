@@ -14,17 +14,20 @@ from typing import Any, Callable
 from guestbench.host import space
 from guestbench.backends.appliance import ApplianceError
 from guestbench.backends import BACKENDS
+from guestbench.backends.uml.channel import MODE_ENV
 from guestbench.util.errors import Unavailable
 from guestbench.measurements import get as get_measurement
 from guestbench.host.paths import cache_dir, workdir_for
 from guestbench.run import lockstep
 from guestbench.run.executor import Executor
 from guestbench.run.gate import Gate
+from guestbench.run.plan import stack_of, system_of, verdict_name
 from guestbench.run.protocol import Message, Msg, Request, WorkerExit
 from guestbench.run.record import CellDoc, Recorder, numbered
 from guestbench.run.schedule import Turnstile
 from guestbench.run.turns import Turn
 from guestbench.scenario import Scenario
+from guestbench.stacks.backend import resolve
 from guestbench.storage.host import HostStorage
 
 MAX_WORKER_RESTARTS = 3
@@ -85,9 +88,9 @@ class CellTask:
         self.numbered = numbered(iterations)
         self.executor = executor
         self.step = step
-        self.backend = BACKENDS[cell["backend"]]
+        self.backend = resolve(cell["backend"], stack_of(cell))
         self.m = get_measurement(cell["measurement"])
-        self.workdir = workdir_for(ctx.run_dir, f"{cell['label']}-{cell['backend']}")
+        self.workdir = workdir_for(ctx.run_dir, f"{cell['label']}-{system_of(cell)}")
 
     def run(self) -> None:
         raise NotImplementedError
@@ -95,13 +98,27 @@ class CellTask:
     def handle_config(self, workload: bool = False) -> dict[str, Any]:
         """The backend's handle configuration with the cell's own environment on top (a scenario item's env)."""
         config = self.backend.handle_config(cache_dir(), workload=workload)
-        return config.with_environment(self.cell.get("env") or {}).to_dict()
+        mode = {MODE_ENV: self.cell["uml_mode"]} if self.cell.get("uml_mode") else {}
+        return config.with_environment({**mode, **(self.cell.get("env") or {})}).to_dict()
+
+    def software(self) -> dict[str, Any]:
+        """What the cell runs on (its stack, their versions, UML's mode); Unavailable when the scenario asked for a
+        UML mode this UML does not offer."""
+        found = self.backend.software()
+        offered = found.pop("uml_modes", None)
+        if offered:
+            mode = self.cell.get("uml_mode") or offered[0]
+            if mode not in offered:
+                raise Unavailable(f"this UML ({found.get('uml')}, stack {stack_of(self.cell)}) has no {mode} mode; "
+                                  f"it offers {', '.join(offered)} (seccomp mode came with Linux 6.16)")
+            found["uml_mode"] = mode
+        return found
 
     def probe_failed(self, reason: str) -> bool:
         """A launch failed before any launch of this backend succeeded in the run: with a deferred probe that
         launch was the probe, and the backend is refused (True). False when the backend is not on trial, or a
         concurrent guest's launch decided it first."""
-        name = self.cell["backend"]
+        name = verdict_name(self.cell)
         if not self.ctx.gate.awaits_first_launch(name) or self.ctx.stop.is_set():
             return False
         self.ctx.gate.first_launch_failed(name, reason)
@@ -130,6 +147,7 @@ class CellRun(CellTask):
                         return
                     space.require(self.workdir, self.m.image_bytes(self.cell["params"]), "its disk images")
                     handle_config = self.handle_config(workload=self.m.workload)
+                    self.rec.update(self.cell, software=self.software())
                     drives: list[dict[str, Any]] = []
                     if self.m.workload:
                         storage = resources.enter_context(HostStorage(self.workdir))
@@ -174,10 +192,10 @@ class CellRun(CellTask):
             # a command's failure says nothing about the backend's launch: it is never a deferred probe's verdict
             if not self.launched and self.m.launches and self.probe_failed(said or ex.explain(self.backend)):
                 if remaining:
-                    self.rec.skip(self.cell, len(remaining), self.ctx.gate.refusal(self.cell["backend"]) or "")
+                    self.rec.skip(self.cell, len(remaining), self.ctx.gate.refusal(verdict_name(self.cell)) or "")
                 return
             if not mid_iteration:
-                if remaining and (refusal := self.ctx.gate.refusal(self.cell["backend"])) is not None:
+                if remaining and (refusal := self.ctx.gate.refusal(verdict_name(self.cell))) is not None:
                     self.rec.skip(self.cell, len(remaining), refusal)  # its backend was refused during the block
                 elif remaining and self.seat is not None and not self.seat.stopped:  # its turn wait ran out
                     self.rec.skip(self.cell, len(remaining), "not run: no turn was granted in time")
@@ -229,7 +247,7 @@ class CellRun(CellTask):
 
     def on_launched(self, msg: Message) -> None:
         self.launched = True
-        self.ctx.gate.first_launch_ended(self.cell["backend"], msg["s"])
+        self.ctx.gate.first_launch_ended(verdict_name(self.cell), msg["s"])
         if msg.get("first") and not self.m.times_launch:
             self.rec.cold(self.cell, msg["s"])
 

@@ -31,6 +31,8 @@ from guestbench.results import Cell, load_results, store
 from guestbench.results.limits import MAX_BYTES
 from guestbench.run import plan as planner
 from guestbench.run import probe
+from guestbench.results.model import system_name
+from guestbench.stacks import store as stacks
 from guestbench.scenario import Scenario
 
 
@@ -78,7 +80,18 @@ class DryRun:
 
 
 def verdict(name: str) -> Verdict:
-    """The cached verdict of a backend; never probes, never starts a daemon."""
+    """The cached verdict of a backend; never probes, never starts a daemon. A stack's backend: whether the stack
+    is there (its verdict's key is asked inside the stack, which a dry run does not enter)."""
+    base, _, stack = name.partition("@")
+    if stack:
+        try:
+            st = stacks.load(stack)
+        except UserError as e:
+            return Verdict("not usable", str(e))
+        if st.problem:
+            return Verdict("not usable", f"stack {stack}: {st.problem}")
+        return Verdict("would be probed", f"stack {stack} ({st.suite}, built {st.built_utc}): set up and probed with "
+                       "one launch in its sandbox first, unless a verdict is cached", BACKENDS[base].probe_timeout())
     backend = BACKENDS[name]
     cached = probe.cached_verdict(backend, backend.probe_key())
     if cached is None:
@@ -151,14 +164,14 @@ def _warn(text: str) -> None:
 
 def _launch_s(backend: str, placement: str, earlier: list[Earlier]) -> float | None:
     """An appliance start-up on this backend and placement, from earlier start-up cells."""
-    found = [s for e in earlier if e.cell.backend == backend and e.placement == placement
+    found = [s for e in earlier if e.cell.system == backend and e.placement == placement
              and e.cell.measurement == "startup" for s in sample_seconds(e.cell)]
     return statistics.median(found) if found else None
 
 
 def estimate(cell: PlannedCell, earlier: list[Earlier]) -> None:
     """Fill in the cell's estimate and the figure it rests on, from the closest earlier cell."""
-    same = [e for e in earlier if e.cell.backend == cell.backend and e.cell.measurement == cell.measurement
+    same = [e for e in earlier if e.cell.system == cell.backend and e.cell.measurement == cell.measurement
             and e.placement == cell.placement]
     exact = [e for e in same if e.cell.params == cell.params]
     if not (exact or same):
@@ -178,7 +191,7 @@ def estimate(cell: PlannedCell, earlier: list[Earlier]) -> None:
 
 
 def dry_run(sc: Scenario, results_dir: Path) -> DryRun:
-    names = list(sc.backends) if sc.backends is not None else list(BACKENDS)
+    names = planner.verdict_names(sc)
     verdicts = {n: verdict(n) for n in names}
     runnable = [n for n in names if verdicts[n].state != "not usable"]
     files, earlier = earlier_cells(results_dir)
@@ -186,7 +199,8 @@ def dry_run(sc: Scenario, results_dir: Path) -> DryRun:
     for placement in sc.placements:
         for group in planner.plan(sc, runnable):
             for c in group.cells:
-                cells.append(PlannedCell(placement, c["backend"], c["label"], c["measurement"], c["params"],
+                system = system_name(c["backend"], planner.stack_of(c), c.get("uml_mode"))
+                cells.append(PlannedCell(placement, system, c["label"], c["measurement"], c["params"],
                                          len(group.iterations), env=dict(c.get("env") or {}),
                                          program=get_measurement(c["measurement"]).host_program(c["params"])))
     for cell in cells:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from guestbench.backends import BACKENDS, Availability
-from guestbench.util.errors import inert
+from guestbench.backends import Availability
+from guestbench.stacks.backend import named
+from guestbench.util.errors import UserError, inert
 from guestbench.util.reasons import short_reason
 from guestbench.results import ResultsFile
 from guestbench.run import probe
@@ -73,7 +74,7 @@ class Gate:
             deferred = self._deferred.pop(name, None)
             if deferred is None:
                 return
-            av = probe.decided(BACKENDS[name], deferred, launch_s, failure)
+            av = probe.decided(named(name), deferred, launch_s, failure)
             self.results.set_backend(name, av.to_dict())
         self._say(name, av)
 
@@ -102,13 +103,20 @@ class Gate:
         if known is not None:
             return bool(known.get("usable"))
         with self.console.status("checking whether KVM works here, for the level-1 guest"):
-            av = probe.check(BACKENDS["kvm"], self.executor, self.run_dir, refresh=self.reprobe,
+            av = probe.check(named("kvm"), self.executor, self.run_dir, refresh=self.reprobe,
                              timeout=self.probe_timeout)
         return av.usable
 
     def _verdict(self, name: str, *, refresh: bool, defer: bool) -> Availability:
         """One backend's verdict from probe.check, recorded in the results file and said."""
-        av = probe.check(BACKENDS[name], self.executor, self.run_dir, refresh=refresh, timeout=self.probe_timeout,
+        try:
+            backend = named(name)
+        except UserError as e:  # a stack not built (or half-built): its backends are not usable, the rest run
+            av = Availability(False, str(e))
+            self.results.set_backend(name, av.to_dict())
+            self._say(name, av)
+            return av
+        av = probe.check(backend, self.executor, self.run_dir, refresh=refresh, timeout=self.probe_timeout,
                          defer=defer)
         self.results.set_backend(name, av.to_dict())
         self._say(name, av)

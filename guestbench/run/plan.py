@@ -12,6 +12,7 @@ from typing import Any
 from guestbench.host import fingerprint as host
 from guestbench.backends import BACKENDS
 from guestbench.measurements import Measurement
+from guestbench.results.model import HOST_STACK, system_name
 from guestbench.measurements import get as get_measurement
 from guestbench.scenario import SIDE, MeasurementSpec, Scenario
 
@@ -25,7 +26,8 @@ class Group:
 
     @property
     def backend(self) -> str:
-        return str(self.cells[0]["backend"])
+        """The name its backend's verdict has (a stack's backend: `uml@sid`)."""
+        return verdict_name(self.cells[0])
 
     @property
     def takes_turns(self) -> bool:
@@ -91,25 +93,72 @@ def cells_per_item(groups: list[Group]) -> int:
     return max(counts.values(), default=0)
 
 
+@dataclass(frozen=True)
+class System:
+    """What a cell runs on: a backend on a software stack, and UML's mode where the scenario names one."""
+
+    backend: str
+    stack: str = HOST_STACK
+    mode: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        """The name of its backend's verdict (the mode is the cell's: one probe per backend and stack)."""
+        return system_name(self.backend, self.stack)
+
+
+def systems(spec: MeasurementSpec, usable: list[str]) -> list[System]:
+    """What an item's cells run on, in order: every usable verdict name (`tcg`, `uml@sid`), uml once per UML mode
+    the item names."""
+    out = []
+    for name in usable:
+        backend, _, stack = name.partition("@")
+        for mode in (spec.uml_modes or (None,)) if backend == "uml" else (None,):
+            out.append(System(backend, stack or HOST_STACK, mode))
+    return out
+
+
+def verdict_names(sc: Scenario) -> list[str]:
+    """The verdicts a run asks for: each backend on each of the scenario's stacks (`tcg`, `tcg@sid`, ...)."""
+    return [system_name(b, stack) for b in (sc.backends or BACKENDS) for stack in sc.stacks]
+
+
+def system_of(cell: dict[str, Any]) -> str:
+    """What a cell runs on, as its results name it (results.model.Cell.system): its work dir and its lines say it."""
+    return system_name(str(cell["backend"]), stack_of(cell), cell.get("uml_mode"))
+
+
+def verdict_name(cell: dict[str, Any]) -> str:
+    """The name of a cell's backend's verdict (results.model.system_name, without the mode)."""
+    return system_name(str(cell["backend"]), stack_of(cell))
+
+
+def stack_of(cell: dict[str, Any]) -> str:
+    return str((cell.get("software") or {}).get("stack") or HOST_STACK)
+
+
 def plan(sc: Scenario, usable: list[str]) -> list[Group]:
-    """Every group of the host placement, its cells as new results-document cells (not yet recorded)."""
+    """Every group of the host placement, its cells as new results-document cells (not yet recorded); `usable`:
+    verdict names, a stack's backends as `uml@sid`."""
     groups = []
     for spec in sc.measurements:
         m = get_measurement(spec.measurement)
         n = int(spec.params.get("concurrency", 1))
-        for b in usable:
-            groups.append(Group([new_cell(sc, spec, m, b, k, n) for k in range(1, n + 1)],
+        for s in systems(spec, usable):
+            groups.append(Group([new_cell(sc, spec, m, s, k, n) for k in range(1, n + 1)],
                                 sc.iterations(m.times_launch)))
     return groups
 
 
-def new_cell(sc: Scenario, spec: MeasurementSpec, m: Measurement, backend: str, k: int, n: int) -> dict[str, Any]:
+def new_cell(sc: Scenario, spec: MeasurementSpec, m: Measurement, system: System, k: int, n: int) -> dict[str, Any]:
     """The cell record of guest k of n for one backend: what is measured, how, and what the clock covers."""
     together = ({"label": f"{spec.label}.guest{k}", "variant": {**spec.variant, "guest": k}, "instance": k,
                  "concurrency": n} if n > 1 else {"label": spec.label, "variant": dict(spec.variant)})
     metrics = m.metrics(spec.params)
+    backend = system.backend
     return {
-        "backend": backend, "placement": "host", "measurement": spec.measurement, "group": spec.group, **together,
+        "backend": backend, "software": {"stack": system.stack}, **({"uml_mode": system.mode} if system.mode else {}),
+        "placement": "host", "measurement": spec.measurement, "group": spec.group, **together,
         "params": dict(spec.params), "timed": m.timed_text(sc.cold), "cache_mode": m.cache_mode(spec.params),
         "bytes": m.nbytes(spec.params), "what": m.describe(spec.params),
         **({"metrics": [dataclasses.asdict(mt) for mt in metrics]} if metrics else {}),

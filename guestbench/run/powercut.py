@@ -9,6 +9,7 @@ from typing import Any
 
 from guestbench.measurements import durability
 from guestbench.run.cell import CellTask
+from guestbench.run.plan import verdict_name
 from guestbench.run.protocol import Message, Msg
 from guestbench.util.errors import Unavailable
 from guestbench.storage.host import Drive, HostStorage
@@ -36,7 +37,7 @@ class PowerCutTrials(CellTask):
                 self.rec.update(self.cell, disk="NBD" if drive.protocol == "nbd" else "file",
                                 disk_describe=drive.describe)
                 self._trial(idx, it, handle_config, storage, drive)
-            if (refusal := self.ctx.gate.refusal(self.cell["backend"])) is not None:
+            if (refusal := self.ctx.gate.refusal(verdict_name(self.cell))) is not None:
                 self.rec.skip(self.cell, len(self.its) - idx - 1, refusal)
                 return
         self.rec.finish(self.cell)
@@ -50,7 +51,7 @@ class PowerCutTrials(CellTask):
         def on_message(msg: Message) -> None:
             if msg["t"] == Msg.LAUNCHED:
                 outcome["launched"] = True
-                self.ctx.gate.first_launch_ended(self.cell["backend"], msg["s"])
+                self.ctx.gate.first_launch_ended(verdict_name(self.cell), msg["s"])
             elif msg["t"] == Msg.SAMPLE:
                 outcome["sample"] = msg
             elif msg["t"] == Msg.FAILURE:

@@ -17,6 +17,7 @@ from guestbench.util import units
 from guestbench.util.errors import inert
 from guestbench.host.neighbours import Neighbours
 from guestbench.results import Failure, ModelError, ResultsFile, Sample, utc_now
+from guestbench.run.plan import system_of
 
 CellDoc = dict[str, Any]  # a cell of the results document, as written (the typed view: results.Cell) (guestbench.results, docs/results-format.md)
 Iteration = tuple[str, int]  # ("cold" | "warmup" | "rep", its number among its kind, 1-based)
@@ -76,7 +77,7 @@ class Recorder:
 
     def doing(self, cell: CellDoc, what: str) -> None:
         if self._progress is not None:
-            self._progress.update(self._task, description=f"{cell['backend']} · {cell['label']} · {what}")
+            self._progress.update(self._task, description=f"{system_of(cell)} · {cell['label']} · {what}")
 
     def _advance(self, n: int = 1) -> None:
         if self._progress is not None and n:
@@ -102,7 +103,7 @@ class Recorder:
     def unavailable(self, cell: CellDoc, left: int, reason: str) -> None:
         """The cell cannot run on this machine (reported in its place in every table, never dropped)."""
         self._end(cell, "unavailable", reason, left)
-        self._say("[yellow]–[/] ", f"{cell['backend']} · {cell['label']}: unavailable here: {reason}")
+        self._say("[yellow]–[/] ", f"{system_of(cell)} · {cell['label']}: unavailable here: {reason}")
 
     def skip(self, cell: CellDoc, left: int, reason: str) -> None:
         self._end(cell, "skipped", reason, left)
@@ -149,9 +150,9 @@ class Recorder:
             self.results.save()
         self._advance()
         if refused is not None:
-            self._say("[yellow]![/] ", f"{cell['backend']} · {cell['label']} · {kind} {k} failed: {refused}")
+            self._say("[yellow]![/] ", f"{system_of(cell)} · {cell['label']} · {kind} {k} failed: {refused}")
         elif not self.console.is_terminal:  # no live progress bar in a log: one line per sample instead
-            self._say("", f"{cell['backend']} · {cell['label']} · {kind} {k}: {seconds:.3g} s"
+            self._say("", f"{system_of(cell)} · {cell['label']} · {kind} {k}: {seconds:.3g} s"
                           f"{_headline(cell, seconds, metrics)}")
 
     def _shared(self, seconds: float, extra: dict[str, Any]) -> dict[str, Any]:
@@ -169,7 +170,7 @@ class Recorder:
                                             seq=self._next_seq()).to_dict())
             self.results.save()
         self._advance()
-        self._say("[yellow]![/] ", f"{cell['backend']} · {cell['label']} · {kind} {k} failed: {reason}")
+        self._say("[yellow]![/] ", f"{system_of(cell)} · {cell['label']} · {kind} {k} failed: {reason}")
 
     def _say(self, mark: str, text: str) -> None:
         """A line of the run's log: guestbench's mark (markup), then text that names cells and quotes what a

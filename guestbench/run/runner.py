@@ -20,7 +20,6 @@ from rich.console import Console
 from guestbench.host import cgroups
 from guestbench.host import fingerprint as host
 from guestbench.host import neighbours
-from guestbench.backends import BACKENDS
 from guestbench.util.errors import Interrupted, inert
 from guestbench.measurements import get as get_measurement
 from guestbench.nested.job import exit_problem
@@ -35,7 +34,7 @@ from guestbench.run.gate import Gate
 from guestbench.run.nested import NestedPlacement
 from guestbench.run.block import Block
 from guestbench.run.density import DensityTrials
-from guestbench.run.plan import Group, block_cap, blocks, cells_per_item, plan
+from guestbench.run.plan import Group, block_cap, blocks, cells_per_item, plan, system_of, systems, verdict_names
 from guestbench.run.schedule import SEQUENTIAL, Order
 from guestbench.run.threads import run_together
 from guestbench.run.powercut import PowerCutTrials
@@ -88,7 +87,7 @@ class Runner:
         with TrapSignals():
             try:
                 if "host" in self.sc.placements:
-                    self._host(ctx, gate.check(list(self.sc.backends or BACKENDS)))
+                    self._host(ctx, gate.check(verdict_names(self.sc)))
                     gate.close()
                 if "nested" in self.sc.placements:
                     NestedPlacement(self.sc, gate, verbose=self.opts.verbose).run()
@@ -109,7 +108,7 @@ class Runner:
         groups = plan(self.sc, usable)
         order = Order.resolve(self.sc.order, self.sc.seed, cells_per_item(groups))
         memsize = max([s.memsize for s in self.sc.measurements if s.memsize] + [self.sc.memsize or 0]) or None
-        cap = block_cap(memsize, len(usable))
+        cap = block_cap(memsize, max(len(systems(s, usable)) for s in self.sc.measurements))
         units = blocks(groups, interleave=order.mode != SEQUENTIAL, cap=cap)
         split = order.mode != SEQUENTIAL and cells_per_item(groups) > cap  # some item's cells take turns in parts
         ctx.recorder.note(order={**order.to_dict(), **({"block_cells": cap} if split else {})})
@@ -173,7 +172,7 @@ class Runner:
 
         # the guests' work dirs share a prefix (their labels differ in the guest number): processes naming it are
         # the group's own, and the busy check does not count a peer's hypervisor as the host's other work
-        peers = os.path.commonprefix([str(workdir_for(ctx.run_dir, f"{c['label']}-{c['backend']}")) for c in g.cells])
+        peers = os.path.commonprefix([str(workdir_for(ctx.run_dir, f"{c['label']}-{system_of(c)}")) for c in g.cells])
 
         def one(cell: CellDoc, ex: Executor) -> Callable[[], None]:
             def job() -> None:

@@ -8,6 +8,7 @@ process) is killed, then the backend's out-of-tree leftovers (libvirt domains) a
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import re
@@ -228,8 +229,11 @@ class Supervisor:
             if self.aborted:
                 return WorkerExit("crash", reason="not started: the run was stopped")
             group = cgroups.create()  # the kernel's count of what the worker's tree uses, where the host allows
-            env.update(group.env() if group is not None else {})
-            proc = subprocess.Popen([sys.executable, "-m", "guestbench.run.worker"], stdin=subprocess.PIPE,
+            counted = group.env() if group is not None else {}
+            env.update(counted)
+            if backend.sandboxed:
+                request = inside_sandbox(request)
+            proc = subprocess.Popen(backend.worker_command(*request_paths(request), counted), stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                     env=env, cwd=request.workdir)
             # before the request is written: until it reads it, the worker has started nothing
@@ -243,7 +247,7 @@ class Supervisor:
                 proc.stdin.close()
             except BrokenPipeError:  # killed by an abort before it read its request
                 pass
-            return self._pump(proc, on_message)
+            return self._pump(proc, on_message, backend.sandboxed)
         finally:
             self.kill()
             for stream in (proc.stdout, proc.stderr):
@@ -270,7 +274,8 @@ class Supervisor:
             self.aborted = True
         self.kill()
 
-    def _pump(self, proc: subprocess.Popen[bytes], on_message: Callable[[Message], None]) -> WorkerExit:
+    def _pump(self, proc: subprocess.Popen[bytes], on_message: Callable[[Message], None],
+              sandboxed: bool = False) -> WorkerExit:
         assert proc.stdout is not None and proc.stderr is not None
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ, "out")
@@ -324,7 +329,7 @@ class Supervisor:
                         done = True
                     elif t == Msg.CRASH:
                         crash_reason = msg.get("reason")
-                    elif t == Msg.LAUNCHED:
+                    elif t == Msg.LAUNCHED and not sandboxed:  # a sandbox's /tmp is its own, gone with it
                         with self._lock:  # every directory the worker's sockets are in now: the latest report
                             self._sockdirs = reported_socket_dirs(msg.get("sockdirs"))[:8]
                     on_message(msg)
@@ -334,6 +339,20 @@ class Supervisor:
         reason = crash_reason or f"worker exited with status {rc}" + (
             f" while in step '{what}'" if what else "")
         return WorkerExit("crash", what, limit, index, reason, list(tail))
+
+
+def request_paths(request: Request) -> tuple[list[str], list[str]]:
+    """The host paths a worker's request names: written (its work dir, its block's turns, its concurrent guests'
+    step directory) and read (its payload, its drives)."""
+    rw = {request.workdir, *(str(d["dir"]) for d in (request.turn, request.step) if d and d.get("dir"))}
+    ro = {p for p in (request.payload, *(str(d.get("path") or "") for d in request.drives)) if p}
+    return sorted(rw), sorted(ro - rw)
+
+
+def inside_sandbox(request: Request) -> Request:
+    """The request as a sandboxed worker sees it: the runner that grants its turns is, inside, the sandbox's first
+    process (pid 1, which dies with the runner)."""
+    return dataclasses.replace(request, turn={**request.turn, "granter": 1}) if request.turn else request
 
 
 class TrapSignals:

@@ -24,6 +24,7 @@ from guestbench.host import cgroups
 from guestbench.instruments import load as noise
 from guestbench.host import space
 from guestbench.instruments import usage
+from guestbench.backends import libvirt
 from guestbench.backends.watch import Watch
 from guestbench.measurements import get as get_measurement
 from guestbench.util.errors import Unavailable
@@ -32,6 +33,7 @@ from guestbench.host.paths import INSTANCE_ENV, WORKDIR_ENV, scratch_env
 from guestbench.run import lockstep, turns
 from guestbench.run.protocol import Msg, Request
 from guestbench.run.supervisor import socket_dirs_of
+from guestbench.stacks.sandbox import STACK_ENV
 
 # What the appliance's kernel logs when a disk write or read failed: a sample that saw one is not a sample (UML
 # turns a full host disk into exactly this, and a guest's sync() reports nothing)
@@ -367,6 +369,10 @@ def main() -> int:
         os.environ.update(scratch_env(req.workdir))  # and qemu's, supermin's: removed with it, however it ends
         os.environ[INSTANCE_ENV] = str(req.instance)
         os.environ.update(req.backend.get("env") or {})
+        if os.environ.get(STACK_ENV) and req.backend.get("libguestfs_backend") == "libvirt":
+            # a stack's own libvirtd, in this worker's sandbox: it goes with the sandbox, never the host's
+            if (why := libvirt.ensure_daemons()) is not None:
+                raise RuntimeError(f"stack {os.environ[STACK_ENV]}'s libvirtd: {why}")
         WorkerTask(req, chan).run()
         return 0
     except Exception:

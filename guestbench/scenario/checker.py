@@ -12,6 +12,8 @@ from typing import Any
 from guestbench.scenario import limits
 from guestbench.scenario import prices as cost
 from guestbench.backends import BACKENDS
+from guestbench.backends.uml.channel import MODES
+from guestbench.stacks.store import HOST, NAME_RE
 from guestbench.util.errors import UserError, clip
 from guestbench.scenario.limits import INT64_MAX, MAX_COUNT, MAX_LABEL, MAX_MIB, MAX_TEXT
 from guestbench.measurements import MEASUREMENTS
@@ -94,6 +96,27 @@ class Checker:
     def placements(self, key: str, value: object) -> tuple[str, ...]:
         given = self.names(key, value, "placement", PLACEMENTS)
         return tuple(p for p in PLACEMENTS if p in given)  # host first: its figures are the reference
+
+    def stacks(self, key: str, value: object) -> tuple[str, ...]:
+        """Software stacks by name: host, or a stack's name (built or not: the dry run and the run say which are
+        missing)."""
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",")]
+        if not isinstance(value, list) or not value:
+            raise self.fail(key, f"{clip(value)} is not a non-empty list; allowed: host and stack names (guestbench "
+                            "stack list)")
+        out: list[str] = []
+        for i, name in enumerate(value):
+            if not isinstance(name, str) or not (name == HOST or NAME_RE.fullmatch(name)):
+                raise self.fail(f"{key}[{i}]", f"{clip(name)} is not a stack name; allowed: host, or a lower-case "
+                                "letter then lower-case letters, digits or '-' (guestbench stack list)")
+            if name in out:
+                raise self.fail(f"{key}[{i}]", f"stack {clip(name)} is listed twice")
+            out.append(name)
+        return tuple(out)
+
+    def uml_modes(self, key: str, value: object) -> tuple[str, ...]:
+        return self.names(key, [value] if isinstance(value, str) and "," not in value else value, "UML mode", MODES)
 
     def env(self, key: str, value: object) -> dict[str, str]:
         """An item's environment: NAME: value, names as the shell spells them; values are strings (or numbers)."""
@@ -217,11 +240,12 @@ class Checker:
                                 "(this item's appliance memory, over the scenario's)")
             memsize = self.memsize(f"{key}.appliance.memsize", own["memsize"])
         item_memsize = memsize if "appliance" in item else None
+        modes = self.uml_modes(f"{key}.uml_mode", item["uml_mode"]) if "uml_mode" in item else ()
         for k, v in item.items():
             if k in ITEM_KEYS:
                 continue
             if k not in known:
-                ok = ", ".join(["label", "matrix", *sorted(known), "env", "appliance"])
+                ok = ", ".join(["label", "matrix", *sorted(known), "env", "appliance", "uml_mode"])
                 raise self.fail(f"{key}.{k}", f"unknown parameter for {name}; allowed: {ok}")
             try:
                 params[k] = m.param(k).parse(v)
@@ -253,7 +277,7 @@ class Checker:
                 variant, cell_label = {**variant, SIDE: side}, f"{cell_label}.{side}"
             limits.cell_label(self.source, where, cell_label)
             specs.append(MeasurementSpec(name, cell_label, cell_params, group=label, variant=variant, env=env,
-                                         memsize=item_memsize))
+                                         memsize=item_memsize, uml_modes=modes))
         return specs
 
     def matrix(self, key: str, value: object, m: Any, fixed: set[str]) -> list[tuple[str, list[Any]]]:

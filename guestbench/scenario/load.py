@@ -56,6 +56,7 @@ def parse_scenario(data: object, source: str) -> Scenario:
         phases=c.boolean("phases", data.get("phases", False)),
         cold=c.boolean("cold", data.get("cold", True)),
         placements=c.placements("placement", data["placement"]) if "placement" in data else ("host",),
+        stacks=c.stacks("stacks", data["stacks"]) if "stacks" in data else ("host",),
         nested=c.nested("nested", data["nested"]) if "nested" in data else NestedSpec(),
         measurements=c.measurements("measurements", data["measurements"], memsize),
         cost=c.cost("cost", data["cost"]) if "cost" in data else None,
@@ -131,6 +132,8 @@ def apply_overrides(sc: Scenario, **overrides: Any) -> Scenario:
         changes["phases"] = True
     if "placement" in given:
         changes["placements"] = c.placements("--placement", given["placement"])
+    if "stack" in given:
+        changes["stacks"] = c.stacks("--stack", given["stack"])
     changes.update(_sampling(c, given, "--", "-"))
     if changes.get("order") not in (None, "random") and "seed" not in changes:
         changes["seed"] = None  # the file's seed belongs to its random order, which the command line replaced
@@ -144,6 +147,9 @@ def apply_overrides(sc: Scenario, **overrides: Any) -> Scenario:
         if not wanted:
             raise c.fail("--measurement", f"empty; allowed: {', '.join(labels)}")
         measurements = tuple(m for m in measurements if m.label in wanted)
+    if "uml_mode" in given:
+        modes = c.uml_modes("--uml-mode", given["uml_mode"])
+        measurements = tuple(dataclasses.replace(m, uml_modes=modes) for m in measurements)
     memsize = changes.get("memsize", sc.memsize)
     if "size" in given:
         try:

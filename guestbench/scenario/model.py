@@ -39,6 +39,10 @@ TOP_KEYS: dict[str, str] = {
     "appliance": "mapping: memsize (MiB or a size such as 2GiB), smp (vCPUs)",
     "placement": "list of where to measure: host (this machine), nested (inside a level-1 VM that guestbench "
                  "builds and starts through libvirt; see 'nested'); default [host]",
+    "stacks": "list of software stacks to measure each backend on: host (the machine's own software) and stacks "
+              "built with `guestbench stack build NAME` (another Debian suite's libguestfs, qemu, libvirt, UML and "
+              "Python: docs/stacks.md); each backend's cells on each stack take turns like any other cells; default "
+              "[host]",
     "nested": "mapping for placement nested: memory (the level-1 VM's RAM, MiB or a size; default "
               f"{DEFAULT_NESTED_MEMORY_MIB}), vcpus (default {DEFAULT_NESTED_VCPUS}), timeout_scale (factor > 0 applied "
               "to every time-out inside it; default 3 when the level-1 VM runs on KVM, 25 on TCG), timeout "
@@ -61,7 +65,9 @@ TOP_KEYS: dict[str, str] = {
                     "optional 'matrix' (parameter: [values...]; one cell per combination, labelled "
                     "label.value1.value2...), an optional 'env' (NAME: value for its workers and the programs "
                     "they run; LIBGUESTFS_HV, LIBGUESTFS_BACKEND_SETTINGS replace the backend's), an optional "
-                    "'appliance' ({memsize: ...} over the scenario's) and an optional 'ab' (A or B: the item is that "
+                    "'appliance' ({memsize: ...} over the scenario's), an optional 'uml_mode' (UML's userspace mode or a list of "
+                    "them, seccomp or ptrace: one uml cell each; default the fastest each UML offers) and an optional "
+                    "'ab' (A or B: the item is that "
                     "side of guestbench ab, labelled label...A or ...B; guestbench ab writes it for a nested run)",
 }
 NESTED_KEYS = {"memory": "the level-1 VM's RAM: an integer in MiB or a size (e.g. 4GiB), at least 1024 MiB",
@@ -72,7 +78,7 @@ LABEL = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_LABEL - 1}}}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SIDE = "ab"  # the variant key and item key of `guestbench ab`'s two configurations (A and B of one item)
 SIDES = ("A", "B")
-ITEM_KEYS = ("measurement", "label", "matrix", "env", "appliance", SIDE)  # an item's keys that are not parameters
+ITEM_KEYS = ("measurement", "label", "matrix", "env", "appliance", "uml_mode", SIDE)  # an item's keys that are not parameters
 APPLIANCE_KEYS = {"memsize": "appliance RAM: an integer in MiB or a size (e.g. 2GiB)",
                   "smp": "integer >= 1: appliance vCPUs"}
 
@@ -89,6 +95,7 @@ class MeasurementSpec:
     variant: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # the item's environment for its workers and programs
     memsize: int | None = None  # the item's appliance memory (MiB), over the scenario's
+    uml_modes: tuple[str, ...] = ()  # UML userspace modes, one uml cell each; () = the fastest each UML offers
 
     def __post_init__(self) -> None:
         if not self.group:
@@ -98,12 +105,14 @@ class MeasurementSpec:
         return {"measurement": self.measurement, "label": self.label, "params": dict(self.params),
                 "group": self.group, "variant": dict(self.variant),
                 **({"env": dict(self.env)} if self.env else {}),
-                **({"memsize": self.memsize} if self.memsize is not None else {})}
+                **({"memsize": self.memsize} if self.memsize is not None else {}),
+                **({"uml_modes": list(self.uml_modes)} if self.uml_modes else {})}
 
     def file_keys(self) -> dict[str, Any]:
-        """The item keys that are not parameters: env and appliance."""
+        """The item keys that are not parameters: env, appliance and uml_mode."""
         return {**({"env": dict(self.env)} if self.env else {}),
-                **({"appliance": {"memsize": self.memsize}} if self.memsize is not None else {})}
+                **({"appliance": {"memsize": self.memsize}} if self.memsize is not None else {}),
+                **({"uml_mode": list(self.uml_modes)} if self.uml_modes else {})}
 
     def to_item(self) -> dict[str, Any]:
         """This spec as a scenario-file item; a matrix combination becomes a one-value matrix, so it reads
@@ -144,6 +153,7 @@ class Scenario:
     phases: bool = False
     cold: bool = True  # a start-up cell's first launch, reported apart (TOP_KEYS)
     placements: tuple[str, ...] = ("host",)
+    stacks: tuple[str, ...] = ("host",)  # software stacks (guestbench.stacks): host is the machine's own
     nested: NestedSpec = field(default_factory=NestedSpec)
     measurements: tuple[MeasurementSpec, ...] = field(default_factory=tuple)
     order: str | None = None  # None: interleaved where a measurement has two or more cells (run.plan)
@@ -170,6 +180,7 @@ class Scenario:
         d = dataclasses.asdict(self)
         d["backends"] = list(self.backends) if self.backends is not None else None
         d["placements"] = list(self.placements)
+        d["stacks"] = list(self.stacks)
         d["measurements"] = [m.to_dict() for m in self.measurements]
         return d
 
@@ -187,6 +198,8 @@ class Scenario:
             doc["cold"] = False
         if self.backends is not None:
             doc["backends"] = list(self.backends)
+        if self.stacks != ("host",):
+            doc["stacks"] = list(self.stacks)
         appliance = {k: v for k, v in (("memsize", self.memsize), ("smp", self.smp)) if v is not None}
         if appliance:
             doc["appliance"] = appliance

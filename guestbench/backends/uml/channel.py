@@ -27,3 +27,9 @@ def refusals(workdir: Path) -> list[str]:
         return (workdir / REFUSALS_FILE).read_text().splitlines()
     except OSError:
         return []
+
+# UML's userspace mode (UML 6.16 and later: seccomp=on|off|auto on its command line; before, ptrace only): the mode
+# a launch asks for, set by the backend's handle configuration (guestbench.backends.uml.modes)
+MODE_ENV = "GUESTBENCH_UML_MODE"
+SECCOMP, PTRACE = "seccomp", "ptrace"
+MODES = (SECCOMP, PTRACE)

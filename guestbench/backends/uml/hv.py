@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guestbench.backends.uml.channel import CHANNEL_ENV, DEVICES, PORT_NAME, REFUSALS_FILE
+from guestbench.backends.uml.channel import CHANNEL_ENV, DEVICES, MODE_ENV, MODES, PORT_NAME, REFUSALS_FILE, SECCOMP
 from guestbench.backends.uml.pinning import pinned
 from guestbench.host.paths import WORKDIR_ENV
 
@@ -163,9 +163,13 @@ def raw_backing_of_empty_overlay(path: str) -> str:
     return str(backing)
 
 
-def uml_command(launch: Launch, tmp: Path, channel: str, channel_fd: int | None, vhost_socket: str | None) -> list[str]:
-    """The UML kernel command line for this launch (the kernel is the fixed appliance's UML binary)."""
+def uml_command(launch: Launch, tmp: Path, channel: str, channel_fd: int | None, vhost_socket: str | None,
+                mode: str | None = None) -> list[str]:
+    """The UML kernel command line for this launch (the kernel is the fixed appliance's UML binary); `mode`: the
+    userspace mode asked for (a UML with seccomp mode is told which; None: the kernel's only mode, ptrace)."""
     argv = [launch.kernel, f"mem={launch.memory_mib}M", *DEVICES, "con0=fd:0,fd:1"]
+    if mode in MODES:
+        argv.append("seccomp=on" if mode == SECCOMP else "seccomp=off")
     root_dev = None
     for n, d in enumerate(launch.drives):
         if d.appliance:
@@ -246,7 +250,7 @@ def run(args: list[str]) -> int:
 
             vhost_socket = str(tmp / "vhost.sock")
             server = VhostConsole(vhost_socket, PORT_NAME, peer)  # listening now; served once UML is started
-        argv = uml_command(launch, tmp, channel, peer.fileno(), vhost_socket)
+        argv = uml_command(launch, tmp, channel, peer.fileno(), vhost_socket, os.environ.get(MODE_ENV))
         env = dict(os.environ)
         ram_dir, said = ram_tmpdir(launch.memory_mib)
         if ram_dir is None:
