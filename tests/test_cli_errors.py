@@ -75,7 +75,7 @@ CASES: dict[str, Case] = {
     # ---- scenario files
     **{f"file-{name}": Case(scenario_args(f"{{d}}/{name}.yaml"), needles)
        for name, needles in {
-           "unknown-top-key": ("repetition: unknown key", "allowed: " + ", ".join(TOP_KEYS)),
+           "unknown-top-key": ("repetition: unknown key", "allowed: " + " ".join(TOP_KEYS)),
            "unknown-appliance-key": ("appliance.cpus: unknown key", "memsize, smp"),
            "repetitions-word": ("repetitions: 'three' is not an integer", "integer >= 1"),
            "repetitions-zero": ("repetitions: 0 is too small", "integer >= 1"),

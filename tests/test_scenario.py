@@ -259,7 +259,7 @@ MIN = "name: x\nmeasurements: [startup]\n"
 @pytest.mark.parametrize(
     ("text", "key", "needles"),
     [
-        pytest.param(MIN + "repetition: 3\n", "repetition", ["unknown key", ALL_TOP_KEYS], id="unknown-top-key"),
+        pytest.param(MIN + "repetition: 3\n", "repetition", ["unknown key", " ".join(TOP_KEYS)], id="unknown-top-key"),
         pytest.param(MIN + "appliance:\n  memsize: 2048\n  cpus: 2\n", "appliance.cpus",
                      ["unknown key", "memsize, smp"], id="unknown-appliance-key"),
         pytest.param(MIN + "appliance: 2048\n", "appliance", ["not a mapping", "memsize, smp"],

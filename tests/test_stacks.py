@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from guestbench.stacks import sources
+from guestbench.stacks import sandbox, sources, store
 from guestbench.util.errors import UserError
 
 from conftest import ROOT, guestbench, session_tmp_path
@@ -178,6 +178,15 @@ def test_a_lean_stack_is_built_listed_used_and_removed_and_a_killed_build_leaves
                            "import sys, yaml; print(sys.version_info[:2], yaml.__file__)"],
                           capture_output=True, text=True, timeout=60)
     assert used.returncode == 0 and "(3, 13)" in used.stdout and stack["venv"] in used.stdout, used.stderr
+    # guestbench's worker and its set-up program run on the stack's Python 3.13, in its sandbox (guestbench's tree
+    # read-only: nothing written beside it); without libguestfs there, the set-up says so
+    st = store.load(name)
+    py = sandbox.python(st)
+    script = f"{py} -c 'import guestbench.run.worker, guestbench.backends.uml.hv' && {py} -m guestbench.stacks.inside uml"
+    inside = subprocess.run(sandbox.command(st, ["sh", "-c", script]), capture_output=True, text=True, timeout=120)
+    answer = json.loads(inside.stdout.splitlines()[-1]) if inside.stdout.strip() else {}
+    assert answer.get("python", "").startswith("3.13."), inside.stderr[-2000:]
+    assert not answer["availability"]["usable"] and "bindings do not import" in answer["availability"]["reason"]
     again = guestbench("stack", "build", name, "--suite", "trixie", "--packages", "lean")
     assert again.returncode == 2 and "exists; rebuild it with --force" in again.stderr
     missing = guestbench("stack", "build", "nosuite", "--packages", "lean", timeout=300)

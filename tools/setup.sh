@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(python3-guestfs libguestfs-tools qemu-system-x86 qemu-utils supermin user-mode-linux python3-yaml
       libvirt-daemon-system python3-libvirt python3-venv python3-pip fio bonnie++ dbench nbdkit libnbd-bin
-      jfsutils chromium openssl mmdebstrap)
+      jfsutils chromium openssl mmdebstrap bubblewrap)
 # chromium: the report test renders index.html headless, as a reader's browser would; openssl: the TLS
 # certificate of the fleet test's cluster
 VENV=.venv

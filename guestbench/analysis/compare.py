@@ -342,8 +342,29 @@ def check_hosts(base: Run, other: Run) -> list[str]:
 
 
 def software_changes(base: Run, other: Run) -> list[str]:
-    """Kernel and libguestfs/qemu/libvirt/UML versions that changed: what a regression run is about."""
-    return _differences(base, other, host.software_key)
+    """Kernel and libguestfs/qemu/libvirt/UML versions that changed: what a regression run is about; and a
+    stack's, where both runs ran cells on it (its cells record its software: results.model.Cell.software)."""
+    return _differences(base, other, host.software_key) + _cells_software(base, other)
+
+
+def _cells_software(base: Run, other: Run) -> list[str]:
+    """A stack's software that changed (its cells record it), and the UML mode a cell's UML chose itself."""
+    def of(run: Run) -> dict[str, Cell]:
+        return {c.system: c for c in run.cells if c.software}
+    was, now = of(base), of(other)
+    out: list[str] = []
+    for system in sorted(was.keys() & now.keys()):
+        a, b = was[system].software or {}, now[system].software or {}
+        for k in sorted(a.keys() & b.keys()):
+            if a[k] == b[k] or k == "stack":
+                continue
+            if k == "uml_mode":
+                if was[system].uml_mode is None:  # the mode UML chose itself (one a scenario names never changes)
+                    out.append(f"{system}: UML's mode {a[k]!r} vs {b[k]!r}")
+            elif was[system].stack_name != "host" and (line := f"stack {was[system].stack_name}: {k}: {a[k]!r} vs "
+                                                               f"{b[k]!r}") not in out:
+                out.append(line)
+    return out
 
 
 def gate_hosts(base_path: str, base: Run, others: Sequence[tuple[str, Run]], *,

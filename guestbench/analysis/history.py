@@ -47,6 +47,7 @@ NAMED = 10
 
 SOFTWARE = (("libguestfs", "libguestfs"), ("qemu", "qemu"), ("kernel", "kernel"), ("uml", "UML kernel"),
             ("libvirt", "libvirt"), ("guestbench", "guestbench"))
+STACK_SOFTWARE = ("libguestfs", "qemu", "uml", "libvirt", "supermin", "kernel", "python")  # a stack's, per cell
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class RunEntry:
 
     path: str
     started: str | None
-    software: dict[str, str | None]  # SOFTWARE's keys
+    software: dict[str, str | None]  # SOFTWARE's keys, and "KEY@STACK" for the stacks its cells ran on
     member: str | None  # a fleet run's host name
 
     def named(self) -> str:
@@ -97,7 +98,10 @@ class Machine:
         if at <= 0 or at >= len(self.runs):
             return []
         before, after = self.runs[at - 1].software, self.runs[at].software
-        return [f"{what} {before[k] or '?'} → {after[k] or '?'}" for k, what in SOFTWARE if before[k] != after[k]]
+        named = [*SOFTWARE, *((k, k.replace("@", " on stack ")) for k in sorted((set(before) | set(after))
+                                                                                 - {k for k, _ in SOFTWARE}))]
+        return [f"{what} {before.get(k) or '?'} → {after.get(k) or '?'}" for k, what in named
+                if k in before and k in after and before[k] != after[k]]
 
 
 @dataclass
@@ -159,7 +163,16 @@ def _software(run: Run, fp: dict[str, Any]) -> dict[str, str | None]:
     version = gb.get("version")
     commit = gb.get("git_commit")
     found["guestbench"] = f"{version}" + (f" ({str(commit)[:12]})" if commit else "") if version or commit else None
-    return {k: None if found.get(k) is None else str(found.get(k)) for k, _ in SOFTWARE}
+    out = {k: None if found.get(k) is None else str(found.get(k)) for k, _ in SOFTWARE}
+    for cell in run.cells:  # a stack's software, as its cells recorded it (the fingerprint is the host's)
+        if not cell.software:
+            continue
+        if cell.stack_name != "host":
+            out.update({f"{k}@{cell.stack_name}": str(cell.software[k]) for k in STACK_SOFTWARE
+                        if isinstance(cell.software.get(k), str)})
+        if cell.uml_mode is None and isinstance(cell.software.get("uml_mode"), str):  # the mode UML chose itself
+            out[f"uml_mode@{cell.system}"] = cell.software["uml_mode"]
+    return out
 
 
 def shares(stored: list[Stored]) -> list[tuple[RunEntry, dict[str, Any], Run]]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from guestbench.analysis.cells import Row, no_data_text
 from guestbench.analysis.stats import Summary, ratio_ci, summarize
+from guestbench.results.model import verdict_name
 
 
 @dataclass
@@ -90,7 +91,7 @@ def placements(rows: list[Row], unusable_at: dict[tuple[str, str], str], nested_
             out.timed.setdefault(label, []).append(r.timed or "not recorded")
         if len(present) == 1:
             missing = "nested" if present == ["host"] else "host"
-            unusable = unusable_at.get((missing, backend))
+            unusable = unusable_at.get((missing, verdict_name(backend)))
             out.gaps.append(PlacementGap(label, backend, cache_mode, present[0], missing,
                                          _gap_reason(by_placement.get(missing), missing, backend, nested_status,
                                                      unusable),

@@ -25,7 +25,7 @@ def per_system(cells: list[Cell]) -> list[Software]:
         return []
     out: dict[str, Software] = {}
     for c in cells:
-        if c.system in out or not c.software:
+        if c.system in out or not c.software or set(c.software) <= {"stack"}:  # planned, never ran
             continue
         out[c.system] = Software(c.system, c.stack_name, {k: str(c.software[k]) for k in KEYS
                                                            if isinstance(c.software.get(k), (str, int, float))})

@@ -118,7 +118,7 @@ class Backend:
         """What its cells record of the software they run on: the machine's own stack ("host") and its versions."""
         v = fingerprint.versions()
         return {"stack": "host", **{k: v[k] for k in ("python", "libguestfs", "qemu", "libvirt", "uml", "supermin")
-                                    if v.get(k)}, "suite": host_codename(), "kernel": host_kernel_version() or ""}
+                                    if v.get(k)}, "suite": _suite(), "kernel": host_kernel_version() or ""}
 
     def preconditions(self) -> Availability:
         """Cheap checks that need no launch (binaries, devices, daemons)."""
@@ -226,6 +226,14 @@ def install_script(path: Path, text: str) -> Path:
         os.chmod(tmp, 0o755)
         os.replace(tmp, path)
     return path
+
+
+def _suite() -> str:
+    """The machine's Debian suite ('' on a machine whose os-release names none)."""
+    try:
+        return host_codename()
+    except UserError:
+        return ""
 
 
 def qemu_path() -> str | None:

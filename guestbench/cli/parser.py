@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="which backends work here, why not, versions, host fingerprint")
     d.add_argument("--json", action="store_true", help="print JSON")
     d.add_argument("--backend", help=f"comma-separated backends to check ({', '.join(BACKENDS)})")
+    d.add_argument("--stack", help="comma-separated software stacks whose backends to check too (guestbench stack "
+                   "list; each in its sandbox: its UML's modes, its libvirtd)")
     d.add_argument("--refresh", action="store_true", help="probe again instead of reusing cached verdicts")
     d.add_argument("--probe-timeout", type=float, help="limit for a backend's probe launch, seconds")
     d.add_argument("-v", "--verbose", action="store_true", help="show probe launches' console")
@@ -117,8 +119,9 @@ def _add_stack(sub: Any) -> None:
     sb = stsub.add_parser("build", help="make a stack's root file system from this machine's apt sources (as root)")
     sb.add_argument("name", metavar="NAME", help="the stack's name (e.g. trixie, sid)")
     sb.add_argument("--suite", help="the Debian suite (default: NAME)")
-    sb.add_argument("--packages", choices=["full", "lean"], default="full",
-                    help="full: everything guestbench drives; lean: Python only (for tests)")
+    sb.add_argument("--packages", choices=["full", "uml", "lean"], default="full",
+                    help="full: everything guestbench drives; uml: what a uml start-up needs; lean: Python only "
+                    "(the last two for tests)")
     sb.add_argument("--force", action="store_true", help="rebuild a stack that exists")
     sl = stsub.add_parser("list", help="the stacks built here and their software's versions")
     sl.add_argument("--json", action="store_true", help="as JSON")

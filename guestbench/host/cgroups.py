@@ -91,6 +91,13 @@ class Group:
             self.remove()
             return False
 
+    def entered(self, command: list[str]) -> list[str]:
+        """`command`, started already in the group: a shell that moves itself into each of its dirs, then execs it
+        (for a program that forks at once, such as bubblewrap: add() after it started could miss its children)."""
+        moves = "; ".join(f'echo $$ 2>/dev/null > "$G{i}"' for i in range(len(self.dirs())))  # refused: counted
+        names = [f"G{i}={d / 'cgroup.procs'}" for i, d in enumerate(self.dirs())]  # from /proc then (of_this_worker)
+        return ["/usr/bin/env", *names, "/bin/sh", "-c", f'{moves}; exec "$@"', "sh", *command]
+
     def env(self) -> dict[str, str]:
         return {ENV_CPU: str(self.cpu or ""), ENV_MEMORY: str(self.memory or "")}
 

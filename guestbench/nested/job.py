@@ -79,7 +79,8 @@ def plan(sc: Scenario, kvm: bool, probe_timeout: float | None) -> Level1:
     for spec in sc.measurements:
         m = get_measurement(spec.measurement)
         per_iteration = launch if m.times_launch else launch + sample
-        worst += len(backends) * len(sc.iterations(m.times_launch)) * per_iteration
+        cells = len(backends) + ("uml" in backends) * (max(len(spec.uml_modes), 1) - 1)  # uml once per mode
+        worst += cells * len(sc.iterations(m.times_launch)) * per_iteration
     deadline = sc.nested.timeout or worst
     return Level1("kvm" if kvm else "tcg", sc.nested.memory_mib, sc.nested.vcpus, scale, launch, sample, probe,
                   deadline)
@@ -87,7 +88,9 @@ def plan(sc: Scenario, kvm: bool, probe_timeout: float | None) -> Level1:
 
 def inner_scenario(sc: Scenario, level1: Level1) -> dict[str, Any]:
     """The scenario file the guest runs: the same measurements, placement host, time-outs scaled."""
-    return sc.to_file(placement=["host"], timeout=level1.launch_timeout_s, sample_timeout=level1.sample_timeout_s)
+    doc = sc.to_file(placement=["host"], timeout=level1.launch_timeout_s, sample_timeout=level1.sample_timeout_s)
+    doc.pop("stacks", None)  # the machine's own software only: the level-1 guest has no stacks built
+    return doc
 
 
 def _source() -> tuple[Path, bytes | None]:

@@ -45,6 +45,12 @@ def system_name(backend: str, stack: str = HOST_STACK, mode: str | None = None) 
     return backend + (f"+{mode}" if mode else "") + (f"@{stack}" if stack != HOST_STACK else "")
 
 
+def verdict_name(system: str) -> str:
+    """The name of the verdict a system goes by (system_name without the mode: one probe per backend and stack)."""
+    backend, at, stack = system.partition("@")
+    return backend.partition("+")[0] + at + stack
+
+
 @dataclass
 class Sample(Record):
     """One timed iteration (a measured repetition, or a warm-up in a cell's ``warmups``)."""

@@ -16,7 +16,7 @@ from guestbench.measurements import get as get_measurement
 from guestbench.measurements.density import Density
 from guestbench.results import figures as cell_figures
 from guestbench.run.cell import RunContext
-from guestbench.run.plan import Group
+from guestbench.run.plan import Group, system_of
 from guestbench.run.record import CellDoc
 
 MEMINFO_INTERVAL_S = 0.2
@@ -115,7 +115,7 @@ class DensityTrials:
             "cache_mode": job[0].cache_mode(job[1]), "bytes": job[0].nbytes(job[1]), "what": job[0].describe(job[1])}
         if job is not None:
             self.its = ctx.sc.iterations(False)
-        self.record: dict[str, Any] = {"backend": template["backend"], "placement": template["placement"],
+        self.record: dict[str, Any] = {"backend": system_of(template), "placement": template["placement"],
                                        "label": template["label"], "max_appliances": self.cap,
                                        "slowdown_pct": p["slowdown_pct"], "memory_budget_pct": p["memory_budget_pct"],
                                        "job": self.job, "timed": self.job_cell.get("timed", template["timed"]),

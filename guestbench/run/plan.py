@@ -123,6 +123,15 @@ def verdict_names(sc: Scenario) -> list[str]:
     return [system_name(b, stack) for b in (sc.backends or BACKENDS) for stack in sc.stacks]
 
 
+def mode_lacking(cell: dict[str, Any], offered: Any) -> str | None:
+    """Why a uml cell cannot run in the mode its item asks for (its UML's verdict lists the modes it `offered`), or
+    None (no mode asked, or nothing known yet: the cell's own set-up then says)."""
+    mode = cell.get("uml_mode")
+    if not mode or not isinstance(offered, list) or mode in offered:
+        return None
+    return f"this UML has no {mode} mode; it offers {', '.join(map(str, offered))} (seccomp mode came with Linux 6.16)"
+
+
 def system_of(cell: dict[str, Any]) -> str:
     """What a cell runs on, as its results name it (results.model.Cell.system): its work dir and its lines say it."""
     return system_name(str(cell["backend"]), stack_of(cell), cell.get("uml_mode"))

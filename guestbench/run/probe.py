@@ -20,6 +20,7 @@ from guestbench.host.paths import cache_dir, workdir_for
 from guestbench.results import atomic_write_json, utc_now
 from guestbench.run.executor import Executor
 from guestbench.run.protocol import Message, Msg, Request, stderr_reason
+from guestbench.stacks.backend import named
 
 CACHE_FILE = "probes.json"
 CACHE_TTL_S = 7 * 24 * 3600
@@ -175,7 +176,6 @@ def check_all(names: list[str], *, refresh: bool = False, timeout: float | None 
               on_checking: Callable[[str], None] | None = None) -> dict[str, Availability]:
     """Each named backend's verdict, one after another, as `doctor` and a fleet worker ask for them; a signal
     kills the probe under way (and raises Interrupted)."""
-    from guestbench.backends import BACKENDS
     from guestbench.host.paths import make_run_dir, remove_tree
     from guestbench.run.supervisor import Supervisor, TrapSignals
 
@@ -187,7 +187,7 @@ def check_all(names: list[str], *, refresh: bool = False, timeout: float | None 
             for name in names:
                 if on_checking is not None:
                     on_checking(name)
-                verdicts[name] = check(BACKENDS[name], sup, run_dir, refresh=refresh, timeout=timeout)
+                verdicts[name] = check(named(name), sup, run_dir, refresh=refresh, timeout=timeout)
     except Interrupted:
         sup.abort()
         raise

@@ -9,6 +9,7 @@ as 'interrupted' with every sample already taken.
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from guestbench.measurements import get as get_measurement
 from guestbench.nested.job import exit_problem
 from guestbench.host.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.results import ResultsFile, Run
+from guestbench.results.model import system_name
 from guestbench.results import figures as cell_figures
 from guestbench.results import hosts as fleet_hosts
 from guestbench.run import lockstep
@@ -34,7 +36,7 @@ from guestbench.run.gate import Gate
 from guestbench.run.nested import NestedPlacement
 from guestbench.run.block import Block
 from guestbench.run.density import DensityTrials
-from guestbench.run.plan import Group, block_cap, blocks, cells_per_item, plan, system_of, systems, verdict_names
+from guestbench.run.plan import Group, block_cap, blocks, cells_per_item, mode_lacking, plan, system_of, verdict_names
 from guestbench.run.schedule import SEQUENTIAL, Order
 from guestbench.run.threads import run_together
 from guestbench.run.powercut import PowerCutTrials
@@ -105,10 +107,10 @@ class Runner:
         return results
 
     def _host(self, ctx: RunContext, usable: list[str]) -> None:
-        groups = plan(self.sc, usable)
+        groups = self._offered(ctx, plan(self.sc, usable))
         order = Order.resolve(self.sc.order, self.sc.seed, cells_per_item(groups))
         memsize = max([s.memsize for s in self.sc.measurements if s.memsize] + [self.sc.memsize or 0]) or None
-        cap = block_cap(memsize, max(len(systems(s, usable)) for s in self.sc.measurements))
+        cap = block_cap(memsize, max(collections.Counter(g.cells[0]["label"] for g in groups).values(), default=1))
         units = blocks(groups, interleave=order.mode != SEQUENTIAL, cap=cap)
         split = order.mode != SEQUENTIAL and cells_per_item(groups) > cap  # some item's cells take turns in parts
         ctx.recorder.note(order={**order.to_dict(), **({"block_cells": cap} if split else {})})
@@ -136,6 +138,21 @@ class Runner:
                         self._group(ctx, runnable[0])
             finally:
                 ctx.recorder.track(None)
+
+    @staticmethod
+    def _offered(ctx: RunContext, groups: list[Group]) -> list[Group]:
+        """The groups whose UML can run in the mode their item asks for; the others' cells are recorded unavailable
+        now, saying why, and take no turns (their UML's verdict lists the modes it offers)."""
+        kept = []
+        for g in groups:
+            verdict = ctx.gate.results.doc["backends"].get(g.backend) or {}
+            why = mode_lacking(g.cells[0], (verdict.get("details") or {}).get("modes"))
+            if why is None:
+                kept.append(g)
+                continue
+            for c in g.cells:
+                ctx.recorder.unavailable(ctx.recorder.add_cell({**c, "order": SEQUENTIAL}), len(g.iterations), why)
+        return kept
 
     @staticmethod
     def _admitted(ctx: RunContext, g: Group) -> bool:
@@ -167,7 +184,7 @@ class Runner:
         (E3's guests sharing a disk): one thread and one executor each; a signal stops them all."""
         together = [self.executor, *(self.executor.spawn() for _ in g.cells[1:])]
         # every timed sample starts together (a peer may be relaunching after a failure: wait that long)
-        step_dir = workdir_for(ctx.run_dir, f"step-{g.cells[0]['label']}-{g.backend}")  # one per group
+        step_dir = workdir_for(ctx.run_dir, f"step-{g.cells[0]['label']}-{system_of(g.cells[0])}")  # one per group
         wait_s = self.sc.timeout + 2 * self.sc.sample_timeout
 
         # the guests' work dirs share a prefix (their labels differ in the guest number): processes naming it are
@@ -207,7 +224,7 @@ def exit_status(run: Run) -> int:
         return 1
     unusable = {name for name, verdict in run.backends.items() if verdict.usable is False}
     for cell in run.cells:
-        if cell.backend in unusable:  # a deferred probe's failed first launch: reported like a probe's
+        if system_name(cell.backend, cell.stack_name) in unusable:  # a deferred probe's failed first launch
             continue
         if cell_figures.is_density(cell) and (cell.concurrency or 1) > 1:
             continue  # a density level past the first may fail: that is where the levels stopped (run.density)

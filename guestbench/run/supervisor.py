@@ -231,9 +231,17 @@ class Supervisor:
             group = cgroups.create()  # the kernel's count of what the worker's tree uses, where the host allows
             counted = group.env() if group is not None else {}
             env.update(counted)
+            try:
+                command = backend.worker_command(*request_paths(request), counted)
+            except OSError as e:  # a stack's directory gone or unreadable
+                if group is not None:
+                    group.remove()
+                return WorkerExit("crash", reason=f"the worker could not be started: {e.strerror}: {e.filename}")
             if backend.sandboxed:
                 request = inside_sandbox(request)
-            proc = subprocess.Popen(backend.worker_command(*request_paths(request), counted), stdin=subprocess.PIPE,
+                if group is not None:  # in its group before bwrap forks the sandbox (it does at once)
+                    command = group.entered(command)
+            proc = subprocess.Popen(command, stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                     env=env, cwd=request.workdir)
             # before the request is written: until it reads it, the worker has started nothing
@@ -343,9 +351,12 @@ class Supervisor:
 
 def request_paths(request: Request) -> tuple[list[str], list[str]]:
     """The host paths a worker's request names: written (its work dir, its block's turns, its concurrent guests'
-    step directory) and read (its payload, its drives)."""
-    rw = {request.workdir, *(str(d["dir"]) for d in (request.turn, request.step) if d and d.get("dir"))}
-    ro = {p for p in (request.payload, *(str(d.get("path") or "") for d in request.drives)) if p}
+    step directory, its drives: files, block devices, an NBD server's socket) and read (its payload)."""
+    drives = [str(d.get("filename") or "") if d.get("protocol", "file") == "file" else
+              next((s[5:] for s in d.get("server") or [] if str(s).startswith("unix:")), "") for d in request.drives]
+    rw = {request.workdir, *(str(d["dir"]) for d in (request.turn, request.step) if d and d.get("dir")),
+          *(p for p in drives if p)}
+    ro = {request.payload} if request.payload else set()
     return sorted(rw), sorted(ro - rw)
 
 

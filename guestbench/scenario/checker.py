@@ -98,8 +98,7 @@ class Checker:
         return tuple(p for p in PLACEMENTS if p in given)  # host first: its figures are the reference
 
     def stacks(self, key: str, value: object) -> tuple[str, ...]:
-        """Software stacks by name: host, or a stack's name (built or not: the dry run and the run say which are
-        missing)."""
+        """Software stacks by name: host, or a stack's (built or not: the dry run and the run say which are not)."""
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",")]
         if not isinstance(value, list) or not value:

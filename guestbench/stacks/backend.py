@@ -18,9 +18,10 @@ from typing import Any
 
 from guestbench.backends import BACKENDS
 from guestbench.backends.base import Availability, Backend, HandleConfig
+from guestbench.host import cgroups
 from guestbench.results.model import system_name
 from guestbench.stacks import sandbox
-from guestbench.stacks.store import HOST, Stack, load
+from guestbench.stacks.store import HOST, Stack, hold, load
 from guestbench.util.errors import UserError
 
 ASK_TIMEOUT_S = 900.0  # the first answer builds the stack's appliance (supermin; a workload appliance: longer)
@@ -65,6 +66,8 @@ class StackBackend(Backend):
             got = json.loads(lines[-1]) if lines else None
         except ValueError:
             got = None
+        if done.returncode == 0 and isinstance(got, dict) and (why := _shape(got)) is not None:
+            return _refused(f"guestbench inside stack {self.stack.name} answered what it does not write ({why})")
         if done.returncode != 0 or not isinstance(got, dict) or not isinstance(got.get("availability"), dict):
             err = done.stderr.decode("utf-8", "replace").strip().splitlines()
             return _refused(f"guestbench inside stack {self.stack.name} failed (status {done.returncode}): "
@@ -121,8 +124,9 @@ class StackBackend(Backend):
     def worker_command(self, writable: list[str], readable: list[str], env: dict[str, str]) -> list[str]:
         """The worker in the stack's sandbox, seeing of the host only the paths its request names; `env`: its
         control group (the host's cgroup tree is seen as it is: no cgroup namespace)."""
-        return sandbox.command(self.stack, [sandbox.python(self.stack), *WORKER], rw=writable, ro=readable,
-                               env=env)
+        counted = [v for k, v in env.items() if k in (cgroups.ENV_CPU, cgroups.ENV_MEMORY) and v]
+        return sandbox.command(self.stack, [sandbox.python(self.stack), *WORKER], rw=[*writable, *counted],
+                               ro=readable, env=env)
 
 
 def upstream(version: str) -> str:
@@ -131,6 +135,24 @@ def upstream(version: str) -> str:
     v = re.sub(r"^\d+:", "", version)
     v = v.rsplit("-", 1)[0] if "-" in v else v
     return re.sub(r"\+(ds|dfsg)\d*$", "", v)
+
+
+def _shape(got: dict[str, Any]) -> str | None:
+    """What is wrong with an answer's shape (guestbench.stacks.inside writes it), or None."""
+    av = got.get("availability")
+    if not isinstance(av, dict) or not isinstance(av.get("usable"), bool) or not isinstance(av.get("reason"), str):
+        return "availability"
+    if not isinstance(av.get("details", {}), dict) or not isinstance(got.get("python", ""), str):
+        return "details"
+    handle = got.get("handle")
+    if handle is not None and not (isinstance(handle, dict) and isinstance(handle.get("libguestfs_backend"), str)
+                                   and isinstance(handle.get("settings", []), list)
+                                   and isinstance(handle.get("env", {}), dict)
+                                   and all(isinstance(v, str) for v in (handle.get("env") or {}).values())):
+        return "handle"
+    if not isinstance(got.get("probe_key", {}), dict):
+        return "probe_key"
+    return None
 
 
 def _refused(reason: str) -> dict[str, Any]:
@@ -152,6 +174,10 @@ def resolve(backend: str, stack: str = HOST) -> Backend:
             st = load(stack)
             if st.problem:
                 raise UserError(f"stack {stack!r}: {st.problem}", key="stacks")
+            try:
+                hold(st)  # for this process's life: the stack is not removed or replaced under its cells
+            except OSError as e:
+                raise UserError(f"stack {stack!r}: its record cannot be read ({e.strerror})", key="stacks") from None
             _BACKENDS[key] = StackBackend(BACKENDS[backend], st)
         return _BACKENDS[key]
 

@@ -43,8 +43,10 @@ LEAN = ("python3", "python3-venv", "ca-certificates")  # for tests: the build's 
 FULL = (*LEAN, "python3-guestfs", "libguestfs-tools", "qemu-system-x86", "qemu-utils", "user-mode-linux", "supermin",
         "linux-image-amd64", "libvirt-daemon-system", "python3-libvirt", "fio", "bonnie++", "dbench", "procps", "gcc",
         "python3-dev")
-PACKAGES = {"lean": LEAN, "full": FULL}
-LEAN_REQUIREMENTS = ("PyYAML",)
+# what a uml start-up needs and no more (the suite's end-to-end test): libguestfs (which brings qemu) and UML
+UML = (*LEAN, "python3-guestfs", "user-mode-linux", "supermin", "qemu-utils", "procps")
+PACKAGES = {"lean": LEAN, "uml": UML, "full": FULL}
+LEAN_REQUIREMENTS = ("PyYAML", "filelock")  # what guestbench's worker imports (the rest is for analysis and output)
 # What each stack records (software -> Debian package); the kernel and UML also by their module directories
 VERSIONS = {"python": "python3", "libguestfs": "python3-guestfs", "qemu": "qemu-system-x86",
             "libvirt": "libvirt-daemon-system", "uml": "user-mode-linux", "supermin": "supermin"}
@@ -94,6 +96,8 @@ def _hooks(packages: str) -> list[str]:
     if Path("/usr/local/share/ca-certificates").is_dir():
         hooks.append('cp -a /usr/local/share/ca-certificates/. "$1/usr/local/share/ca-certificates/" && '
                      'chroot "$1" update-ca-certificates >/dev/null')
+    if "linux-image-amd64" not in PACKAGES[packages]:  # supermin reads /lib/modules even for UML's appliance
+        hooks.append('mkdir -p "$1/usr/lib/modules"')
     hooks.append(f'chroot "$1" python3 -m venv --system-site-packages {VENV}')
     hooks.append(f'chroot "$1" {VENV}/bin/pip install -q --disable-pip-version-check '
                  + " ".join(shlex.quote(r) for r in reqs))

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
+import tempfile
 from pathlib import Path
 
 import guestbench
 from guestbench.host import owned
 from guestbench.stacks.store import Stack
+from guestbench.util.errors import UserError
 
 BWRAP = "bwrap"
 SOURCE = "/.guestbench"  # inside: the directory holding guestbench's package (PYTHONPATH)
@@ -32,6 +35,11 @@ READ_ONLY = ("usr", "etc", "opt", "boot", "srv")  # the stack's own directories,
 PRIVATE = ("run", "tmp", "root", "var", "home", "mnt", "media")  # an empty tmpfs each
 DEVICES = ("/dev/kvm",)  # bound when the host has them
 STACK_ENV = "GUESTBENCH_STACK"  # inside: the stack's name (a sandbox starts the daemons a host has running)
+# Root keeps its capabilities in bwrap (no user namespace), and none is dropped: with any --cap-drop (tried in
+# three groups: CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_MKNOD, CAP_BPF, ...) UML 7.2's seccomp mode hung at boot here, and
+# libvirtd needs CAP_SYS_ADMIN for the trusted.* attributes it marks qemu's files with. So a sandbox is isolation for
+# a stack's own Debian software (its namespaces, what it sees, that it dies with guestbench), not a wall against
+# hostile code running as root in it (docs/stacks.md).
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
 
 
@@ -53,7 +61,7 @@ def state_dirs(stack: Stack) -> dict[str, Path]:
     out = {}
     for inside, rel in STATE.items():
         path = stack.path / rel
-        mode = 0o1777 if inside == "/var/tmp" else 0o700
+        mode = 0o1777 if inside == "/var/tmp" else 0o755  # libvirt's qemu user reads appliances there
         if inside == "/var/tmp":
             path.mkdir(exist_ok=True)  # the stack's own /var/tmp, as debootstrap made it
             owned.check_dir_shared(path, f"stack {stack.name}'s /var/tmp")
@@ -86,10 +94,10 @@ def _write(stack: Stack, name: str, text: str) -> Path:
     except OSError:
         same = False
     if not same:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=path.parent)  # one of its own per writer (threads)
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     return path
 
@@ -139,8 +147,13 @@ def command(stack: Stack, argv: list[str], *, rw: list[str] = (), ro: list[str] 
         args += ["--tmpfs", f"/{name}"]
     # the directories above what is bound in, made traversable (bwrap makes them 0700): libvirt's qemu user must
     # reach a cell's disks in its work dir, as it does on the host
+    for p in (*rw, *ro):
+        if (top := Path(p).parts[1] if len(Path(p).parts) > 1 else "") in READ_ONLY:
+            raise UserError(f"{p} is under /{top}, which a stack's sandbox shows as the stack's own: give guestbench a "
+                            "temp root elsewhere (GUESTBENCH_TMPDIR) to run cells on stacks", key="stacks")
     inner = ["/var/lib/dpkg", "/var/log/libvirt", *STATE, *rw, *ro]
-    for d in sorted({str(a) for p in inner for a in Path(p).parents if len(a.parts) > 2}):
+    for d in sorted({str(a) for p in inner for a in Path(p).parents if len(a.parts) > 2
+                     and a.parts[1] not in ("sys", "proc", "dev")}):
         args += ["--perms", "0755", "--dir", d]
     for entry in sorted(os.scandir(root / "var"), key=lambda e: e.name):  # /var/run -> /run, /var/lock
         if entry.is_symlink():
@@ -157,13 +170,20 @@ def command(stack: Stack, argv: list[str], *, rw: list[str] = (), ro: list[str] 
     args += ["--size", str(shm_bytes()), "--tmpfs", "/dev/shm"]
     args += ["--ro-bind", str(Path(guestbench.__file__).parent), f"{SOURCE}/guestbench"]
     for p in rw:
-        args += ["--bind", p, p]
+        args += ["--dev-bind" if _is_block(p) else "--bind", p, p]
     for p in ro:
         args += ["--ro-bind", p, p]
     inside = environment({**(env or {}), STACK_ENV: stack.name})
     args += ["--clearenv", *[a for k, v in inside.items() for a in ("--setenv", k, v)]]
     args += ["--chdir", "/", "--", *argv]
     return args
+
+
+def _is_block(path: str) -> bool:
+    try:
+        return stat.S_ISBLK(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def python(stack: Stack) -> str:

@@ -5,6 +5,7 @@ write, or a link, is refused, never used or removed."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -70,8 +71,7 @@ def load(name: str, base: Path | None = None) -> Stack:
     base = base or stacks_dir()
     path = base / check_name(name)
     if not os.path.lexists(path):
-        raise UserError(f"no stack named {name!r}; make it with 'guestbench stack build {name}'",
-                        source="command line", key=name)
+        raise UserError(f"no stack named {name!r}; make it with 'guestbench stack build {name}'")
     if why := _checked(path):
         return Stack(name, path, problem=f"{path} {why}: not used")
     try:
@@ -118,6 +118,29 @@ def _mounted(path: Path) -> list[str]:
     return [p for p in points if p == inside or p.startswith(inside + "/")]
 
 
+def hold(stack: Stack) -> int:
+    """A shared lock on the stack's record for as long as this process runs cells on it (the descriptor is never
+    closed): `stack rm` and a rebuild see it (in_use) and leave the stack alone."""
+    fd = os.open(stack.path / RECORD, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+def in_use(path: Path) -> bool:
+    """Whether a process holds the stack's record (hold)."""
+    try:
+        fd = os.open(path / RECORD, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def set_aside(path: Path, aside: Path) -> None:
     """Take a stack directory of ours out of use: nothing may be mounted in it (a stack in use); its record goes
     first, then the directory is moved into `aside` (a directory of the caller's, in the same place), which the
@@ -128,6 +151,9 @@ def set_aside(path: Path, aside: Path) -> None:
     if mounted := _mounted(path):
         raise UserError(f"{path} is in use ({mounted[0]} is mounted): not removed", source="command line",
                         key=path.name)
+    if in_use(path):
+        raise UserError(f"{path} is in use by a run (it holds the stack's record): not removed; try again after it",
+                        source="command line", key=path.name)
     try:
         os.unlink(path / RECORD)
     except FileNotFoundError:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import mmap
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -14,10 +13,9 @@ from guestbench.host import fingerprint as host
 from guestbench.backends.appliance import UML_KERNEL, ApplianceError, appliance_dir, prebuilt, uml_kernel_version
 from guestbench.backends.base import (Availability, Backend, HandleConfig, hv_path, install_script,
                                       libguestfs_available)
-from guestbench.backends.uml.channel import CHANNEL_ENV, DEVICES, MODE_ENV, PTRACE, SECCOMP
+from guestbench.backends.uml.channel import CHANNEL_ENV, DEVICES, MODE_ENV, offered_modes
 
 PTRACE_TRACEME = 0
-SECCOMP_OPTION = b"seccomp=<on/auto/off>"  # in the help text of a UML that has seccomp mode
 
 
 def ptrace_allowed() -> str | None:
@@ -104,12 +102,7 @@ def modes() -> tuple[str, ...]:
     """The userspace modes this UML kernel offers, the fastest first: seccomp and ptrace where its command line takes
     `seccomp=` (UML 6.16 and later; 3.7x faster fork+exec here, docs/stacks.md), else ptrace alone. Read from the
     kernel's own help text in its binary, never by running it (a dry run starts no hypervisor)."""
-    try:
-        with open(UML_KERNEL, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            offered = m.find(SECCOMP_OPTION) >= 0
-    except (OSError, ValueError):
-        return (PTRACE,)
-    return (SECCOMP, PTRACE) if offered else (PTRACE,)
+    return offered_modes(UML_KERNEL)
 
 
 def _built(flavour: str) -> str | None:

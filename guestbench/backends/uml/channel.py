@@ -6,6 +6,7 @@ Kept apart from hv.py so that the package never imports the program it runs with
 
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 
 CHANNEL_ENV = "GUESTBENCH_UML_CHANNEL"  # "virtio" (default) or "serial"
@@ -33,3 +34,16 @@ def refusals(workdir: Path) -> list[str]:
 MODE_ENV = "GUESTBENCH_UML_MODE"
 SECCOMP, PTRACE = "seccomp", "ptrace"
 MODES = (SECCOMP, PTRACE)
+SECCOMP_OPTION = b"seccomp=<on/auto/off>"  # in the help text of a UML that has seccomp mode
+
+
+def offered_modes(kernel: Path) -> tuple[str, ...]:
+    """The userspace modes a UML kernel offers, the fastest first: seccomp and ptrace where its command line takes
+    `seccomp=` (UML 6.16 and later), else ptrace alone. Read from its help text in its binary, never by running it
+    (a dry run starts no hypervisor)."""
+    try:
+        with open(kernel, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            offered = m.find(SECCOMP_OPTION) >= 0
+    except (OSError, ValueError):
+        return (PTRACE,)
+    return (SECCOMP, PTRACE) if offered else (PTRACE,)

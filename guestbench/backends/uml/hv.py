@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guestbench.backends.uml.channel import CHANNEL_ENV, DEVICES, MODE_ENV, MODES, PORT_NAME, REFUSALS_FILE, SECCOMP
+from guestbench.backends.uml.channel import (CHANNEL_ENV, DEVICES, MODE_ENV, MODES, PORT_NAME, REFUSALS_FILE,
+                                             SECCOMP, offered_modes)
 from guestbench.backends.uml.pinning import pinned
 from guestbench.host.paths import WORKDIR_ENV
 
@@ -168,7 +169,7 @@ def uml_command(launch: Launch, tmp: Path, channel: str, channel_fd: int | None,
     """The UML kernel command line for this launch (the kernel is the fixed appliance's UML binary); `mode`: the
     userspace mode asked for (a UML with seccomp mode is told which; None: the kernel's only mode, ptrace)."""
     argv = [launch.kernel, f"mem={launch.memory_mib}M", *DEVICES, "con0=fd:0,fd:1"]
-    if mode in MODES:
+    if mode in MODES and SECCOMP in offered_modes(Path(launch.kernel)):  # an older UML has ptrace alone
         argv.append("seccomp=on" if mode == SECCOMP else "seccomp=off")
     root_dev = None
     for n, d in enumerate(launch.drives):

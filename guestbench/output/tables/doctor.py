@@ -15,9 +15,11 @@ from guestbench.util.reasons import short_reason
 
 
 def show(fp: dict[str, Any], verdicts: dict[str, Any], appliances: dict[str, dict[str, Any]], nested: dict[str, Any],
-         verbose: bool) -> None:
+         verbose: bool, stacks: list[dict[str, Any]] | None = None) -> None:
     _print_doctor(fp, verdicts, verbose)
     _print_appliances(appliances)
+    if stacks:
+        Console().print(stacks_table(stacks))
     Console().print(inert(f"nested runs: {'possible' if nested['possible'] else 'not possible'} — {nested['reason']}; "
                           f"image: {nested.get('image_state') or 'n/a'}"), highlight=False)
 
@@ -36,6 +38,20 @@ def doctor_table(verdicts: dict[str, Any], verbose: bool) -> Table:
             else "probe launch just now" if "probe_timeout_s" in d else "preconditions"
         why = v["reason"] if verbose else short_reason(v["reason"])
         t.add_row(name, "[green]yes[/]" if v["usable"] else "[red]no[/]", inert(why), origin)  # a hypervisor's words
+    return t
+
+
+def stacks_table(stacks: list[dict[str, Any]]) -> Table:
+    """The software stacks built here (guestbench stack list) and their versions; `doctor --stack NAME` checks a
+    stack's backends in its sandbox (its UML's modes are in uml's verdict)."""
+    t = rich_table.Table(title="software stacks (doctor --stack NAME checks their backends)")
+    keys = ("python", "libguestfs", "qemu", "libvirt", "uml_kernel", "kernel")
+    for col in ("stack", "suite", "built", *keys, "state"):
+        t.add_column(col)
+    for s in stacks:
+        v = s.get("versions") or {}
+        t.add_row(*(inert(str(x)) for x in (s["name"], s.get("suite") or "", (s.get("built_utc") or "")[:16],
+                                             *(v.get(k, "") for k in keys), s.get("problem") or "whole")))
     return t
 
 
