@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from guestbench.analysis import software
-from guestbench.results.model import Cell, system_name
+from guestbench.analysis import compare, history, software
+from guestbench.results.model import Cell, Run, system_name
 from guestbench.run import dryrun, plan, supervisor
 from guestbench.run.protocol import Request
 from guestbench.scenario import load
@@ -75,7 +75,7 @@ def test_a_workers_paths_are_its_work_dir_turns_drives_and_sockets_and_its_paylo
                               {"filename": "/dev/loop7", "format": "raw", "protocol": "file"},
                               {"filename": "", "format": "raw", "protocol": "nbd", "server": ["unix:/r/nbd.sock"]}])
     rw, ro = supervisor.request_paths(request)
-    assert rw == ["/dev/loop7", "/r/cell", "/r/cell/disk.img", "/r/nbd.sock", "/r/turns-1"] and ro == ["/c/payload"]
+    assert rw == ["/dev/loop7", "/r/cell", "/r/nbd.sock", "/r/turns-1"] and ro == ["/c/payload"]  # disk.img: in /r/cell
     assert supervisor.inside_sandbox(request).turn["granter"] == 1  # the sandbox's first process grants its turns
     assert request.turn["granter"] == 42
 
@@ -199,3 +199,24 @@ def test_a_dry_run_says_which_stack_is_not_built(tmp_path: Path) -> None:
     path.write_text("name: s\nbackends: [uml]\nstacks: [host, nosuchstack]\nmeasurements: [startup]\n")
     out = guestbench("scenario", str(path), "--dry-run", "--results", str(tmp_path / "r"))
     assert out.returncode == 0 and "uml@nosuchstack" in out.stdout and "no stack named" in out.stdout
+
+
+def _run(libguestfs: str, host_mode: str) -> Run:
+    cells = [{"backend": "uml", "label": "s", "software": {"stack": "sid", "libguestfs": libguestfs,
+                                                           "uml_mode": "seccomp"}},
+             {"backend": "uml", "label": "s", "software": {"stack": "host", "uml_mode": host_mode}},
+             {"backend": "uml", "label": "s", "uml_mode": "ptrace", "software": {"stack": "sid", "uml_mode": "ptrace",
+                                                                                 "libguestfs": libguestfs}},
+             {"backend": "uml", "label": "s", "software": {"stack": "sid"}}]  # planned, never ran: not compared
+    return Run.from_dict({"schema": "guestbench-results", "schema_version": 3, "cells": cells})
+
+
+def test_compare_and_history_name_a_stacks_software_and_umls_own_mode_that_changed() -> None:
+    was, now = _run("1.60.1", "ptrace"), _run("1.62.0", "seccomp")
+    lines = compare.software_changes(was, now)
+    assert "stack sid: libguestfs: '1.60.1' vs '1.62.0'" in lines and "uml: UML's mode 'ptrace' vs 'seccomp'" in lines
+    assert len([ln for ln in lines if "libguestfs" in ln]) == 1 and not [ln for ln in lines if "uml+ptrace" in ln]
+    machine = history.Machine({}, "m", [history.RunEntry("a", None, history._software(was, {}), None),
+                                        history.RunEntry("b", None, history._software(now, {}), None)])
+    changes = machine.changes(1)
+    assert "libguestfs on stack sid 1.60.1 → 1.62.0" in changes and "UML's mode of uml ptrace → seccomp" in changes

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 import numpy as np
 from guestbench.host import fingerprint as host
-from guestbench.util.errors import UserError
+from guestbench.util.errors import UserError, clip
 from guestbench.analysis.cells import cores_text, status
 from guestbench.results.figures import load_figures
 from guestbench.results import figures as cell_figures
@@ -349,20 +349,25 @@ def software_changes(base: Run, other: Run) -> list[str]:
 
 def _cells_software(base: Run, other: Run) -> list[str]:
     """A stack's software that changed (its cells record it), and the UML mode a cell's UML chose itself."""
-    def of(run: Run) -> dict[str, Cell]:
-        return {c.system: c for c in run.cells if c.software}
+    def of(run: Run) -> dict[tuple[str, str], Cell]:
+        found: dict[tuple[str, str], Cell] = {}
+        for c in run.cells:
+            if c.software and set(c.software) > {"stack"}:  # it ran (a planned cell records its stack only)
+                found.setdefault((c.host or "", c.system), c)
+        return found
     was, now = of(base), of(other)
     out: list[str] = []
-    for system in sorted(was.keys() & now.keys()):
-        a, b = was[system].software or {}, now[system].software or {}
+    for key in sorted(was.keys() & now.keys()):
+        system = key[1] if not key[0] else f"{key[1]} on host {key[0]}"
+        a, b = was[key].software or {}, now[key].software or {}
         for k in sorted(a.keys() & b.keys()):
             if a[k] == b[k] or k == "stack":
                 continue
             if k == "uml_mode":
-                if was[system].uml_mode is None:  # the mode UML chose itself (one a scenario names never changes)
-                    out.append(f"{system}: UML's mode {a[k]!r} vs {b[k]!r}")
-            elif was[system].stack_name != "host" and (line := f"stack {was[system].stack_name}: {k}: {a[k]!r} vs "
-                                                               f"{b[k]!r}") not in out:
+                if was[key].uml_mode is None:  # the mode UML chose itself (one a scenario names never changes)
+                    out.append(f"{system}: UML's mode {clip(a[k])} vs {clip(b[k])}")
+            elif was[key].stack_name != "host" and (line := f"stack {was[key].stack_name}: {k}: {clip(a[k])} vs "
+                                                            f"{clip(b[k])}") not in out:
                 out.append(line)
     return out
 

@@ -48,6 +48,7 @@ NAMED = 10
 SOFTWARE = (("libguestfs", "libguestfs"), ("qemu", "qemu"), ("kernel", "kernel"), ("uml", "UML kernel"),
             ("libvirt", "libvirt"), ("guestbench", "guestbench"))
 STACK_SOFTWARE = ("libguestfs", "qemu", "uml", "libvirt", "supermin", "kernel", "python")  # a stack's, per cell
+MODE_OF = "mode of "  # and the mode each UML chose itself ("mode of uml@sid"): one that gains seccomp mode runs in it
 
 
 @dataclass(frozen=True)
@@ -98,8 +99,9 @@ class Machine:
         if at <= 0 or at >= len(self.runs):
             return []
         before, after = self.runs[at - 1].software, self.runs[at].software
-        named = [*SOFTWARE, *((k, k.replace("@", " on stack ")) for k in sorted((set(before) | set(after))
-                                                                                 - {k for k, _ in SOFTWARE}))]
+        extra = sorted((set(before) | set(after)) - {k for k, _ in SOFTWARE})
+        named = [*SOFTWARE, *((k, f"UML's mode of {k[len(MODE_OF):]}" if k.startswith(MODE_OF) else
+                               k.replace("@", " on stack ")) for k in extra)]
         return [f"{what} {before.get(k) or '?'} → {after.get(k) or '?'}" for k, what in named
                 if k in before and k in after and before[k] != after[k]]
 
@@ -171,7 +173,7 @@ def _software(run: Run, fp: dict[str, Any]) -> dict[str, str | None]:
             out.update({f"{k}@{cell.stack_name}": str(cell.software[k]) for k in STACK_SOFTWARE
                         if isinstance(cell.software.get(k), str)})
         if cell.uml_mode is None and isinstance(cell.software.get("uml_mode"), str):  # the mode UML chose itself
-            out[f"uml_mode@{cell.system}"] = cell.software["uml_mode"]
+            out[f"{MODE_OF}{cell.system}"] = cell.software["uml_mode"]
     return out
 
 

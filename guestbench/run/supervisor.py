@@ -233,19 +233,25 @@ class Supervisor:
             env.update(counted)
             try:
                 command = backend.worker_command(*request_paths(request), counted)
-            except OSError as e:  # a stack's directory gone or unreadable
+                if backend.sandboxed:
+                    request = inside_sandbox(request)
+                    if group is not None:  # in its group before bwrap forks the sandbox (it does at once)
+                        command = group.entered(command)
+                proc = subprocess.Popen(command, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                        env=env, cwd=request.workdir)
+            except OSError as e:  # a stack's directory gone or unreadable, the work dir gone
                 if group is not None:
                     group.remove()
-                return WorkerExit("crash", reason=f"the worker could not be started: {e.strerror}: {e.filename}")
-            if backend.sandboxed:
-                request = inside_sandbox(request)
-                if group is not None:  # in its group before bwrap forks the sandbox (it does at once)
-                    command = group.entered(command)
-            proc = subprocess.Popen(command, stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                    env=env, cwd=request.workdir)
-            # before the request is written: until it reads it, the worker has started nothing
-            self._group = group if group is not None and group.add(proc.pid) else None
+                return WorkerExit("crash", reason=f"the worker could not be started: {e.strerror or e}"
+                                  + (f": {e.filename}" if e.filename else ""))
+            except BaseException:
+                if group is not None:
+                    group.remove()
+                raise
+            # before the request is written: until it reads it, the worker has started nothing (a sandboxed one
+            # entered the group itself: its group's dirs are bound into the sandbox and must stay)
+            self._group = group if group is not None and (backend.sandboxed or group.add(proc.pid)) else None
             self.current = proc
             self._cleanup = (backend, Path(request.workdir))
         try:
@@ -357,6 +363,7 @@ def request_paths(request: Request) -> tuple[list[str], list[str]]:
     rw = {request.workdir, *(str(d["dir"]) for d in (request.turn, request.step) if d and d.get("dir")),
           *(p for p in drives if p)}
     ro = {request.payload} if request.payload else set()
+    rw = {p for p in rw if not any(p.startswith(q.rstrip("/") + "/") for q in rw)}  # under another: bound with it
     return sorted(rw), sorted(ro - rw)
 
 

@@ -124,7 +124,7 @@ class StackBackend(Backend):
     def worker_command(self, writable: list[str], readable: list[str], env: dict[str, str]) -> list[str]:
         """The worker in the stack's sandbox, seeing of the host only the paths its request names; `env`: its
         control group (the host's cgroup tree is seen as it is: no cgroup namespace)."""
-        counted = [v for k, v in env.items() if k in (cgroups.ENV_CPU, cgroups.ENV_MEMORY) and v]
+        counted = list(dict.fromkeys(v for k, v in env.items() if k in (cgroups.ENV_CPU, cgroups.ENV_MEMORY) and v))
         return sandbox.command(self.stack, [sandbox.python(self.stack), *WORKER], rw=[*writable, *counted],
                                ro=readable, env=env)
 
@@ -178,6 +178,7 @@ def resolve(backend: str, stack: str = HOST) -> Backend:
                 hold(st)  # for this process's life: the stack is not removed or replaced under its cells
             except OSError as e:
                 raise UserError(f"stack {stack!r}: its record cannot be read ({e.strerror})", key="stacks") from None
+            st = load(stack)  # read again under the lock: a rebuild may have replaced it meanwhile
             _BACKENDS[key] = StackBackend(BACKENDS[backend], st)
         return _BACKENDS[key]
 

@@ -173,6 +173,9 @@ def _may_build(name: str, base: Path, out: Path, force: bool) -> None:
     if not force:
         state = "exists" if stack.problem is None else f"exists ({stack.problem})"
         raise UserError(f"stack {name!r} {state}; rebuild it with --force", source="command line", key=name)
+    if store.in_use(out):  # said again when it is set aside, if a run took it up meanwhile
+        raise UserError(f"stack {name!r} is in use by a run: not rebuilt; try again after it", source="command line",
+                        key=name)
 
 
 def _build(name: str, suite: str, packages: str, base: Path, out: Path, lines: list[str], builder: str,

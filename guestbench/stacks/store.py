@@ -5,6 +5,7 @@ write, or a link, is refused, never used or removed."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -123,6 +124,10 @@ def hold(stack: Stack) -> int:
     closed): `stack rm` and a rebuild see it (in_use) and leave the stack alone."""
     fd = os.open(stack.path / RECORD, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     fcntl.flock(fd, fcntl.LOCK_SH)
+    held, now = os.fstat(fd), os.lstat(stack.path / RECORD)
+    if held.st_nlink == 0 or (held.st_dev, held.st_ino) != (now.st_dev, now.st_ino):  # removed or rebuilt meanwhile
+        os.close(fd)
+        raise FileNotFoundError(errno.ENOENT, "replaced while it was being locked", str(stack.path / RECORD))
     return fd
 
 
@@ -151,11 +156,22 @@ def set_aside(path: Path, aside: Path) -> None:
     if mounted := _mounted(path):
         raise UserError(f"{path} is in use ({mounted[0]} is mounted): not removed", source="command line",
                         key=path.name)
-    if in_use(path):
-        raise UserError(f"{path} is in use by a run (it holds the stack's record): not removed; try again after it",
-                        source="command line", key=path.name)
     try:
-        os.unlink(path / RECORD)
+        fd = os.open(path / RECORD, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        pass
-    os.replace(path, aside / "old")
+        fd = None  # half-built: no run holds it
+    try:
+        if fd is not None:
+            try:  # held until the stack is out of the way: no run takes it up meanwhile
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise UserError(f"{path} is in use by a run (it holds the stack's record): not removed; try again "
+                                "after it", source="command line", key=path.name) from None
+        try:
+            os.unlink(path / RECORD)
+        except FileNotFoundError:
+            pass
+        os.replace(path, aside / "old")
+    finally:
+        if fd is not None:
+            os.close(fd)
