@@ -185,3 +185,18 @@ def check_printed_phase_tables(doc: dict, out: str) -> None:
             assert fmt_seconds(bp.median_total) in out
             # the published claim: start-up is dominated by the appliance, not the hypervisor
             assert bp.host_side_share < 0.5
+
+
+@pytest.mark.parametrize("ps4", ["+ ", "/init: "])  # bash's default; libguestfs 1.60's appliance (sid) sets PS4
+def test_the_appliances_trace_lines_are_markers_whatever_its_ps4(ps4: str) -> None:
+    lines = [markers.Line(1.0, "appliance", "Checking that seccomp filters can be installed...OK"),  # UML 7.2
+             markers.Line(2.0, "appliance", "Starting /init script ..."),
+             markers.Line(3.0, "appliance", f"{ps4}udevadm trigger"),
+             markers.Line(4.0, "appliance", f"{ps4}cmd=guestfsd"),  # not the daemon's start
+             markers.Line(5.0, "appliance", f"{ps4}mdadm -As --auto=yes --no-degraded"),
+             markers.Line(6.0, "appliance", f"{ps4}guestfsd --channel /dev/virtio-ports/x --verbose"),
+             markers.Line(7.0, "libguestfs", "recv_from_daemon: received GUESTFS_LAUNCH_FLAG")]
+    cut = {p["name"]: p["s"] for p in markers.split(lines, 8.0, "uml")}
+    assert cut["library set-up"] == 1.0 and "kernel early boot" in cut  # UML's seccomp-mode check starts it
+    assert cut["udev"] == 2.0 and cut["LVM/MD probing"] == 1.0
+    assert cut["daemon start"] == 1.0 and cut["first request"] == 1.0

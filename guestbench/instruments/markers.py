@@ -55,7 +55,8 @@ HYPERVISOR = Phase("hypervisor start", r"finished testing qemu features|launch l
 FIRMWARE = Phase("firmware", r"SeaBIOS \(version", "appliance", "firmware (SeaBIOS) until it boots the Linux loader", True)
 LOADER = Phase("kernel load, early boot", r"Booting from ROM", "appliance",
                "loading kernel and initrd, decompression, early kernel boot until the kernel console is up", False)
-UML_EARLY = Phase("kernel early boot", r"Checking that ptrace can change system call numbers", "appliance",
+UML_EARLY = Phase("kernel early boot", r"Checking that (ptrace can change system call numbers|seccomp filters can be "
+                  r"installed)", "appliance",
                   "UML's host checks and early kernel boot until the kernel console is up (UML holds back "
                   "the kernel's first messages until then)", False)
 KERNEL = Phase("kernel init", r"Linux version \d", "appliance",
@@ -65,11 +66,13 @@ INITRD = Phase("initrd", r"Run /\S+ as init process", "appliance",
                "supermin's mini initrd: kernel modules, mounting the appliance root", False)
 INIT = Phase("/init set-up", r"Starting /init script", "appliance",
              "the appliance's /init: mounts, tmpfiles, starting udevd", False)
-UDEV = Phase("udev", r"^\+ udevadm trigger", "appliance",
+# /init's trace lines: "+ cmd" (bash's default PS4; trixie's libguestfs 1.54), "/init: cmd" (sid's 1.60 sets PS4)
+TRACE = r"^(?:\+|/init:) "
+UDEV = Phase("udev", TRACE + r"udevadm trigger", "appliance",
              "udev: trigger and settle (device nodes, module loading)", False)
-PROBE = Phase("LVM/MD probing", r"^\+ mdadm -As", "appliance",
+PROBE = Phase("LVM/MD probing", TRACE + r"mdadm -As", "appliance",
               "scanning for MD arrays, LVM volume groups and Windows dynamic disks", False)
-DAEMON = Phase("daemon start", r"^\+ guestfsd\b", "appliance",
+DAEMON = Phase("daemon start", TRACE + r"guestfsd\b", "appliance",
                "guestfsd starts, opens its channel and says it is ready", False)
 ANSWER = Phase("first request", r"received GUESTFS_LAUNCH_FLAG", "libguestfs",
                "launch returns and one ping round trip to the daemon", False)
