@@ -6,7 +6,7 @@ and installs them in one go, where debootstrap installs a minimal base and apt t
 here a whole trixie stack (libguestfs, qemu, UML, supermin, a kernel) took 51 s and a sid one 74 s, against 77 s for
 debootstrap's minimal trixie base alone. Debian 12's mmdebstrap (1.3.5) builds both.
 
-A build runs in its own PID and mount namespaces (unshare), under PDEATHSIG (setpriv): when guestbench dies, even
+A build runs in its own PID and mount namespaces (unshare), under PDEATHSIG (DIE_WITH_PARENT): when guestbench dies, even
 by SIGKILL, every process of the build dies with it, and the mounts mmdebstrap makes for its chroot go with its
 namespace. It builds into a directory of its own (guestbench.host.rundirs) renamed into place when whole; a build
 whose owner died is swept by the next. The suite's Release files are not checked for expiry (this archive is served
@@ -25,6 +25,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from importlib import metadata
 from pathlib import Path
@@ -112,8 +113,15 @@ def command(suite: str, packages: str, target: Path, lines: list[str]) -> list[s
             f"--include={','.join(PACKAGES[packages])}"]
     argv += [f"--customize-hook={hook}" for hook in _hooks(packages)]
     argv += [suite, str(target), *lines]
-    return ["setpriv", "--pdeathsig", "KILL", "--", "unshare", "--mount", "--propagation", "private", "--pid",
-            "--fork", "--kill-child", "--mount-proc", "--", *argv]
+    return [sys.executable, "-c", DIE_WITH_PARENT, str(os.getpid()), "unshare", "--mount", "--propagation", "private",
+            "--pid", "--fork", "--kill-child", "--mount-proc", "--", *argv]
+
+
+# The build's first process: SIGKILL when guestbench dies (PR_SET_PDEATHSIG = 1), then the build. If guestbench died
+# before that was set, its parent is no longer guestbench and it ends there (CI C8: with setpriv --pdeathsig, a
+# SIGKILL in the moment between the fork and setpriv's prctl left a build running with nobody to stop it).
+DIE_WITH_PARENT = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGKILL); "
+                   "os.getppid() == int(sys.argv[1]) or os._exit(1); os.execvp(sys.argv[2], sys.argv[2:])")
 
 
 def builder_version() -> str:
@@ -192,7 +200,7 @@ def _build(name: str, suite: str, packages: str, base: Path, out: Path, lines: l
                 proc = subprocess.Popen(command(suite, packages, root, lines), stdin=subprocess.DEVNULL, stdout=f,
                                         stderr=subprocess.STDOUT, start_new_session=True, env=_environment())
             except OSError as e:
-                raise UserError(f"cannot start the build ({e.strerror}: {e.filename}; setpriv and unshare are "
+                raise UserError(f"cannot start the build ({e.strerror}: {e.filename}; unshare is "
                                 "util-linux's)", source="installation", key="util-linux") from None
         try:
             rc = proc.wait(timeout=BUILD_TIMEOUT_S)
