@@ -305,7 +305,9 @@ def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(t
 
 
 def test_ctrl_c_of_a_cluster_run_stops_the_hosts_and_keeps_every_sample(fleet: Fleet, tmp_path: Path) -> None:
-    run = _start_run(tmp_path, fleet.address, reps=20, measurement=UPLOADS)  # alpha's samples after one launch
+    # alpha's samples come after one launch; enough of them that the run is still going when the SIGINT comes: with
+    # 20 the coordinator's file showed two samples only as the run ended (CI E8, beside the suite's stack builds)
+    run = _start_run(tmp_path, fleet.address, reps=200, measurement=UPLOADS)
     _wait("two samples", lambda: _in_results(tmp_path, lambda doc: sum(len(c["samples"]) for c in doc["cells"]) >= 2),
           600, every=0.5)
     run.send_signal(signal.SIGINT)
@@ -317,7 +319,7 @@ def test_ctrl_c_of_a_cluster_run_stops_the_hosts_and_keeps_every_sample(fleet: F
     assert doc["status"] == "interrupted", doc["status"]
     assert {doc["hosts"][n]["status"] for n in ("alpha", "beta")} <= {"interrupted", "complete"}
     kept = sum(len(c["samples"]) for c in doc["cells"])
-    assert 2 <= kept < 40
+    assert 2 <= kept < 400  # stopped before the 2 × 200 it planned
     assert took < 120, f"the hosts took {took:.0f} s to stop"
     # the workers are still there, idle and clean: no host run, no hypervisor
     _wait("the hosts' runs to end", lambda: not _hypervisors(), 60)
