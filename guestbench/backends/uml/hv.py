@@ -28,9 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guestbench.backends.uml.channel import (CHANNEL_ENV, DEVICES, MODE_ENV, MODES, PORT_NAME, REFUSALS_FILE,
-                                             SECCOMP, offered_modes)
+from guestbench.backends.uml.channel import (CHANNEL_ENV, DEVICES, DRIVE_PATHS_FILE, MODE_ENV, MODES, PORT_NAME,
+                                             REFUSALS_FILE, SECCOMP, VIRTIO_BLK_ARG, offered_modes)
+from guestbench.backends.uml.drives import (AUTO, DRIVES_ENV, VHOST_USER_BLK, Devices, Drive, TranslateError,
+                                            choose, device, drive, kv)
 from guestbench.backends.uml.pinning import pinned
+from guestbench.backends.uml.storage_daemon import BLOCK_DEVICE_ID, StorageDaemon
 from guestbench.host.paths import WORKDIR_ENV
 
 QEMU = "qemu-system-x86_64"
@@ -43,21 +46,6 @@ DROP_APPEND = re.compile(r"^(root|console|8250\.nr_uarts|edd|lpj|tsc|no_timer_ch
                          r"|cryptomgr\.notests|panic|udevtimeout|udev\.event-timeout|printk\.time)(=.*)?$")
 
 
-class TranslateError(Exception):
-    """The qemu command line asks for something UML cannot do."""
-
-
-@dataclass
-class Drive:
-    path: str
-    fmt: str
-    appliance: bool
-    readonly: bool
-    # an empty qcow2 overlay over this raw image (libguestfs's protection of read-only drives): UML gets a COW
-    # file of its own over the image instead, and the image is only ever opened read-only
-    backing: str | None = None
-
-
 @dataclass
 class Launch:
     """What libguestfs asked qemu for, in UML's terms."""
@@ -67,15 +55,6 @@ class Launch:
     append: list[str]
     drives: list[Drive] = field(default_factory=list)
     channel_socket: str | None = None
-
-
-def _kv(value: str) -> dict[str, str]:
-    """qemu's key=value,key=value, where ',,' is a literal comma."""
-    out: dict[str, str] = {}
-    for part in re.split(r"(?<!,),(?!,)", value):
-        k, _, v = part.partition("=")
-        out[k] = v.replace(",,", ",")
-    return out
 
 
 def parse(args: list[str]) -> Launch:
@@ -95,85 +74,35 @@ def parse(args: list[str]) -> Launch:
     mem = next((v for k, v in opts if k == "-m"), "1280") or "1280"
     launch = Launch(kernel=kernel, memory_mib=int(re.sub(r"[^0-9]", "", mem) or 1280),
                     append=(next((v for k, v in opts if k == "-append"), "") or "").split())
+    devices = Devices()
     for k, v in opts:
         if k == "-drive" and v:
-            launch.drives.append(_drive(_kv(v)))
+            launch.drives.append(drive(kv(v)))
+        elif k == "-device" and v:
+            device(kv(v.split(",", 1)[1]) if "," in v else {}, devices)
         elif k == "-chardev" and v and "socket" in v:
-            launch.channel_socket = _kv(v.split(",", 1)[1] if v.startswith("socket,") else v).get("path")
+            launch.channel_socket = kv(v.split(",", 1)[1] if v.startswith("socket,") else v).get("path")
+    for d in launch.drives:
+        d.blocksize = devices.blocksize.get(d.drive_id)
     if launch.channel_socket is None:
         raise TranslateError("no daemon channel (-chardev socket,path=...) in the launch command line")
     return launch
 
 
-def _drive(d: dict[str, str]) -> Drive:
-    """One -drive, in either of the spellings libguestfs uses (file=...,format=... or, for its overlays,
-    file.file.filename=...,file.driver=...)."""
-    path = d.get("file") or d.get("file.file.filename") or d.get("file.filename")
-    if not path:
-        raise TranslateError(f"a -drive without a file: {','.join(f'{k}={v}' for k, v in d.items())}")
-    fmt = d.get("format") or d.get("file.driver") or "raw"
-    drive = Drive(path, fmt, d.get("id") == "appliance" or d.get("snapshot") == "on", d.get("readonly") == "on")
-    if fmt == "qcow2":
-        drive.backing = raw_backing_of_empty_overlay(path)
-    elif fmt != "raw":
-        raise TranslateError(f"UML's block driver reads raw images only, not {fmt} ({path})")
-    return drive
-
-
-def raw_backing_of_empty_overlay(path: str) -> str:
-    """The raw image under a qcow2 overlay that holds nothing of its own; TranslateError for any other qcow2.
-
-    libguestfs puts such an overlay over every read-only drive (virt-ls, guestfish --ro, readonly=true) so
-    that the image is never written; a UML COW file over the raw image gives the same protection. qemu-img
-    is asked with --force-share, as libguestfs opens the overlay without locks: the image may be the disk of
-    a running VM.
-    """
-    refused = f"UML's block driver reads raw images only, not qcow2 ({path})"
-
-    def qemu_img(*args: str) -> object:
-        try:
-            out = subprocess.run(["qemu-img", *args, "-U", "--output=json", path], capture_output=True, text=True,
-                                 timeout=60, check=True).stdout
-            return json.loads(out)
-        except (OSError, subprocess.SubprocessError, ValueError) as exc:
-            said = getattr(exc, "stderr", None) or exc
-            raise TranslateError(f"{refused}: qemu-img {args[0]} cannot read it: {' '.join(str(said).split())}") \
-                from None
-
-    info = qemu_img("info")
-    backing = info.get("full-backing-filename") or info.get("backing-filename") if isinstance(info, dict) else None
-    if not isinstance(info, dict) or not backing:
-        raise TranslateError(f"{refused}: it has no backing file")
-    if info.get("backing-filename-format") != "raw":
-        raise TranslateError(f"{refused}: its backing file {backing} is "
-                             f"{info.get('backing-filename-format') or 'of an unstated format'}, not raw")
-    extents = qemu_img("map")
-    if not isinstance(extents, list) or any(e.get("depth") == 0 for e in extents):
-        raise TranslateError(f"{refused}: it holds data (or zeroes) of its own over {backing}; only an empty "
-                             "overlay over a raw image can become a UML COW file")
-    try:
-        fd = os.open(backing, os.O_RDONLY)
-        try:
-            size = os.lseek(fd, 0, os.SEEK_END)  # a block device's size too (its st_size is 0)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise TranslateError(f"{refused}: its backing file {backing} cannot be opened: {exc.strerror}") from None
-    if info.get("virtual-size") != -(-size // 512) * 512:  # qemu rounds an image up to whole sectors
-        raise TranslateError(f"{refused}: its size differs from its backing file {backing}'s")
-    return str(backing)
-
-
 def uml_command(launch: Launch, tmp: Path, channel: str, channel_fd: int | None, vhost_socket: str | None,
-                mode: str | None = None) -> list[str]:
+                mode: str | None = None, disk_sockets: dict[int, str] | None = None) -> list[str]:
     """The UML kernel command line for this launch (the kernel is the fixed appliance's UML binary); `mode`: the
-    userspace mode asked for (a UML with seccomp mode is told which; None: the kernel's only mode, ptrace)."""
+    userspace mode asked for (a UML with seccomp mode is told which; None: the kernel's only mode, ptrace);
+    `disk_sockets`: drive index → the vhost-user-blk socket serving it (guestbench.backends.uml.storage_daemon)."""
+    disk_sockets = disk_sockets or {}
     argv = [launch.kernel, f"mem={launch.memory_mib}M", *DEVICES, "con0=fd:0,fd:1"]
     if mode in MODES and SECCOMP in offered_modes(Path(launch.kernel)):  # an older UML has ptrace alone
         argv.append("seccomp=on" if mode == SECCOMP else "seccomp=off")
     root_dev = None
     for n, d in enumerate(launch.drives):
-        if d.appliance:
+        if n in disk_sockets:  # in drive order: the appliance names them by their place (drives.py)
+            argv.append(f"virtio_uml.device={disk_sockets[n]}:{BLOCK_DEVICE_ID}")
+        elif d.appliance:
             # never write to the shared appliance root: UML makes a copy-on-write file for this launch
             argv.append(f"ubd{n}={tmp / 'appliance.cow'},{d.path}")
             root_dev = f"/dev/ubd{chr(ord('a') + n)}"
@@ -185,6 +114,8 @@ def uml_command(launch: Launch, tmp: Path, channel: str, channel_fd: int | None,
         raise TranslateError("no appliance drive in the launch command line")
     kept = [a for a in launch.append if not DROP_APPEND.match(a)]
     argv += [f"root={root_dev}", "rw", "console=tty0", "init=/guestbench-uml-init"]
+    if disk_sockets:
+        argv.append(f"{VIRTIO_BLK_ARG}=1")  # the init loads virtio_blk (udev does not)
     if channel == "serial":
         argv += [f"ssl{SERIAL_LINE}=fd:{channel_fd}", f"guestfs_channel=/dev/ttyS{SERIAL_LINE}"]
     else:
@@ -241,8 +172,12 @@ def run(args: list[str]) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="uml-", dir=base))
     peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server = None
+    disks: StorageDaemon | None = None
     stop = threading.Event()
     try:
+        choose(launch.drives, os.environ.get(DRIVES_ENV) or AUTO)
+        virtio = [(n, d) for n, d in enumerate(launch.drives) if d.route == VHOST_USER_BLK]
+        _say_drive_paths(launch.drives)
         assert launch.channel_socket is not None
         peer.connect(launch.channel_socket)  # libguestfs listens; qemu would connect here too
         vhost_socket = None
@@ -251,7 +186,10 @@ def run(args: list[str]) -> int:
 
             vhost_socket = str(tmp / "vhost.sock")
             server = VhostConsole(vhost_socket, PORT_NAME, peer)  # listening now; served once UML is started
-        argv = uml_command(launch, tmp, channel, peer.fileno(), vhost_socket, os.environ.get(MODE_ENV))
+        if virtio:  # before UML, which connects to each socket as it boots; dead with this program, as UML
+            disks = StorageDaemon(virtio, tmp, _die_with_parent)
+        argv = uml_command(launch, tmp, channel, peer.fileno(), vhost_socket, os.environ.get(MODE_ENV),
+                           dict(zip((n for n, _ in virtio), disks.sockets)) if disks else None)
         env = dict(os.environ)
         ram_dir, said = ram_tmpdir(launch.memory_mib)
         if ram_dir is None:
@@ -279,6 +217,8 @@ def run(args: list[str]) -> int:
             relay[0].start()
             server = None  # serve() closes it when it returns
         signalled: list[int] = []  # the handler takes no lock (stop's would deadlock it in a stop.set below)
+        if disks is not None:
+            disks.watch(stop, lambda why: _disks_failed(why, uml))
 
         def forward(signum: int, _frame: object) -> None:
             # libguestfs stops qemu with SIGTERM after syncing the disks: stop UML and all its processes (while UML
@@ -294,14 +234,41 @@ def run(args: list[str]) -> int:
         os.write(guardian, b"r")  # reaped and killed: the guardian must not kill that group id later
         if relay is not None:
             _end_relay(*relay, stop, signalled, DRAIN_S + 2 * POLL_S)
+        if disks is not None and disks.died:
+            return 1
         # UML exits 1 after a clean power-off, and is killed by us when libguestfs shuts it down
         return 0 if rc in (0, 1, -signal.SIGKILL) else (rc if rc > 0 else 128 - rc)
     finally:
         stop.set()
+        if disks is not None:
+            disks.stop()
         if server is not None:  # never served: UML did not start
             server.close()
         peer.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _say_drive_paths(drives: list[Drive]) -> None:
+    """The path each of libguestfs's drives takes (the appliance's root aside), for the results (DRIVE_PATHS_FILE in
+    the work dir, which the worker reads after the launch) and the console."""
+    routes = [d.route for d in drives if not d.appliance]
+    if not routes:
+        return
+    sys.stderr.write(f"guestbench-uml: drives: {', '.join(f'{d.path} via {d.route}' for d in drives if not d.appliance)}\n")
+    workdir = os.environ.get(WORKDIR_ENV)
+    if workdir and os.path.isdir(workdir):
+        fd, name = tempfile.mkstemp(dir=workdir, prefix=".drive-paths-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(routes, f)
+        os.replace(name, os.path.join(workdir, DRIVE_PATHS_FILE))
+
+
+def _disks_failed(why: str, uml: subprocess.Popen[bytes]) -> None:
+    """The storage daemon stopped serving: UML would wait on its disks for ever. Say why, and end UML."""
+    sys.stderr.write(f"guestbench-uml: error: {why}\n")
+    sys.stderr.flush()
+    if uml.returncode is None:
+        _kill_group(uml.pid, signal.SIGKILL)
 
 
 PR_SET_PDEATHSIG = 1

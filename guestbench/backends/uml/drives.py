@@ -1,0 +1,192 @@
+"""libguestfs's drives, read from the qemu command line it gives the uml hypervisor program, and the path each takes.
+
+Two paths reach UML's guest: its own block driver (ubd), which opens raw files and its own COW files and nothing
+else, and a virtio disk served over vhost-user by qemu-storage-daemon (guestbench.backends.uml.storage_daemon),
+which opens whatever qemu opens (qcow2 and its backing chains, the other image formats, NBD, HTTP) with the cache
+mode, block size, discard and copy-on-read libguestfs asked for.
+
+Why the order matters: the appliance's daemon names disks by their place in /dev/disk/by-path, and there UML's
+ubd devices (platform-uml-blkdev.N) sort before its virtio ones (platform-virtio-uml.N). So once one of
+libguestfs's drives takes vhost-user-blk, every later one does too, and /dev/sdb stays libguestfs's second drive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+
+UBD, VHOST_USER_BLK = "ubd", "vhost-user-blk"
+DRIVE_PATHS = (UBD, VHOST_USER_BLK)
+AUTO = "auto"
+DRIVES_ENV = "GUESTBENCH_UML_DRIVES"  # ubd | vhost-user-blk | auto (the default): the path libguestfs's drives take
+# qemu's -drive cache= modes as block-node options (cache.direct, cache.no-flush) and whether the device writes through
+CACHE_MODES = {"writeback": (False, False, False), "none": (True, False, False), "unsafe": (False, True, False),
+               "writethrough": (False, False, True), "directsync": (True, False, True)}
+URL_PROTOCOLS = ("http", "https", "ftp", "ftps")
+
+
+class TranslateError(Exception):
+    """The qemu command line asks for something UML cannot do."""
+
+
+@dataclass
+class Drive:
+    """One of libguestfs's -drive options, in the terms both paths need."""
+
+    path: str  # a file or block device; for another protocol, the whole qemu file= string
+    fmt: str | None  # None: not given (qemu probes it)
+    appliance: bool
+    readonly: bool
+    drive_id: str = ""
+    protocol: str = "file"
+    cache: str = "writeback"
+    snapshot: bool = False  # writes go to a temporary overlay (libguestfs's snapshot=on)
+    discard: bool = False
+    copy_on_read: bool = False
+    locking_off_backing: bool = False  # libguestfs's overlay opens its backing file without locks
+    blocksize: int | None = None  # physical and logical block size the device shows (bytes)
+    # ubd: an empty qcow2 overlay over this raw image (libguestfs's protection of read-only drives): UML gets a COW
+    # file of its own over the image instead, and the image is only ever opened read-only
+    backing: str | None = None
+    route: str = ""  # UBD or VHOST_USER_BLK, once chosen
+
+
+@dataclass
+class Devices:
+    """What -device options said about the drives (by drive id): their block sizes."""
+
+    blocksize: dict[str, int] = field(default_factory=dict)
+
+
+def kv(value: str) -> dict[str, str]:
+    """qemu's key=value,key=value, where ',,' is a literal comma."""
+    out: dict[str, str] = {}
+    for part in re.split(r"(?<!,),(?!,)", value):
+        k, _, v = part.partition("=")
+        out[k] = v.replace(",,", ",")
+    return out
+
+
+def protocol_of(path: str) -> str:
+    """The protocol of a qemu file= string, as libguestfs writes them (qemu.c): file for a plain path."""
+    if path.startswith("nbd:"):
+        return "nbd"
+    m = re.match(r"^([a-z+]+)://", path)
+    if m:
+        return m.group(1)
+    if path.startswith(("rbd:", "json:")):
+        return path.split(":", 1)[0]
+    return "file"
+
+
+def drive(d: dict[str, str]) -> Drive:
+    """One -drive, in either of the spellings libguestfs uses (file=...,format=... or, for its overlays,
+    file.file.filename=...,file.driver=qcow2)."""
+    path = d.get("file") or d.get("file.file.filename") or d.get("file.filename")
+    if not path:
+        raise TranslateError(f"a -drive without a file: {','.join(f'{k}={v}' for k, v in d.items())}")
+    fmt = d.get("format") or d.get("file.driver") or None
+    cache = d.get("cache") or "writeback"
+    if cache not in CACHE_MODES:
+        raise TranslateError(f"cache mode {cache} of drive {path} is not one qemu has ({', '.join(CACHE_MODES)})")
+    return Drive(path, fmt, d.get("id") == "appliance", d.get("readonly") in ("on", ""), drive_id=d.get("id", ""),
+                 protocol=protocol_of(path), cache=cache, snapshot=d.get("snapshot") == "on",
+                 discard=d.get("discard") == "unmap", copy_on_read=d.get("copy-on-read") == "on",
+                 locking_off_backing=d.get("file.backing.file.locking") == "off")
+
+
+def device(d: dict[str, str], devices: Devices) -> None:
+    """Note what one -device says about its drive (scsi-hd or virtio-blk: physical/logical_block_size)."""
+    size = d.get("logical_block_size") or d.get("physical_block_size")
+    if d.get("drive") and size:
+        try:
+            devices.blocksize[d["drive"]] = int(size)
+        except ValueError:
+            raise TranslateError(f"block size {size!r} of drive {d['drive']} is not a number") from None
+
+
+def choose(drives: list[Drive], wanted: str) -> None:
+    """Set each drive's route (UBD or VHOST_USER_BLK): `wanted` as DRIVES_ENV says. The appliance's root is always
+    ubd (UML boots from it before any module loads); auto keeps ubd for raw files under no block size, copy-on-read
+    or other protocol, until a drive needs vhost-user-blk (the module docstring says why later ones follow it)."""
+    if wanted not in (AUTO, *DRIVE_PATHS):
+        raise TranslateError(f"{DRIVES_ENV}={wanted!r}: allowed {AUTO}, {', '.join(DRIVE_PATHS)}")
+    virtio = wanted == VHOST_USER_BLK
+    for d in drives:
+        if d.appliance:
+            d.route = UBD
+            continue
+        why_not = None if virtio else ubd_refusal(d)
+        if why_not is not None and wanted == UBD:
+            raise TranslateError(f"UML's block driver cannot take {d.path} ({why_not}); {DRIVES_ENV}={UBD} "
+                                 f"asked for it alone")
+        virtio = virtio or why_not is not None
+        d.route = VHOST_USER_BLK if virtio else UBD
+
+
+def ubd_refusal(d: Drive) -> str | None:
+    """Why UML's own block driver cannot take drive `d`, or None (setting d.backing for an empty overlay)."""
+    if d.protocol != "file":
+        return f"a {d.protocol} drive"
+    if d.blocksize:
+        return f"a block size of {d.blocksize} bytes"
+    if d.copy_on_read:
+        return "copy-on-read"
+    fmt = d.fmt or probed_format(d.path)
+    if d.snapshot:  # writes go to a COW file of UML's over the image, as to qemu's temporary overlay
+        d.backing = d.path
+        return None if fmt == "raw" else f"a snapshot of {fmt}, not raw"
+    if fmt == "qcow2":
+        why, d.backing = raw_backing_of_empty_overlay(d.path)
+        return why
+    return None if fmt == "raw" else f"{fmt}, not raw"
+
+
+def qemu_img(path: str, *args: str) -> object:
+    """qemu-img's JSON answer about `path`, read with --force-share (libguestfs opens an overlay's backing file
+    without locks: the image may be the disk of a running VM); TranslateError when it cannot read it."""
+    try:
+        out = subprocess.run(["qemu-img", *args, "-U", "--output=json", path], capture_output=True, text=True,
+                             timeout=60, check=True, stdin=subprocess.DEVNULL).stdout
+        return json.loads(out)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        said = getattr(exc, "stderr", None) or exc
+        raise TranslateError(f"qemu-img {args[0]} cannot read {path}: {' '.join(str(said).split())}") from None
+
+
+def probed_format(path: str) -> str:
+    """The format qemu would probe for an image given without one."""
+    info = qemu_img(path, "info")
+    fmt = info.get("format") if isinstance(info, dict) else None
+    if not isinstance(fmt, str):
+        raise TranslateError(f"qemu-img cannot tell the format of {path}")
+    return fmt
+
+
+def raw_backing_of_empty_overlay(path: str) -> tuple[str | None, str | None]:
+    """(None, the raw image) for a qcow2 overlay that holds nothing of its own over a raw image of its size, else
+    (why not, None). libguestfs puts such an overlay over every read-only drive (virt-ls, guestfish --ro,
+    readonly=true) so that the image is never written; a UML COW file over the raw image gives the same protection."""
+    info = qemu_img(path, "info")
+    backing = info.get("full-backing-filename") or info.get("backing-filename") if isinstance(info, dict) else None
+    if not isinstance(info, dict) or not backing:
+        return "qcow2 with no backing file", None
+    if info.get("backing-filename-format") != "raw":
+        return f"qcow2 over {info.get('backing-filename-format') or 'an image of unstated format'}", None
+    extents = qemu_img(path, "map")
+    if not isinstance(extents, list) or any(e.get("depth") == 0 for e in extents):
+        return "a qcow2 overlay holding data of its own", None
+    try:
+        fd = os.open(backing, os.O_RDONLY)
+        try:
+            size = os.lseek(fd, 0, os.SEEK_END)  # a block device's size too (its st_size is 0)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise TranslateError(f"the backing file {backing} of {path} cannot be opened: {exc.strerror}") from None
+    if info.get("virtual-size") != -(-size // 512) * 512:  # qemu rounds an image up to whole sectors
+        return "a qcow2 overlay of another size than its backing file", None
+    return None, str(backing)
