@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from guestbench.backends.uml.hv import TranslateError, parse, uml_command
+from guestbench.backends.uml.drives import AUTO, UBD, VHOST_USER_BLK, choose, drive, kv
+from guestbench.backends.uml.hv import Launch, TranslateError, parse, uml_command
+from guestbench.backends.uml.storage_daemon import export, nodes
 
 QEMU_ARGS = [
     "-global", "virtio-blk-pci.scsi=off", "-no-user-config", "-nodefaults", "-display", "none",
@@ -65,33 +67,85 @@ def _overlay_args(overlay: Path) -> list[str]:
     return [spelled if a.startswith("file=/work/a") else a for a in QEMU_ARGS]
 
 
+def _chosen(args: list[str], wanted: str = AUTO) -> Launch:
+    launch = parse(args)
+    choose(launch.drives, wanted)
+    return launch
+
+
 def test_an_empty_overlay_over_a_raw_image_becomes_a_uml_cow_file(tmp_path: Path) -> None:
     raw = tmp_path / "disk.raw"
     raw.write_bytes(b"\1" * 3 * 2**20 + b"\2" * 100)  # not a whole number of sectors: qemu rounds it up
     overlay = tmp_path / "overlay1.qcow2"
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(raw), "-F", "raw", str(overlay)],
                    check=True, timeout=60)
-    launch = parse(_overlay_args(overlay))
-    assert (launch.drives[0].path, launch.drives[0].backing) == (str(overlay), str(raw))
+    launch = _chosen(_overlay_args(overlay))
+    assert (launch.drives[0].path, launch.drives[0].backing, launch.drives[0].route) == (str(overlay), str(raw), UBD)
     argv = uml_command(launch, tmp_path, "virtio", None, "/x/vhost.sock")
     assert f"ubd0={tmp_path / 'drive0.cow'},{raw}" in argv  # guest writes go to the COW file, never the image
-    # ...an overlay that holds zeroes or data of its own is refused, with the reason
+    assert "guestbench.virtio_blk=1" not in argv
+    # ...an overlay that holds zeroes or data of its own goes to qemu-storage-daemon; ubd alone refuses it, saying why
     for write in ("write -z 0 64k", "write -P 7 64k 64k"):
         subprocess.run(["qemu-io", "-c", write, str(overlay)], check=True, capture_output=True, timeout=60)
-        with pytest.raises(TranslateError, match=r"raw images only, not qcow2 .*holds data \(or zeroes\) of its own"):
-            parse(_overlay_args(overlay))
+        assert _chosen(_overlay_args(overlay)).drives[0].route == VHOST_USER_BLK
+        with pytest.raises(TranslateError, match=r"cannot take .*overlay1.qcow2 \(a qcow2 overlay holding data of "
+                                                 r"its own\); GUESTBENCH_UML_DRIVES=ubd asked for it alone"):
+            _chosen(_overlay_args(overlay), UBD)
 
 
-def test_other_qcow2_is_refused_with_a_reason(tmp_path: Path) -> None:
+def test_what_ubd_cannot_open_takes_vhost_user_blk_and_later_drives_follow(tmp_path: Path) -> None:
     standalone = tmp_path / "own.qcow2"
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(standalone), "16M"], check=True, timeout=60)
     args = [a.replace("file=/work/a,,b/disk.raw", f"file={standalone}").replace("format=raw,id=hd0", "format=qcow2,id=hd0")
             for a in QEMU_ARGS]
-    with pytest.raises(TranslateError, match="raw images only, not qcow2 .*no backing file"):
-        parse(args)
-    args = [a.replace("format=raw,id=hd0", "format=vmdk,id=hd0") for a in QEMU_ARGS]
-    with pytest.raises(TranslateError, match="raw images only, not vmdk"):
-        parse(args)
+    assert [d.route for d in _chosen(args).drives] == [VHOST_USER_BLK, UBD]  # the appliance's root stays on ubd
+    with pytest.raises(TranslateError, match="cannot take .*own.qcow2 \\(qcow2 with no backing file\\)"):
+        _chosen(args, UBD)
+    with pytest.raises(TranslateError, match="cannot take /work/a,b/disk.raw \\(vmdk, not raw\\)"):
+        _chosen([a.replace("format=raw,id=hd0", "format=vmdk,id=hd0") for a in QEMU_ARGS], UBD)
+    # a block size: ubd has none to give
+    sized = [a.replace("scsi-hd,drive=hd0", "scsi-hd,drive=hd0,physical_block_size=4096,logical_block_size=4096")
+             for a in QEMU_ARGS]
+    launch = _chosen(sized)
+    assert (launch.drives[0].blocksize, launch.drives[0].route) == (4096, VHOST_USER_BLK)
+    argv = uml_command(launch, tmp_path, "virtio", None, "/x/vhost.sock", disk_sockets={0: "/x/disk0.sock"})
+    assert "virtio_uml.device=/x/disk0.sock:2" in argv and "guestbench.virtio_blk=1" in argv
+    assert not any(a.startswith("ubd0") for a in argv) and "root=/dev/ubdb" in argv
+    # the daemon names disks by their place in /dev/disk/by-path, where ubd sorts before virtio: a raw drive after a
+    # virtio one is virtio too, so that /dev/sdb stays libguestfs's second drive
+    raw = tmp_path / "second.raw"
+    raw.write_bytes(bytes(2**20))
+    second = ["-drive", f"file={raw},cache=writeback,format=raw,id=hd1,if=none", "-device", "scsi-hd,drive=hd1"]
+    at = sized.index("-device", sized.index("-drive"))
+    two = sized[:at + 2] + second + sized[at + 2:]
+    assert [d.route for d in _chosen(two).drives] == [VHOST_USER_BLK, VHOST_USER_BLK, UBD]
+    assert [d.route for d in _chosen(two, VHOST_USER_BLK).drives] == [VHOST_USER_BLK, VHOST_USER_BLK, UBD]
+    with pytest.raises(TranslateError, match="GUESTBENCH_UML_DRIVES='nvme': allowed auto, ubd, vhost-user-blk"):
+        _chosen(two, "nvme")
+
+
+def test_storage_daemon_opens_each_drive_as_qemu_would(tmp_path: Path) -> None:
+    """The block nodes qemu-storage-daemon is given: libguestfs's overlay with its backing file unlocked and
+    read-only, the cache mode, NBD addresses; a protocol guestbench does not serve is refused with the ones it does."""
+    raw = tmp_path / "disk.raw"
+    raw.write_bytes(bytes(2**20))
+    overlay = tmp_path / "overlay1.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(raw), "-F", "raw", str(overlay)],
+                   check=True, timeout=60)
+    d = parse(_overlay_args(overlay)).drives[0]
+    node = nodes(d, 0, tmp_path)
+    assert node["driver"] == "qcow2" and node["file"]["filename"] == str(overlay)
+    assert node["cache"] == {"direct": False, "no-flush": True}  # cache=unsafe
+    assert node["backing"]["file"] == {"driver": "file", "filename": str(raw), "locking": "off", "read-only": True,
+                                       "cache": {"direct": False, "no-flush": True}}
+    assert export(d, 0, "/x/d.sock")["writable"] is True and "logical-block-size" not in export(d, 0, "/x/d.sock")
+    nbd = drive(kv("file=nbd:unix:/run/n.sock:exportname=disk,cache=none,format=raw,id=hd0,if=none"))
+    assert nodes(nbd, 1, tmp_path)["file"] == {"driver": "nbd", "server": {"type": "unix", "path": "/run/n.sock"},
+                                               "export": "disk", "cache": {"direct": True, "no-flush": False},
+                                               "read-only": False}
+    iscsi = drive(kv("file=iscsi://h/iqn.x/0,format=raw,id=hd0,if=none"))
+    with pytest.raises(TranslateError, match="the iscsi drive iscsi://h/iqn.x/0 cannot reach UML: guestbench serves file, nbd, http"):
+        nodes(iscsi, 0, tmp_path)
 
 
 def test_probe_invocations_are_not_launches() -> None:

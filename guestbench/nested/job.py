@@ -79,7 +79,8 @@ def plan(sc: Scenario, kvm: bool, probe_timeout: float | None) -> Level1:
     for spec in sc.measurements:
         m = get_measurement(spec.measurement)
         per_iteration = launch if m.times_launch else launch + sample
-        cells = len(backends) + ("uml" in backends) * (max(len(spec.uml_modes), 1) - 1)  # uml once per mode
+        # uml once per mode and drive path
+        cells = len(backends) + ("uml" in backends) * (max(len(spec.uml_modes), 1) * max(len(spec.drive_paths), 1) - 1)
         worst += cells * len(sc.iterations(m.times_launch)) * per_iteration
     deadline = sc.nested.timeout or worst
     return Level1("kvm" if kvm else "tcg", sc.nested.memory_mib, sc.nested.vcpus, scale, launch, sample, probe,

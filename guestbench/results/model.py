@@ -39,10 +39,12 @@ PRECISION_STOPS = ("target", "cap", "ended")
 HOST_STACK = "host"  # the machine's own software stack
 
 
-def system_name(backend: str, stack: str = HOST_STACK, mode: str | None = None) -> str:
-    """A backend as it ran: `uml`, `uml+seccomp`, `tcg@sid`, `uml+ptrace@sid` (the machine's own stack unnamed, so
-    that runs from before stacks keep their names)."""
-    return backend + (f"+{mode}" if mode else "") + (f"@{stack}" if stack != HOST_STACK else "")
+def system_name(backend: str, stack: str = HOST_STACK, mode: str | None = None, drive_path: str | None = None) -> str:
+    """A backend as it ran: `uml`, `uml+seccomp`, `tcg@sid`, `uml+ptrace@sid`, `uml+vhost-user-blk` (the machine's
+    own stack unnamed, so that runs from before stacks keep their names; UML's mode and drive path where a scenario
+    named them)."""
+    return (backend + (f"+{mode}" if mode else "") + (f"+{drive_path}" if drive_path else "")
+            + (f"@{stack}" if stack != HOST_STACK else ""))
 
 
 def verdict_name(system: str) -> str:
@@ -170,6 +172,8 @@ class Cell(Record):
     density_level: int | None = None  # a density item's appliance: the level (N at once) it belongs to
     software: dict[str, Any] | None = None  # its software stack: "stack" (host or a stack's name), versions, UML's mode
     uml_mode: str | None = None  # the UML userspace mode the scenario asked for (uml cells; None: the fastest offered)
+    drive_path: str | None = None  # how the scenario asked drives to reach UML (ubd, vhost-user-blk; None: auto)
+    drive_paths: list[str] | None = None  # how each of its drives reached UML, in libguestfs's order (uml cells)
 
     WHAT: ClassVar[str] = "a cell: an object with backend and label"
     REQUIRED: ClassVar[dict[str, str]] = {"backend": "the backend's name, a string",
@@ -194,6 +198,7 @@ class Cell(Record):
         "order": parse.nullable(parse.one_of(ORDERS, "order")), "precision": parse.nullable(Precision.from_dict),
         "density_level": parse.nullable(parse.count),
         "software": parse.nullable(parse.mapping), "uml_mode": parse.nullable(parse.text),
+        "drive_path": parse.nullable(parse.text), "drive_paths": parse.nullable(parse.texts),
     }
 
     @property
@@ -206,7 +211,7 @@ class Cell(Record):
     def system(self) -> str:
         """What it ran on, as tables, compare and history name it: the backend, UML's mode where the scenario named
         one, the stack where it is not the host's (system_name)."""
-        return system_name(self.backend, self.stack_name, self.uml_mode)
+        return system_name(self.backend, self.stack_name, self.uml_mode, self.drive_path)
 
 
 @dataclass

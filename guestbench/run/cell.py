@@ -15,6 +15,7 @@ from guestbench.host import space
 from guestbench.backends.appliance import ApplianceError
 from guestbench.backends import BACKENDS
 from guestbench.backends.uml.channel import MODE_ENV
+from guestbench.backends.uml.drives import DRIVE_PATHS, DRIVES_ENV
 from guestbench.util.errors import Unavailable
 from guestbench.measurements import get as get_measurement
 from guestbench.host.paths import cache_dir, workdir_for
@@ -99,7 +100,8 @@ class CellTask:
         """The backend's handle configuration with the cell's own environment on top (a scenario item's env)."""
         config = self.backend.handle_config(cache_dir(), workload=workload)
         mode = {MODE_ENV: self.cell["uml_mode"]} if self.cell.get("uml_mode") else {}
-        return config.with_environment({**mode, **(self.cell.get("env") or {})}).to_dict()
+        drives = {DRIVES_ENV: self.cell["drive_path"]} if self.cell.get("drive_path") else {}
+        return config.with_environment({**mode, **drives, **(self.cell.get("env") or {})}).to_dict()
 
     def software(self) -> dict[str, Any]:
         """What the cell runs on (its stack, their versions, UML's mode); Unavailable when the scenario asked for a
@@ -247,6 +249,10 @@ class CellRun(CellTask):
 
     def on_launched(self, msg: Message) -> None:
         self.launched = True
+        paths = msg.get("drive_paths")
+        if isinstance(paths, list) and paths and all(p in DRIVE_PATHS for p in paths) \
+                and paths != self.cell.get("drive_paths"):
+            self.rec.update(self.cell, drive_paths=list(paths))
         self.ctx.gate.first_launch_ended(verdict_name(self.cell), msg["s"])
         if msg.get("first") and not self.m.times_launch:
             self.rec.cold(self.cell, msg["s"])

@@ -31,7 +31,6 @@ from guestbench.results import Cell, load_results, store
 from guestbench.results.limits import MAX_BYTES
 from guestbench.run import plan as planner
 from guestbench.run import probe
-from guestbench.results.model import system_name
 from guestbench.stacks import store as stacks
 from guestbench.scenario import Scenario
 
@@ -199,7 +198,7 @@ def dry_run(sc: Scenario, results_dir: Path) -> DryRun:
     for placement in sc.placements:
         for group in planner.plan(sc, runnable):
             for c in group.cells:
-                system = system_name(c["backend"], planner.stack_of(c), c.get("uml_mode"))
+                system = planner.system_of(c)
                 cells.append(PlannedCell(placement, system, c["label"], c["measurement"], c["params"],
                                          len(group.iterations), env=dict(c.get("env") or {}),
                                          program=get_measurement(c["measurement"]).host_program(c["params"])))

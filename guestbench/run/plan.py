@@ -95,11 +95,13 @@ def cells_per_item(groups: list[Group]) -> int:
 
 @dataclass(frozen=True)
 class System:
-    """What a cell runs on: a backend on a software stack, and UML's mode where the scenario names one."""
+    """What a cell runs on: a backend on a software stack, and UML's mode and drive path where the scenario names
+    them."""
 
     backend: str
     stack: str = HOST_STACK
     mode: str | None = None
+    drive_path: str | None = None
 
     @property
     def verdict(self) -> str:
@@ -109,12 +111,14 @@ class System:
 
 def systems(spec: MeasurementSpec, usable: list[str]) -> list[System]:
     """What an item's cells run on, in order: every usable verdict name (`tcg`, `uml@sid`), uml once per UML mode
-    the item names."""
+    and drive path the item names."""
     out = []
     for name in usable:
         backend, _, stack = name.partition("@")
-        for mode in (spec.uml_modes or (None,)) if backend == "uml" else (None,):
-            out.append(System(backend, stack or HOST_STACK, mode))
+        uml = backend == "uml"
+        for mode in (spec.uml_modes or (None,)) if uml else (None,):
+            for path in (spec.drive_paths or (None,)) if uml else (None,):
+                out.append(System(backend, stack or HOST_STACK, mode, path))
     return out
 
 
@@ -134,7 +138,7 @@ def mode_lacking(cell: dict[str, Any], offered: Any) -> str | None:
 
 def system_of(cell: dict[str, Any]) -> str:
     """What a cell runs on, as its results name it (results.model.Cell.system): its work dir and its lines say it."""
-    return system_name(str(cell["backend"]), stack_of(cell), cell.get("uml_mode"))
+    return system_name(str(cell["backend"]), stack_of(cell), cell.get("uml_mode"), cell.get("drive_path"))
 
 
 def verdict_name(cell: dict[str, Any]) -> str:
@@ -167,6 +171,7 @@ def new_cell(sc: Scenario, spec: MeasurementSpec, m: Measurement, system: System
     backend = system.backend
     return {
         "backend": backend, "software": {"stack": system.stack}, **({"uml_mode": system.mode} if system.mode else {}),
+        **({"drive_path": system.drive_path} if system.drive_path else {}),
         "placement": "host", "measurement": spec.measurement, "group": spec.group, **together,
         "params": dict(spec.params), "timed": m.timed_text(sc.cold), "cache_mode": m.cache_mode(spec.params),
         "bytes": m.nbytes(spec.params), "what": m.describe(spec.params),

@@ -25,6 +25,7 @@ from guestbench.instruments import load as noise
 from guestbench.host import space
 from guestbench.instruments import usage
 from guestbench.backends import libvirt
+from guestbench.backends.uml.channel import DRIVE_PATHS_FILE
 from guestbench.backends.watch import Watch
 from guestbench.measurements import get as get_measurement
 from guestbench.util.errors import Unavailable
@@ -336,7 +337,9 @@ class WorkerTask:
         # where libguestfs made this launch's socket directory, found by our own socket in it: the supervisor removes
         # it if it must kill us after the socket is gone (between shutdown and close), which it cannot find then
         sockdirs = [str(d) for d in socket_dirs_of([os.getpid()])]
-        self.chan.send(Msg.LAUNCHED, s=elapsed, first=self.first_launch, sockdirs=sockdirs)
+        paths = drive_paths(Path(self.req.workdir))
+        self.chan.send(Msg.LAUNCHED, s=elapsed, first=self.first_launch, sockdirs=sockdirs,
+                       **({"drive_paths": paths} if paths else {}))
         self.first_launch = False
         self.launching = None
         return a, elapsed, a.cut_phases(t0, elapsed)
@@ -359,6 +362,19 @@ class WorkerTask:
         self.app = self.launching = None
         if self.m.launches:  # a new appliance is set up afresh; a measurement without one keeps its set-up
             self.set_up = False
+
+
+def drive_paths(workdir: Path) -> list[str] | None:
+    """How the launch's drives reached the guest, where the hypervisor program said (UML's: ubd or vhost-user-blk
+    each, guestbench.backends.uml.drives); the note is taken, so that the next launch's is its own."""
+    note = workdir / DRIVE_PATHS_FILE
+    try:
+        with open(note, "rb") as f:
+            said = json.loads(f.read(4096))
+        note.unlink()
+    except (OSError, ValueError):
+        return None
+    return [str(p) for p in said][:64] if isinstance(said, list) else None
 
 
 def main() -> int:

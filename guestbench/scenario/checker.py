@@ -13,6 +13,7 @@ from guestbench.scenario import limits
 from guestbench.scenario import prices as cost
 from guestbench.backends import BACKENDS
 from guestbench.backends.uml.channel import MODES
+from guestbench.backends.uml.drives import DRIVE_PATHS
 from guestbench.stacks.store import HOST, NAME_RE
 from guestbench.util.errors import UserError, clip
 from guestbench.scenario.limits import INT64_MAX, MAX_COUNT, MAX_LABEL, MAX_MIB, MAX_TEXT
@@ -116,6 +117,10 @@ class Checker:
 
     def uml_modes(self, key: str, value: object) -> tuple[str, ...]:
         return self.names(key, [value] if isinstance(value, str) and "," not in value else value, "UML mode", MODES)
+
+    def drive_paths(self, key: str, value: object) -> tuple[str, ...]:
+        return self.names(key, [value] if isinstance(value, str) and "," not in value else value, "drive path",
+                          DRIVE_PATHS)
 
     def env(self, key: str, value: object) -> dict[str, str]:
         """An item's environment: NAME: value, names as the shell spells them; values are strings (or numbers)."""
@@ -240,11 +245,12 @@ class Checker:
             memsize = self.memsize(f"{key}.appliance.memsize", own["memsize"])
         item_memsize = memsize if "appliance" in item else None
         modes = self.uml_modes(f"{key}.uml_mode", item["uml_mode"]) if "uml_mode" in item else ()
+        drive_paths = self.drive_paths(f"{key}.drive_path", item["drive_path"]) if "drive_path" in item else ()
         for k, v in item.items():
             if k in ITEM_KEYS:
                 continue
             if k not in known:
-                ok = ", ".join(["label", "matrix", *sorted(known), "env", "appliance", "uml_mode"])
+                ok = ", ".join(["label", "matrix", *sorted(known), "env", "appliance", "uml_mode", "drive_path"])
                 raise self.fail(f"{key}.{k}", f"unknown parameter for {name}; allowed: {ok}")
             try:
                 params[k] = m.param(k).parse(v)
@@ -276,7 +282,8 @@ class Checker:
                 variant, cell_label = {**variant, SIDE: side}, f"{cell_label}.{side}"
             limits.cell_label(self.source, where, cell_label)
             specs.append(MeasurementSpec(name, cell_label, cell_params, group=label, variant=variant, env=env,
-                                         memsize=item_memsize, uml_modes=modes))
+                                         memsize=item_memsize, uml_modes=modes,
+                                         drive_paths=drive_paths))
         return specs
 
     def matrix(self, key: str, value: object, m: Any, fixed: set[str]) -> list[tuple[str, list[Any]]]:

@@ -66,7 +66,9 @@ TOP_KEYS: dict[str, str] = {
                     "label.value1.value2...), an optional 'env' (NAME: value for its workers and the programs "
                     "they run; LIBGUESTFS_HV, LIBGUESTFS_BACKEND_SETTINGS replace the backend's), an optional "
                     "'appliance' ({memsize: ...} over the scenario's), an optional 'uml_mode' (UML's userspace mode or a list of "
-                    "them, seccomp or ptrace: one uml cell each; default the fastest each UML offers) and an optional "
+                    "them, seccomp or ptrace: one uml cell each; default the fastest each UML offers), an optional "
+                    "'drive_path' (how libguestfs's drives reach UML, ubd or vhost-user-blk, or a list: one uml cell "
+                    "each; default ubd for raw files, vhost-user-blk for what ubd cannot open) and an optional "
                     "'ab' (A or B: the item is that "
                     "side of guestbench ab, labelled label...A or ...B; guestbench ab writes it for a nested run)",
 }
@@ -78,7 +80,7 @@ LABEL = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_LABEL - 1}}}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SIDE = "ab"  # the variant key and item key of `guestbench ab`'s two configurations (A and B of one item)
 SIDES = ("A", "B")
-ITEM_KEYS = ("measurement", "label", "matrix", "env", "appliance", "uml_mode", SIDE)  # an item's keys that are not parameters
+ITEM_KEYS = ("measurement", "label", "matrix", "env", "appliance", "uml_mode", "drive_path", SIDE)  # an item's keys that are not parameters
 APPLIANCE_KEYS = {"memsize": "appliance RAM: an integer in MiB or a size (e.g. 2GiB)",
                   "smp": "integer >= 1: appliance vCPUs"}
 
@@ -96,6 +98,7 @@ class MeasurementSpec:
     env: dict[str, str] = field(default_factory=dict)  # the item's environment for its workers and programs
     memsize: int | None = None  # the item's appliance memory (MiB), over the scenario's
     uml_modes: tuple[str, ...] = ()  # UML userspace modes, one uml cell each; () = the fastest each UML offers
+    drive_paths: tuple[str, ...] = ()  # how drives reach UML, one uml cell each; () = each drive's own (auto)
 
     def __post_init__(self) -> None:
         if not self.group:
@@ -106,13 +109,15 @@ class MeasurementSpec:
                 "group": self.group, "variant": dict(self.variant),
                 **({"env": dict(self.env)} if self.env else {}),
                 **({"memsize": self.memsize} if self.memsize is not None else {}),
-                **({"uml_modes": list(self.uml_modes)} if self.uml_modes else {})}
+                **({"uml_modes": list(self.uml_modes)} if self.uml_modes else {}),
+                **({"drive_paths": list(self.drive_paths)} if self.drive_paths else {})}
 
     def file_keys(self) -> dict[str, Any]:
-        """The item keys that are not parameters: env, appliance and uml_mode."""
+        """The item keys that are not parameters: env, appliance, uml_mode and drive_path."""
         return {**({"env": dict(self.env)} if self.env else {}),
                 **({"appliance": {"memsize": self.memsize}} if self.memsize is not None else {}),
-                **({"uml_mode": list(self.uml_modes)} if self.uml_modes else {})}
+                **({"uml_mode": list(self.uml_modes)} if self.uml_modes else {}),
+                **({"drive_path": list(self.drive_paths)} if self.drive_paths else {})}
 
     def to_item(self) -> dict[str, Any]:
         """This spec as a scenario-file item; a matrix combination becomes a one-value matrix, so it reads

@@ -267,6 +267,7 @@ def _disks_failed(why: str, uml: subprocess.Popen[bytes]) -> None:
     """The storage daemon stopped serving: UML would wait on its disks for ever. Say why, and end UML."""
     sys.stderr.write(f"guestbench-uml: error: {why}\n")
     sys.stderr.flush()
+    note_refusal(why)  # `guestbench exec` prints it (libguestfs shows our stderr only in verbose mode)
     if uml.returncode is None:
         _kill_group(uml.pid, signal.SIGKILL)
 

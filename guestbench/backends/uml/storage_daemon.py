@@ -75,7 +75,7 @@ def _protocol_node(d: Drive) -> dict[str, Any]:
             given = None
         if isinstance(given, dict) and isinstance(given.get("file"), dict):
             return dict(given["file"])
-    raise TranslateError(f"a {d.protocol} drive ({d.path.split('?')[0]}) cannot reach UML: guestbench serves file, "
+    raise TranslateError(f"the {d.protocol} drive {d.path.split('?')[0]} cannot reach UML: guestbench serves file, "
                          f"nbd, {', '.join(URL_PROTOCOLS)} drives to it")
 
 
