@@ -45,6 +45,7 @@ class Row:
     peak_mib: float | None = None  # median of each step's peak PSS (RSS where no PSS was readable)
     cpu_methods: tuple[str, ...] = ()  # how the samples' CPU was counted: "cgroup", "proc" (instruments/usage.py)
     density: bool = False  # an appliance of a density level: its figures are in the density tables
+    drive_paths: tuple[str, ...] = ()  # uml: how each of its drives reached UML (ubd, vhost-user-blk)
     seconds: list[float] = field(default_factory=list)  # its samples' seconds, in file order
     uses: list[cell_figures.SampleUse] = field(default_factory=list)  # what its samples used (its cost)
     samples: list[Sample] = field(default_factory=list)  # the cell's samples (a workload's or boot phases' figures)
@@ -88,6 +89,7 @@ def row(cell: Cell) -> Row:
         first_failure=_first_failure(cell),
         workload=bool(cell.metrics),
         density=f.density,
+        drive_paths=tuple(cell.drive_paths or ()),
         precision=cell.precision,
         **f.load,
         cpu_s=f.cpu_s,

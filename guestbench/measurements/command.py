@@ -93,7 +93,7 @@ class Command(Measurement):
                               capture_output=True, text=True, errors="replace")
         if proc.returncode != p["exit_status"]:
             said = " ".join((proc.stderr or proc.stdout).split()[-60:])
-            refused = "".join(f" | the hypervisor program refused the launch: {r}" for r in refusals(ctx.workdir))
+            refused = "".join(f" | the hypervisor program {r}" for r in refusals(ctx.workdir))
             raise RuntimeError(f"{argv[0]} exited with status {proc.returncode}, not {p['exit_status']}: "
                                f"{said or 'it printed nothing'}{refused}")
         if p["expect"] and p["expect"] not in proc.stdout:

@@ -110,7 +110,7 @@ def run(argv: list[str], backend: Backend, config: HandleConfig, workdir: Path, 
         elapsed = time.monotonic() - t0
         rc = proc.poll()
         for reason in refusals(workdir):
-            sys.stderr.write(f"guestbench: the {backend.name} hypervisor program refused a launch: {reason}\n")
+            sys.stderr.write(f"guestbench: the {backend.name} hypervisor program {reason}\n")
         if ended_by:
             return Finished(128 + ended_by[0], elapsed, False)
         if rc is None:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 CHANNEL_ENV = "GUESTBENCH_UML_CHANNEL"  # "virtio" (default) or "serial"
 PORT_NAME = "org.libguestfs.channel.0"
-REFUSALS_FILE = "hypervisor-refusals.txt"  # in the work dir: why the hypervisor program refused a launch
+# in the work dir: why the hypervisor program refused a launch (or ended one), a line each: "refused a launch: WHY"
+REFUSALS_FILE = "hypervisor-refusals.txt"
 # in the work dir: the path each of the last launch's drives took (ubd or vhost-user-blk), as a JSON list
 DRIVE_PATHS_FILE = "drive-paths.json"
 VIRTIO_BLK_ARG = "guestbench.virtio_blk"  # on UML's command line when a disk is virtio: the init loads virtio_blk

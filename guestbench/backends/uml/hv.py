@@ -267,7 +267,7 @@ def _disks_failed(why: str, uml: subprocess.Popen[bytes]) -> None:
     """The storage daemon stopped serving: UML would wait on its disks for ever. Say why, and end UML."""
     sys.stderr.write(f"guestbench-uml: error: {why}\n")
     sys.stderr.flush()
-    note_refusal(why)  # `guestbench exec` prints it (libguestfs shows our stderr only in verbose mode)
+    note_refusal(why, "ended a launch")  # `guestbench exec` prints it (our stderr is seen only in verbose mode)
     if uml.returncode is None:
         _kill_group(uml.pid, signal.SIGKILL)
 
@@ -344,13 +344,13 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass
 
 
-def note_refusal(reason: str) -> None:
-    """Keep a refused launch's reason in the work dir too: libguestfs shows the hypervisor's stderr only in
-    verbose mode, so `guestbench exec` prints it from there after the command (guestbench.run.command)."""
+def note_refusal(reason: str, what: str = "refused a launch") -> None:
+    """Keep why a launch was refused (or ended: `what`) in the work dir too: libguestfs shows the hypervisor's
+    stderr only in verbose mode, so `guestbench exec` prints it from there after the command (guestbench.run.command)."""
     workdir = os.environ.get(WORKDIR_ENV)
     if workdir and os.path.isdir(workdir):
         with open(os.path.join(workdir, REFUSALS_FILE), "a") as f:
-            f.write(" ".join(reason.split()) + "\n")
+            f.write(what + ": " + " ".join(reason.split()) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

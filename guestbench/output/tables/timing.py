@@ -131,6 +131,14 @@ def _cold_text(group: list[Row]) -> str:
     return f" Cold first launch, not sampled: {'; '.join(colds)}." if colds else ""
 
 
+def _drives_text(group: list[Row]) -> str:
+    """How UML's drives were reached, for cells whose name does not say it (results.model.Cell.drive_paths)."""
+    said = [f"{r.backend} ({r.placement or NONE}) {', '.join(r.drive_paths)}" for r in group
+            if r.drive_paths and not any(r.backend.partition("@")[0].endswith(f"+{p}") for p in r.drive_paths)]
+    return f" UML's drives (ubd: its block driver; vhost-user-blk: qemu-storage-daemon): {'; '.join(said)}." \
+        if said else ""
+
+
 def _method_text() -> str:
     return f"Seconds; {SAMPLES_NOTE}; {CI_METHOD}; outliers by {OUTLIER_METHOD}; MB = 10^6 bytes."
 
@@ -190,5 +198,5 @@ def nested_error(nested: Nested | None) -> str | None:
 
 def caption(group: list[Row]) -> str:
     """What the clock covered, the methods, and the cold launches of one measurement's table."""
-    return (f"{_timed_text(group)} {_method_text()}{_cold_text(group)}{_precision_text(group)}"
+    return (f"{_timed_text(group)} {_method_text()}{_cold_text(group)}{_drives_text(group)}{_precision_text(group)}"
             f"{_resources_text(group)}{_load_text(group)}")
