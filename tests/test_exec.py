@@ -63,8 +63,13 @@ def test_env_prints_exports_that_a_shell_can_use() -> None:
 
 
 @pytest.mark.timeout(900)
-def test_virt_tools_on_uml_leave_a_read_only_image_untouched(os_image: Path, tmp_path: Path, no_leftovers: None) -> None:
-    """libguestfs-test-tool: on tcg below (the same exec path); virt-make-fs: make test-long."""
+@pytest.mark.parametrize("drives", ["ubd", "vhost-user-blk"])
+def test_virt_tools_on_uml_leave_a_read_only_image_untouched(drives: str, os_image: Path, tmp_path: Path,
+                                                             no_leftovers: None,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """On each way UML's drives go (GUESTBENCH_UML_DRIVES); libguestfs-test-tool: on tcg below (the same exec path);
+    virt-make-fs: make test-long."""
+    monkeypatch.setenv("GUESTBENCH_UML_DRIVES", drives)
     before = sha256(os_image)
     # one launch, two drives: a read-only one is writable through its overlay (the writes land in UML's COW file);
     # a writable one, a copy of the image, takes guestfish's upload (virt-ls on uml: tests/test_command.py)
@@ -80,10 +85,11 @@ def test_virt_tools_on_uml_leave_a_read_only_image_untouched(os_image: Path, tmp
     assert both.returncode == 0, both.stderr[-2000:]
     # the verbose console of an ordinary UML launch (-v prints it all) carries no Python warning
     assert "Linux version" in both.stderr and "RuntimeWarning" not in both.stdout + both.stderr, both.stderr[-2000:]
+    assert f"{copy} via {drives}" in both.stderr  # the hypervisor program's account of where each drive went
     words = both.stdout.split()
     assert [w for w in words if w.endswith(".txt")] == [f"file{i:05d}.txt" for i in range(5)], both.stdout
     assert [w for w in words if not w.endswith(".txt")] == ["guestbench-image", "written", sha256(payload)], both.stdout
-    assert sha256(os_image) == before  # read-only drives: UML wrote into its COW file, never into the image
+    assert sha256(os_image) == before  # read-only drives: the writes went to a COW file or overlay, never the image
     assert payload.read_bytes()[:1024] in copy.read_bytes()  # the writable drive took the upload (one block)
 
 
@@ -193,10 +199,10 @@ def test_a_command_past_its_timeout_or_sigterm_is_killed_with_everything_it_star
     p = subprocess.Popen([sys.executable, "-m", "guestbench", "exec", "uml", "--", *hang], cwd=ROOT,
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
-    while not any("ubd0=" in h for h in hypervisor_processes()) and time.monotonic() < deadline:
+    while not any("con0=fd:0,fd:1" in h for h in hypervisor_processes()) and time.monotonic() < deadline:
         assert p.poll() is None, p.communicate()
         time.sleep(0.2)  # waiting for an event: UML running this command's launch
-    assert any("ubd0=" in h for h in hypervisor_processes()), "UML never started"
+    assert any("con0=fd:0,fd:1" in h for h in hypervisor_processes()), "UML never started"
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 128 + signal.SIGTERM, err[-2000:]

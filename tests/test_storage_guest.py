@@ -163,7 +163,7 @@ def check_structure(g: Any, stack: Stack, real: dict[str, str]) -> None:
     first, second = g.list_devices()[:2]
     sda = real[first]
     mounted = sysroot_mount(g)[0]
-    kernel_dev = stack.device  # the daemon's /dev/sdX is /dev/ubdX under UML
+    kernel_dev = stack.device  # the daemon's /dev/sdX is /dev/vdX (or /dev/ubdX) under UML
     for daemon_name, real_name in real.items():
         kernel_dev = kernel_dev.replace(daemon_name, real_name)
     assert sh(g, f"readlink -f {mounted}").strip() == sh(g, f"readlink -f {kernel_dev}").strip()
@@ -237,12 +237,12 @@ def exercise(g: Any, layout: str, fs: str, size_mib: int | None = None) -> tuple
 
 # Every layout runs under UML below (a few seconds each there), and the logic of set-up, sizing, aging, undo and
 # refusal on the same UML appliance: it is guestbench's own. What qemu adds is its device naming (/dev/sdX, the
-# daemon's own names, which UML's /dev/ubdX here has to be mapped from) and its drives: a host loop device, qemu-nbd
+# daemon's own names, which UML's /dev/vdX here has to be mapped from) and its drives: a host loop device, qemu-nbd
 # and FUSE drives in test_storage_host, whose TCG appliance also builds raid1 on two of them (with exercise()
 # below); raid1-mixed and lvm-snapshot on TCG's own drives, and fio on raid1 over host loop devices
 # (test_workload_run), in make test-long (a TCG launch and its set-up writes cost 40-60 s each here).
 TCG_LAYOUTS = (pytest.param("raid1-mixed", marks=pytest.mark.long), pytest.param("lvm-snapshot", marks=pytest.mark.long))
-# Under UML what differs is the device naming (/dev/ubdX) each layout builds on: partitions, LVM (with a
+# Under UML what differs is the device naming (/dev/vdX; /dev/ubdX on ubd) each layout builds on: partitions, LVM (with a
 # snapshot: plain LVM is its first half, in test_sized_layouts_on_uml; the snapshot with ext4 in
 # test_ext4_snapshot_ages_on_uml), md over a disk and a partition, stacked loops (loop2 in
 # test_sized_layouts_on_uml; disk in test_workload_run), and raid1 with xfs below
@@ -336,9 +336,10 @@ def test_sized_layouts_on_uml(uml: Any) -> None:
 
 @pytest.mark.timeout(1200)
 def test_layouts_on_uml(uml: Any) -> None:
-    """The same stacks under User-Mode Linux, whose disks are /dev/ubdX (the daemon says /dev/sdX)."""
+    """The same stacks under User-Mode Linux, whose disks are /dev/vdX (virtio disks served by qemu-storage-daemon;
+    /dev/ubdX on UML's own block driver) where the daemon says /dev/sdX."""
     g = uml
-    assert guest.real_names(g, ["/dev/sda"]) == {"/dev/sda": "/dev/ubda"}
+    assert guest.real_names(g, ["/dev/sda"]) == {"/dev/sda": "/dev/vda"}
     for layout in UML_LAYOUTS:  # 16 MiB where the layout carves space: loop3's images are written in full
         t0 = time.monotonic()
         stack, took = exercise(g, layout, "ext2", size_mib=16)

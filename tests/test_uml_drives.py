@@ -97,7 +97,7 @@ def test_sigkill_mid_sample_leaves_no_storage_daemon_socket_or_overlay(tmp_path:
         _wait("sample", until, sampled)
         assert proc.poll() is None, proc.communicate()
         daemons = _wait("storage daemon", until,
-                        lambda: [p for p in hypervisor_processes() if DAEMON in p.split()[0]])
+                        lambda: [p for p in hypervisor_processes() if f"/{DAEMON} " in p])
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
     finally:

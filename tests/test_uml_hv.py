@@ -118,6 +118,21 @@ def test_drives_take_vhost_user_blk_unless_ubd_is_asked_for(tmp_path: Path) -> N
         _chosen(sized, "nvme")
 
 
+def test_a_formatless_writable_raw_drive_keeps_qemus_guard_and_a_label_is_refused(tmp_path: Path) -> None:
+    """qemu guards a probed raw image's first sector against a guest that would make it look like another format; the
+    daemon, told the format, would not: such a launch goes to ubd (which probes nothing), or is refused."""
+    raw = tmp_path / "noformat.img"
+    raw.write_bytes(bytes(2**20))
+    formatless = [a.replace("file=/work/a,,b/disk.raw,cache=writeback,format=raw", f"file={raw},cache=writeback")
+                  for a in QEMU_ARGS]
+    assert [d.route for d in _chosen(formatless).drives] == [UBD, UBD]
+    with pytest.raises(TranslateError, match=f"drive {raw} was added without a format and qemu probes it as raw"):
+        _chosen([a.replace("scsi-hd,drive=hd0", "scsi-hd,drive=hd0,logical_block_size=4096") for a in formatless])
+    labelled = [a.replace("scsi-hd,drive=hd0", "scsi-hd,drive=hd0,serial=boot") for a in QEMU_ARGS]
+    with pytest.raises(TranslateError, match="has the label 'boot': UML's disks cannot carry one"):
+        _chosen(labelled)
+
+
 def test_storage_daemon_opens_each_drive_as_qemu_would(tmp_path: Path) -> None:
     """The block nodes qemu-storage-daemon is given: libguestfs's overlay with its backing file unlocked and
     read-only, the cache mode, NBD addresses; a protocol guestbench does not serve is refused with the ones it does."""
@@ -133,10 +148,14 @@ def test_storage_daemon_opens_each_drive_as_qemu_would(tmp_path: Path) -> None:
     assert node["backing"]["file"] == {"driver": "file", "filename": str(raw), "locking": "off", "read-only": True,
                                        "cache": {"direct": False, "no-flush": True}}
     assert export(d, 0, "/x/d.sock")["writable"] is True and "logical-block-size" not in export(d, 0, "/x/d.sock")
+    assert node["file"]["auto-read-only"] is True  # as qemu's -drive: what can only be read opens read-only
+    cor = drive(kv(f"file={raw},cache=none,format=raw,copy-on-read=on,discard=unmap,id=hd0,if=none"))
+    assert nodes(cor, 2, tmp_path)["driver"] == "copy-on-read" and nodes(cor, 2, tmp_path)["discard"] == "unmap"
+    assert export(drive(kv("file=https://h/d.img,format=raw,id=hd0,if=none")), 3, "/x/e.sock")["writable"] is False
     nbd = drive(kv("file=nbd:unix:/run/n.sock:exportname=disk,cache=none,format=raw,id=hd0,if=none"))
     assert nodes(nbd, 1, tmp_path)["file"] == {"driver": "nbd", "server": {"type": "unix", "path": "/run/n.sock"},
                                                "export": "disk", "cache": {"direct": True, "no-flush": False},
-                                               "read-only": False}
+                                               "read-only": False, "auto-read-only": True}
     iscsi = drive(kv("file=iscsi://h/iqn.x/0,format=raw,id=hd0,if=none"))
     with pytest.raises(TranslateError, match="the iscsi drive iscsi://h/iqn.x/0 cannot reach UML: guestbench serves file, nbd, http"):
         nodes(iscsi, 0, tmp_path)

@@ -172,7 +172,7 @@ class Cell(Record):
     density_level: int | None = None  # a density item's appliance: the level (N at once) it belongs to
     software: dict[str, Any] | None = None  # its software stack: "stack" (host or a stack's name), versions, UML's mode
     uml_mode: str | None = None  # the UML userspace mode the scenario asked for (uml cells; None: the fastest offered)
-    drive_path: str | None = None  # how the scenario asked drives to reach UML (ubd, vhost-user-blk; None: auto)
+    drive_path: str | None = None  # how the scenario asked drives to reach UML (ubd, vhost-user-blk; None: default)
     drive_paths: list[str] | None = None  # how each of its drives reached UML, in libguestfs's order (uml cells)
 
     WHAT: ClassVar[str] = "a cell: an object with backend and label"

@@ -16,7 +16,7 @@ from pathlib import Path
 from guestbench.backends import BACKENDS, Backend, HandleConfig
 from guestbench.backends.base import LIBGUESTFS_OVERRIDES
 from guestbench.backends.uml.channel import CHANNEL_ENV, refusals
-from guestbench.util.errors import Interrupted, UserError
+from guestbench.util.errors import Interrupted, UserError, printable
 from guestbench.host.paths import cache_dir
 from guestbench.run.supervisor import TRAPPED, end_tree
 
@@ -110,7 +110,7 @@ def run(argv: list[str], backend: Backend, config: HandleConfig, workdir: Path, 
         elapsed = time.monotonic() - t0
         rc = proc.poll()
         for reason in refusals(workdir):
-            sys.stderr.write(f"guestbench: the {backend.name} hypervisor program {reason}\n")
+            sys.stderr.write(f"guestbench: the {backend.name} hypervisor program {printable(reason)}\n")
         if ended_by:
             return Finished(128 + ended_by[0], elapsed, False)
         if rc is None:

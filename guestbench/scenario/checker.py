@@ -115,13 +115,6 @@ class Checker:
             out.append(name)
         return tuple(out)
 
-    def uml_modes(self, key: str, value: object) -> tuple[str, ...]:
-        return self.names(key, [value] if isinstance(value, str) and "," not in value else value, "UML mode", MODES)
-
-    def drive_paths(self, key: str, value: object) -> tuple[str, ...]:
-        return self.names(key, [value] if isinstance(value, str) and "," not in value else value, "drive path",
-                          DRIVE_PATHS)
-
     def env(self, key: str, value: object) -> dict[str, str]:
         """An item's environment: NAME: value, names as the shell spells them; values are strings (or numbers)."""
         if not isinstance(value, dict) or not value:
@@ -244,8 +237,9 @@ class Checker:
                                 "(this item's appliance memory, over the scenario's)")
             memsize = self.memsize(f"{key}.appliance.memsize", own["memsize"])
         item_memsize = memsize if "appliance" in item else None
-        modes = self.uml_modes(f"{key}.uml_mode", item["uml_mode"]) if "uml_mode" in item else ()
-        drive_paths = self.drive_paths(f"{key}.drive_path", item["drive_path"]) if "drive_path" in item else ()
+        modes = self.names(f"{key}.uml_mode", item["uml_mode"], "UML mode", MODES) if "uml_mode" in item else ()
+        drive_paths = self.names(f"{key}.drive_path", item["drive_path"], "drive path", DRIVE_PATHS) \
+            if "drive_path" in item else ()
         for k, v in item.items():
             if k in ITEM_KEYS:
                 continue

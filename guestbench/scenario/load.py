@@ -14,6 +14,7 @@ from guestbench.measurements import MEASUREMENTS
 from guestbench.measurements.base import min_disk_size
 from guestbench.util.units import parse_size
 from guestbench.scenario.checker import Checker
+from guestbench.backends.uml.channel import MODES
 from guestbench.scenario.model import (APPLIANCE_KEYS, DEFAULT_REPETITIONS, DEFAULT_SAMPLE_TIMEOUT_S, DEFAULT_TIMEOUT_S,
                                        DEFAULT_WARMUP, NestedSpec, Scenario, TOP_KEYS)
 
@@ -148,7 +149,7 @@ def apply_overrides(sc: Scenario, **overrides: Any) -> Scenario:
             raise c.fail("--measurement", f"empty; allowed: {', '.join(labels)}")
         measurements = tuple(m for m in measurements if m.label in wanted)
     if "uml_mode" in given:
-        modes = c.uml_modes("--uml-mode", given["uml_mode"])
+        modes = c.names("--uml-mode", given["uml_mode"], "UML mode", MODES)
         measurements = tuple(dataclasses.replace(m, uml_modes=modes) for m in measurements)
     memsize = changes.get("memsize", sc.memsize)
     if "size" in given:

@@ -68,7 +68,7 @@ TOP_KEYS: dict[str, str] = {
                     "'appliance' ({memsize: ...} over the scenario's), an optional 'uml_mode' (UML's userspace mode or a list of "
                     "them, seccomp or ptrace: one uml cell each; default the fastest each UML offers), an optional "
                     "'drive_path' (how libguestfs's drives reach UML, ubd or vhost-user-blk, or a list: one uml cell "
-                    "each; default ubd for raw files, vhost-user-blk for what ubd cannot open) and an optional "
+                    "each; default vhost-user-blk, docs/backends.md) and an optional "
                     "'ab' (A or B: the item is that "
                     "side of guestbench ab, labelled label...A or ...B; guestbench ab writes it for a nested run)",
 }
@@ -98,7 +98,7 @@ class MeasurementSpec:
     env: dict[str, str] = field(default_factory=dict)  # the item's environment for its workers and programs
     memsize: int | None = None  # the item's appliance memory (MiB), over the scenario's
     uml_modes: tuple[str, ...] = ()  # UML userspace modes, one uml cell each; () = the fastest each UML offers
-    drive_paths: tuple[str, ...] = ()  # how drives reach UML, one uml cell each; () = each drive's own (auto)
+    drive_paths: tuple[str, ...] = ()  # how drives reach UML, one uml cell each; () = the default (vhost-user-blk)
 
     def __post_init__(self) -> None:
         if not self.group:

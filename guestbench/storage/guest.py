@@ -180,7 +180,7 @@ def _check_size(layout: Layout, fs: str, size_mib: int, disk_mib: int) -> None:
 
 
 def real_names(g: Any, devices: list[str]) -> dict[str, str]:
-    """The kernel's names for the daemon's /dev/sdX (under UML /dev/ubdX), for commands run through sh."""
+    """The kernel's names for the daemon's /dev/sdX (under UML /dev/vdX or /dev/ubdX), for commands run through sh."""
     return {dev: kernel_name(g, dev) for dev in devices}
 
 

@@ -50,6 +50,7 @@ class Drive:
     copy_on_read: bool = False
     locking_off_backing: bool = False  # libguestfs's overlay opens its backing file without locks
     blocksize: int | None = None  # physical and logical block size the device shows (bytes)
+    label: str | None = None  # libguestfs's disk label (the device's serial=): neither path can show one
     # ubd: an empty qcow2 overlay over this raw image (libguestfs's protection of read-only drives): UML gets a COW
     # file of its own over the image instead, and the image is only ever opened read-only
     backing: str | None = None
@@ -61,6 +62,7 @@ class Devices:
     """What -device options said about the drives (by drive id): their block sizes."""
 
     blocksize: dict[str, int] = field(default_factory=dict)
+    label: dict[str, str] = field(default_factory=dict)
 
 
 def kv(value: str) -> dict[str, str]:
@@ -102,6 +104,8 @@ def drive(d: dict[str, str]) -> Drive:
 
 def device(d: dict[str, str], devices: Devices) -> None:
     """Note what one -device says about its drive (scsi-hd or virtio-blk: physical/logical_block_size)."""
+    if d.get("drive") and d.get("serial"):
+        devices.label[d["drive"]] = d["serial"]
     size = d.get("logical_block_size") or d.get("physical_block_size")
     if d.get("drive") and size:
         try:
@@ -117,6 +121,18 @@ def choose(drives: list[Drive], wanted: str) -> None:
     if wanted not in (AUTO, *DRIVE_PATHS):
         raise TranslateError(f"{DRIVES_ENV}={wanted!r}: allowed {AUTO}, {', '.join(DRIVE_PATHS)}")
     for d in drives:
+        if d.label is not None:
+            raise TranslateError(f"drive {d.path} has the label {d.label!r}: UML's disks cannot carry one (neither "
+                                 "ubd nor qemu-storage-daemon's vhost-user-blk gives the guest a serial number); add "
+                                 "it without a label")
+    if wanted == AUTO and (unguarded := _unguarded_raw(drives)) is not None:
+        if all(d.appliance or ubd_refusal(d) is None for d in drives):
+            wanted = UBD  # as before qemu-storage-daemon: ubd opens raw files as raw and probes nothing
+        else:
+            raise TranslateError(f"drive {unguarded} was added without a format and qemu probes it as raw: written "
+                                 "through qemu-storage-daemon its first sector is not guarded as qemu guards it (a "
+                                 "guest could make it look like an image of another format); add it with format=raw")
+    for d in drives:
         if d.appliance:
             d.route = UBD
             continue
@@ -124,6 +140,17 @@ def choose(drives: list[Drive], wanted: str) -> None:
             raise TranslateError(f"UML's block driver cannot take {d.path} ({why_not}); {DRIVES_ENV}={UBD} "
                                  f"asked for it alone")
         d.route = UBD if wanted == UBD else VHOST_USER_BLK
+
+
+def _unguarded_raw(drives: list[Drive]) -> str | None:
+    """A writable file drive added without a format that qemu probes as raw, or None. qemu itself refuses a guest's
+    write that would make a probed raw image's first sector look like another format; qemu-storage-daemon is given
+    the format explicitly, so that guard would be gone."""
+    for d in drives:
+        if not d.appliance and d.fmt is None and d.protocol == "file" and not d.readonly and not d.snapshot \
+                and probed_format(d.path) == "raw":
+            return d.path
+    return None
 
 
 def ubd_refusal(d: Drive) -> str | None:

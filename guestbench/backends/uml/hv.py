@@ -84,6 +84,7 @@ def parse(args: list[str]) -> Launch:
             launch.channel_socket = kv(v.split(",", 1)[1] if v.startswith("socket,") else v).get("path")
     for d in launch.drives:
         d.blocksize = devices.blocksize.get(d.drive_id)
+        d.label = devices.label.get(d.drive_id)
     if launch.channel_socket is None:
         raise TranslateError("no daemon channel (-chardev socket,path=...) in the launch command line")
     return launch
@@ -167,13 +168,15 @@ def run(args: list[str]) -> int:
     launch = parse(args)
     channel = os.environ.get(CHANNEL_ENV, "virtio")
     base = os.environ.get(WORKDIR_ENV) or "/var/tmp"
-    if len(base) + len("/uml-12345678/vhost.sock") >= SUN_PATH_MAX:  # a deep work dir (a fleet worker's, a long label)
-        base = "/tmp"  # the vhost socket must fit in an AF_UNIX address; the guardian removes this dir as any
+    if len(base) + len("/uml-12345678/disk999.sock") >= SUN_PATH_MAX:  # a deep work dir (a fleet worker's, a long label)
+        base = "/tmp"  # the sockets must fit in an AF_UNIX address; the guardian removes this dir as any
     tmp = Path(tempfile.mkdtemp(prefix="uml-", dir=base))
+    guardian = _start_guardian(tmp)  # at once, and before any thread: fork is safe only while single-threaded
     peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server = None
     disks: StorageDaemon | None = None
     stop = threading.Event()
+    watching = threading.Event()  # set: the storage daemon's watcher ends
     try:
         choose(launch.drives, os.environ.get(DRIVES_ENV) or AUTO)
         virtio = [(n, d) for n, d in enumerate(launch.drives) if d.route == VHOST_USER_BLK]
@@ -187,7 +190,7 @@ def run(args: list[str]) -> int:
             vhost_socket = str(tmp / "vhost.sock")
             server = VhostConsole(vhost_socket, PORT_NAME, peer)  # listening now; served once UML is started
         if virtio:  # before UML, which connects to each socket as it boots; dead with this program, as UML
-            disks = StorageDaemon(virtio, tmp, _die_with_parent)
+            disks = StorageDaemon(virtio, tmp, die_with(os.getpid()))
         argv = uml_command(launch, tmp, channel, peer.fileno(), vhost_socket, os.environ.get(MODE_ENV),
                            dict(zip((n for n, _ in virtio), disks.sockets)) if disks else None)
         env = dict(os.environ)
@@ -206,9 +209,8 @@ def run(args: list[str]) -> int:
             sys.stderr.flush()
             uml = subprocess.Popen(argv, stdin=0, stdout=1, stderr=2, env=env, start_new_session=True,
                                    pass_fds=(peer.fileno(),) if channel == "serial" else (),
-                                   preexec_fn=_die_with_parent)
-            # at once, and before any thread: fork is safe only while single-threaded
-            guardian = _start_guardian(uml.pid, tmp)
+                                   preexec_fn=die_with(os.getpid()))
+            os.write(guardian, f"g{uml.pid};".encode())
             pin.started(uml)
         relay: tuple[threading.Thread, Any] | None = None
         if server is not None:
@@ -218,7 +220,7 @@ def run(args: list[str]) -> int:
             server = None  # serve() closes it when it returns
         signalled: list[int] = []  # the handler takes no lock (stop's would deadlock it in a stop.set below)
         if disks is not None:
-            disks.watch(stop, lambda why: _disks_failed(why, uml))
+            disks.watch(watching, lambda why: _disks_failed(why, uml))
 
         def forward(signum: int, _frame: object) -> None:
             # libguestfs stops qemu with SIGTERM after syncing the disks: stop UML and all its processes (while UML
@@ -230,6 +232,7 @@ def run(args: list[str]) -> int:
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(s, forward)
         rc = uml.wait()
+        watching.set()  # UML is gone: what the daemon does now is its shutdown, not a failure
         _kill_group(uml.pid, signal.SIGKILL)  # UML's helper processes, if any outlived it
         os.write(guardian, b"r")  # reaped and killed: the guardian must not kill that group id later
         if relay is not None:
@@ -240,6 +243,7 @@ def run(args: list[str]) -> int:
         return 0 if rc in (0, 1, -signal.SIGKILL) else (rc if rc > 0 else 128 - rc)
     finally:
         stop.set()
+        watching.set()
         if disks is not None:
             disks.stop()
         if server is not None:  # never served: UML did not start
@@ -264,12 +268,16 @@ def _say_drive_paths(drives: list[Drive]) -> None:
 
 
 def _disks_failed(why: str, uml: subprocess.Popen[bytes]) -> None:
-    """The storage daemon stopped serving: UML would wait on its disks for ever. Say why, and end UML."""
-    sys.stderr.write(f"guestbench-uml: error: {why}\n")
-    sys.stderr.flush()
-    note_refusal(why, "ended a launch")  # `guestbench exec` prints it (our stderr is seen only in verbose mode)
+    """The storage daemon stopped serving: UML would wait on its disks for ever. End UML, then say why (a full disk
+    or console must not keep UML alive)."""
     if uml.returncode is None:
         _kill_group(uml.pid, signal.SIGKILL)
+    try:
+        sys.stderr.write(f"guestbench-uml: error: {why}\n")
+        sys.stderr.flush()
+        note_refusal(why, "ended a launch")  # `guestbench exec` prints it (our stderr is seen only in verbose mode)
+    except OSError:
+        pass
 
 
 PR_SET_PDEATHSIG = 1
@@ -299,14 +307,16 @@ def _end_relay(relay: threading.Thread, server: Any, stop: threading.Event, sign
     relay.join(2.0)
 
 
-def _start_guardian(uml_pgid: int, tmp: Path) -> int:
+def _start_guardian(tmp: Path) -> int:
     """Fork a process that outlives this program and then removes what UML leaves; the write end of its pipe.
 
     PDEATHSIG kills UML's main process when this program dies, but UML's helper processes are not its
     children and would run on as orphans. The guardian holds the read end of a pipe whose write end
     only this program holds: end of file means this program is gone, however it died (libguestfs's
-    recovery process SIGKILLs qemu). It then kills UML's process group, unless this program wrote "r"
-    first (UML reaped and its group killed: the id may be another group's by then), and removes the overlay.
+    recovery process SIGKILLs qemu). It then kills UML's process group (its id written as "g<pgid>;" once UML
+    runs), unless this program wrote "r" first (UML reaped and its group killed: the id may be another group's by
+    then), and removes the launch's temp dir (the storage daemon's sockets and overlays too). Started as soon as
+    that dir exists, before anything that may take long (qemu-img, the storage daemon's start).
     """
     r, w = os.pipe()
     pid = os.fork()
@@ -317,11 +327,12 @@ def _start_guardian(uml_pgid: int, tmp: Path) -> int:
                 os.dup2(devnull, fd)
             os.closerange(3, r)
             os.closerange(r + 1, 65536)  # nor the daemon channel: libguestfs must see it close
-            reaped = False
-            while said := os.read(r, 1):
-                reaped = reaped or said == b"r"
-            if not reaped:
-                _kill_group(uml_pgid, signal.SIGKILL)
+            said = b""
+            while chunk := os.read(r, 64):
+                said += chunk
+            group = re.search(rb"g(\d+);", said)
+            if group is not None and b"r" not in said:
+                _kill_group(int(group.group(1)), signal.SIGKILL)
             shutil.rmtree(tmp, ignore_errors=True)
         finally:
             os._exit(0)
@@ -330,11 +341,16 @@ def _start_guardian(uml_pgid: int, tmp: Path) -> int:
     return w
 
 
-def _die_with_parent() -> None:
-    """In the forked child: get SIGKILL when this program dies, whatever kills it."""
-    import ctypes
+def die_with(parent: int) -> Any:
+    """A preexec_fn for a child that must die with this program (`parent`, its pid), whatever kills it: SIGKILL on
+    the parent's death, and an exit at once if the parent died before the child asked for that."""
+    def preexec() -> None:
+        import ctypes
 
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+    return preexec
 
 
 def _kill_group(pgid: int, sig: int) -> None:

@@ -23,12 +23,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from guestbench.util.errors import printable
 from guestbench.backends.uml.drives import CACHE_MODES, URL_PROTOCOLS, Drive, TranslateError, probed_format, qemu_img
 
 DAEMON = "qemu-storage-daemon"
 BLOCK_DEVICE_ID = 2  # virtio's id for a block device
 READY_S = 15.0  # the daemon's sockets must appear within this
 WATCH_S = 0.25  # how often the watcher looks at the daemon
+STOPPED_POLLS = 4  # a daemon found stopped this many polls in a row (1 s) has failed
 LOG = "storage-daemon.log"
 
 
@@ -37,17 +39,19 @@ def nodes(d: Drive, n: int, tmp: Path) -> dict[str, Any]:
     direct, no_flush, _ = CACHE_MODES[d.cache]
     common: dict[str, Any] = {"cache": {"direct": direct, "no-flush": no_flush}, "read-only": d.readonly,
                               **({"discard": "unmap"} if d.discard else {})}
-    node = {"driver": d.fmt or probed_format(d.path), "file": {**_protocol_node(d), **common}, **common}
+    # auto-read-only as qemu's -drive: a protocol that cannot write (http) or a file it may only read opens read-only
+    node = {"driver": d.fmt or probed_format(d.path), "file": {**_protocol_node(d), **common, "auto-read-only": True},
+            **common}
     if d.locking_off_backing:  # libguestfs's overlay: its backing file is opened read-only, without locks
         node["backing"] = _unlocked_backing(d.path, common)
     if d.snapshot:  # qemu's snapshot=on: writes go to a temporary qcow2 overlay, gone with the launch
         overlay = tmp / f"snapshot{n}.qcow2"
         _create_overlay(d, overlay)
         writable = {**common, "read-only": False}
-        node = {"driver": "qcow2", "file": {"driver": "file", "filename": str(overlay), **writable}, "backing": node,
-                **writable}
-    if d.copy_on_read:
-        node = {"driver": "copy-on-read", "file": node}
+        node = {"driver": "qcow2", "file": {"driver": "file", "filename": str(overlay), **writable},
+                "backing": {**node, "read-only": True}, **writable}
+    if d.copy_on_read:  # the export's root: a node without discard drops the guest's discards
+        node = {"driver": "copy-on-read", "file": node, **({"discard": "unmap"} if d.discard else {})}
     return {**node, "node-name": f"drive{n}"}
 
 
@@ -103,7 +107,8 @@ def _create_overlay(d: Drive, overlay: Path) -> None:
 def export(d: Drive, n: int, socket_path: str) -> dict[str, Any]:
     _, _, writethrough = CACHE_MODES[d.cache]
     return {"type": "vhost-user-blk", "id": f"export{n}", "node-name": f"drive{n}",
-            "addr": {"type": "unix", "path": socket_path}, "writable": not d.readonly or d.snapshot,
+            "addr": {"type": "unix", "path": socket_path},
+            "writable": (not d.readonly or d.snapshot) and d.protocol not in URL_PROTOCOLS,
             "writethrough": writethrough, **({"logical-block-size": d.blocksize} if d.blocksize else {})}
 
 
@@ -128,7 +133,12 @@ class StorageDaemon:
                 raise TranslateError(f"{DAEMON} cannot start: {exc.strerror} (apt-get install qemu-system-common)") \
                     from None
         self.died: str | None = None
-        self._ready()
+        self._stopped_polls = 0  # the watcher's polls in a row that found the daemon stopped
+        try:
+            self._ready()
+        except BaseException:
+            self.stop()
+            raise
 
     def _ready(self) -> None:
         deadline = time.monotonic() + READY_S
@@ -136,7 +146,6 @@ class StorageDaemon:
             if self.proc.poll() is not None:
                 raise TranslateError(f"{DAEMON} refused the drives: {self.said()}")
             if time.monotonic() > deadline:
-                self.stop()
                 raise TranslateError(f"{DAEMON} did not listen within {READY_S:g} s")
             time.sleep(0.01)
 
@@ -146,17 +155,23 @@ class StorageDaemon:
             lines = [ln for ln in self.log.read_text(errors="replace").splitlines() if ln.strip()]
         except OSError:
             lines = []
-        return " ".join(lines[-1].split())[:300] if lines else f"exit status {self.proc.returncode}"
+        # printable: it may quote what a remote NBD or HTTP server said
+        return printable(" ".join(lines[-1].split())[:300]) if lines else f"exit status {self.proc.returncode}"
 
     def problem(self) -> str | None:
-        """Why the daemon no longer serves (it exited, or it is stopped), or None."""
+        """Why the daemon no longer serves (it exited, or it has been stopped for STOPPED_POLLS polls in a row), or
+        None. A tracer's stop (t: strace, gdb) is not one; nor is a moment's freeze (a supervisor freezes a process
+        tree before it ends it)."""
         if self.proc.poll() is not None:
             return f"{DAEMON} (pid {self.proc.pid}) exited with status {self.proc.returncode}: {self.said()}"
         try:
             state = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             return None
-        return f"{DAEMON} (pid {self.proc.pid}) is stopped: the guest's disks cannot answer" if state in "tT" else None
+        self._stopped_polls = self._stopped_polls + 1 if state == "T" else 0
+        if self._stopped_polls < STOPPED_POLLS:
+            return None
+        return f"{DAEMON} (pid {self.proc.pid}) is stopped: the guest's disks cannot answer"
 
     def watch(self, stop: threading.Event, on_problem: Callable[[str], None]) -> threading.Thread:
         """A thread that calls on_problem(why) once if the daemon stops serving before `stop` is set."""
@@ -178,4 +193,7 @@ class StorageDaemon:
                 self.proc.wait(self.STOP_S)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
+                try:  # one stuck in the kernel (a hung NFS or NBD server) goes when it can, never waited for
+                    self.proc.wait(self.STOP_S)
+                except subprocess.TimeoutExpired:
+                    pass
