@@ -55,13 +55,16 @@ FILES = ("kernel", "initrd", "root", "README.fixed")  # a fixed appliance: what 
 INIT_NAME = "guestbench-uml-init"
 # Runs as PID 1 before the appliance's own /init on UML: the daemon's channel is a virtio-console port,
 # whose driver is a module that must be loaded before /init's udev settles and guestfsd opens the port; so is
-# virtio_blk's when a disk is served over vhost-user-blk (udev does not load it).
+# virtio_blk's when a disk is served over vhost-user-blk (udev does not load it), whose disks are then told they have a
+# write-back cache: qemu-storage-daemon offers them as write-through (wce 0), and a guest that thinks so never
+# flushes, so an fsync would reach no disk (docs/experiments/durability.md).
 INIT_SCRIPT = """#!/bin/sh
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 modprobe virtio_console || echo "guestbench-uml-init: cannot load virtio_console" >&2
 case " $(cat /proc/cmdline) " in *" guestbench.virtio_blk=1 "*)
-  modprobe virtio_blk || echo "guestbench-uml-init: cannot load virtio_blk" >&2;;
+  modprobe virtio_blk || echo "guestbench-uml-init: cannot load virtio_blk" >&2
+  for c in /sys/block/vd*/cache_type; do echo "write back" > "$c"; done;;
 esac
 umount /sys
 umount /proc
