@@ -6,8 +6,9 @@ which opens whatever qemu opens (qcow2 and its backing chains, the other image f
 mode, block size, discard and copy-on-read libguestfs asked for.
 
 Every drive takes vhost-user-blk unless ubd is asked for (DRIVES_ENV): measured side by side here (docs/backends.md,
-2026-12-07), ubd was faster at nothing (start-up 1.04x [0.996, 1.083] vhost-user-blk's), and slower at every disk
-workload (write-no-upload 0.84x, fio 1 MiB direct writes 0.61x, reads 0.80x in vhost-user-blk's favour). The two are
+2026-12-07), ubd was faster at nothing (start-up: vhost-user-blk 1.03x [0.93, 1.14]), slower at the disk workloads
+(vhost-user-blk write-no-upload 0.91x, fio 1 MiB direct writes 0.86x, reads 0.82x), and only vhost-user-blk honours
+the guest's fsync (docs/experiments/durability.md). The two are
 never mixed in one launch: the appliance's daemon names disks by their place in /dev/disk/by-path, where UML's ubd
 devices (platform-uml-blkdev.N) sort before its virtio ones (platform-virtio-uml.N), so a mix would rename them.
 """
