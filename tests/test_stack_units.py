@@ -220,3 +220,27 @@ def test_compare_and_history_name_a_stacks_software_and_umls_own_mode_that_chang
                                         history.RunEntry("b", None, history._software(now, {}), None)])
     changes = machine.changes(1)
     assert "libguestfs on stack sid 1.60.1 → 1.62.0" in changes and "UML's mode of uml ptrace → seccomp" in changes
+
+
+def test_a_builds_namespace_ends_before_it_begins_when_guestbench_died_in_unshares_fork() -> None:
+    """util-linux 2.38's unshare sets --kill-child's PDEATHSIG only after its fork (CI A9): the namespace's first
+    process looks at a pipe whose write end only guestbench holds, and ends if guestbench is gone (the pipe at its
+    end); while guestbench lives, it runs the build, without the pipe."""
+    import subprocess
+    import sys
+
+    from guestbench.stacks.build import ALIVE_AFTER_FORK
+
+    for guestbench_alive in (True, False):
+        alive, held = os.pipe()
+        if not guestbench_alive:
+            os.close(held)
+        try:
+            proc = subprocess.run([sys.executable, "-c", ALIVE_AFTER_FORK, str(alive), "sh", "-c",
+                                   f"[ ! -e /proc/self/fd/{alive} ] && echo built"], pass_fds=(alive,),
+                                  capture_output=True, text=True, timeout=60)
+        finally:
+            os.close(alive)
+            if guestbench_alive:
+                os.close(held)
+        assert (proc.returncode, proc.stdout) == ((0, "built\n") if guestbench_alive else (1, "")), proc.stderr

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (hypervisor_processes, socket_dirs, start_guestbench, stop_run, wait_no_leftovers,
+from guestbench.storage.host import sweep_stale
+
+from conftest import (hypervisor_processes, run_dirs, socket_dirs, start_guestbench, stop_run, wait_no_leftovers,
                       write_scenario)
 
 pytestmark = pytest.mark.launch
@@ -76,8 +78,9 @@ def test_a_dead_or_stopped_storage_daemon_ends_the_launch_in_seconds(sig: int, t
 @pytest.mark.timeout(900)
 def test_sigkill_mid_sample_leaves_no_storage_daemon_socket_or_overlay(tmp_path: Path) -> None:
     """An upload run into a qcow2 image (vhost-user-blk): guestbench is SIGKILLed while a sample is under way, with
-    the daemon serving; nothing of the launch is left (the daemon, its sockets, the hypervisor program's temp dir),
-    and the samples written so far are kept."""
+    the daemon serving; nothing of the launch is left (the daemon, UML, the hypervisor program's temp dir with the
+    daemon's sockets and overlays, at once; the run's own dir at the next start's sweep), and the samples written so
+    far are kept."""
     sockdirs = socket_dirs()
     sc = write_scenario(tmp_path / "s.yaml", "name: qkill\nbackends: [uml]\nrepetitions: 50\nwarmup: 0\n"
                         "appliance: {memsize: 512}\nmeasurements:\n  - measurement: upload\n    size: 32MiB\n"
@@ -103,6 +106,14 @@ def test_sigkill_mid_sample_leaves_no_storage_daemon_socket_or_overlay(tmp_path:
     finally:
         stop_run(proc)
     assert daemons
-    wait_no_leftovers(sockdirs, timeout=30)  # its processes, run dirs (the daemon's sockets, overlays), groups
+    until = time.monotonic() + 30
+    _wait("the launch's processes to end", until, lambda: not hypervisor_processes())
+    # the hypervisor program's temp dir (the daemon's sockets, logs and overlays): its guardian's to remove, at once
+    _wait("the launch's temp dir to go", until, lambda: not [d for r in run_dirs() for d in r.rglob("uml-*")])
+    # the run dir of a run killed with SIGKILL: the next start's sweep removes it (guestbench.host.rundirs)
+    killed = run_dirs()
+    swept = sweep_stale()
+    assert all(any(f"removed {d}" in line for line in swept) for d in killed), swept
+    wait_no_leftovers(sockdirs, timeout=30)  # processes, run dirs, socket dirs, control groups
     [path] = results.glob("*.json")
     assert sum(len(c["samples"]) for c in json.loads(path.read_text())["cells"]) >= 1

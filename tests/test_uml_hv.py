@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from guestbench.backends.uml.drives import AUTO, UBD, VHOST_USER_BLK, choose, drive, kv
+from guestbench.backends.uml.drives import AUTO, UBD, VHOST_USER_BLK, choose, drive, kv, unguarded
 from guestbench.backends.uml.hv import Launch, TranslateError, parse, uml_command
 from guestbench.backends.uml.storage_daemon import export, nodes
 
@@ -43,7 +43,7 @@ def test_virtio_command_line(tmp_path: Path) -> None:
     argv = uml_command(parse(QEMU_ARGS), tmp_path, "virtio", None, "/x/vhost.sock")
     assert argv[0] == "/cache/uml-appliance/abc/kernel"
     assert "mem=768M" in argv
-    assert "ubd0=/work/a,b/disk.raw" in argv
+    assert "ubd0d=/work/a,b/disk.raw" in argv  # d: data only, never a COW header read from the image
     assert f"ubd1={tmp_path / 'appliance.cow'},/cache/uml-appliance/abc/root" in argv
     assert "root=/dev/ubdb" in argv and "rw" in argv and "console=tty0" in argv
     assert "virtio_uml.device=/x/vhost.sock:3" in argv
@@ -118,19 +118,25 @@ def test_drives_take_vhost_user_blk_unless_ubd_is_asked_for(tmp_path: Path) -> N
         _chosen(sized, "nvme")
 
 
-def test_a_formatless_writable_raw_drive_keeps_qemus_guard_and_a_label_is_refused(tmp_path: Path) -> None:
-    """qemu guards a probed raw image's first sector against a guest that would make it look like another format; the
-    daemon, told the format, would not: such a launch goes to ubd (which probes nothing), or is refused."""
+def test_a_formatless_writable_raw_drive_is_warned_of_and_a_label_or_write_through_is_refused(tmp_path: Path) -> None:
+    """qemu guards a probed raw image's first sector against a guest that would make it look like another format;
+    neither of UML's paths can, so such a drive is warned of (once, on the console). Disk labels and write-through
+    cache modes cannot reach UML's disks: refused, saying why."""
     raw = tmp_path / "noformat.img"
     raw.write_bytes(bytes(2**20))
-    formatless = [a.replace("file=/work/a,,b/disk.raw,cache=writeback,format=raw", f"file={raw},cache=writeback")
-                  for a in QEMU_ARGS]
-    assert [d.route for d in _chosen(formatless).drives] == [UBD, UBD]
-    with pytest.raises(TranslateError, match=f"drive {raw} was added without a format and qemu probes it as raw"):
-        _chosen([a.replace("scsi-hd,drive=hd0", "scsi-hd,drive=hd0,logical_block_size=4096") for a in formatless])
+    formatless = _chosen([a.replace("file=/work/a,,b/disk.raw,cache=writeback,format=raw", f"file={raw},cache=writeback")
+                          for a in QEMU_ARGS])
+    assert [d.route for d in formatless.drives] == [VHOST_USER_BLK, UBD]
+    [warning] = unguarded(formatless.drives)
+    assert warning.startswith(f"drive {raw} was added without a format and probes as raw") and "format=raw" in warning
+    assert unguarded(_chosen(QEMU_ARGS).drives) == []  # a format given: nothing to say, nothing probed
     labelled = [a.replace("scsi-hd,drive=hd0", "scsi-hd,drive=hd0,serial=boot") for a in QEMU_ARGS]
     with pytest.raises(TranslateError, match="has the label 'boot': UML's disks cannot carry one"):
         _chosen(labelled)
+    through = [a.replace("cache=writeback,format=raw", "cache=directsync,format=raw") for a in QEMU_ARGS]
+    with pytest.raises(TranslateError, match="cache mode directsync of drive /work/a,b/disk.raw cannot reach UML"):
+        _chosen(through)
+    assert [d.route for d in _chosen(through, UBD).drives] == [UBD, UBD]
 
 
 def test_storage_daemon_opens_each_drive_as_qemu_would(tmp_path: Path) -> None:

@@ -370,7 +370,7 @@ def drive_paths(workdir: Path) -> list[str] | None:
     note = workdir / DRIVE_PATHS_FILE
     try:
         with open(note, "rb") as f:
-            said = json.loads(f.read(4096))
+            said = json.loads(f.read(65536))
         note.unlink()
     except (OSError, ValueError):
         return None

@@ -107,14 +107,16 @@ def _hooks(packages: str) -> list[str]:
     return hooks
 
 
-def command(suite: str, packages: str, target: Path, lines: list[str]) -> list[str]:
-    """The whole build: mmdebstrap in its own PID and mount namespaces, dying with guestbench."""
+def command(suite: str, packages: str, target: Path, lines: list[str], alive: int) -> list[str]:
+    """The whole build: mmdebstrap in its own PID and mount namespaces, dying with guestbench; `alive`: the read end
+    of a pipe whose write end only guestbench holds (ALIVE_AFTER_FORK)."""
     argv = ["mmdebstrap", "--variant=apt", "--mode=root", "--aptopt=Acquire::Check-Valid-Until \"false\"",
             f"--include={','.join(PACKAGES[packages])}"]
     argv += [f"--customize-hook={hook}" for hook in _hooks(packages)]
     argv += [suite, str(target), *lines]
     return [sys.executable, "-c", DIE_WITH_PARENT, str(os.getpid()), "unshare", "--mount", "--propagation", "private",
-            "--pid", "--fork", "--kill-child", "--mount-proc", "--", *argv]
+            "--pid", "--fork", "--kill-child", "--mount-proc", "--", sys.executable, "-c", ALIVE_AFTER_FORK, str(alive),
+            *argv]
 
 
 # The build's first process: SIGKILL when guestbench dies (PR_SET_PDEATHSIG = 1), then the build. If guestbench died
@@ -122,6 +124,14 @@ def command(suite: str, packages: str, target: Path, lines: list[str]) -> list[s
 # SIGKILL in the moment between the fork and setpriv's prctl left a build running with nobody to stop it).
 DIE_WITH_PARENT = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGKILL); "
                    "os.getppid() == int(sys.argv[1]) or os._exit(1); os.execvp(sys.argv[2], sys.argv[2:])")
+# The namespace's first process, forked by unshare, which sets its PDEATHSIG (--kill-child) only after the fork:
+# util-linux 2.38's unshare has that window (its upstream fix was reverted), and a guestbench SIGKILLed in it left a
+# build running in the namespace (CI A9, issue 48's session; C8 had closed the window before unshare). Here its
+# PDEATHSIG is set; if guestbench has died already, the pipe whose write end only guestbench held is at its end
+# (guestbench's files close before its children are signalled) and the build ends before it begins.
+ALIVE_AFTER_FORK = ("import os, select, sys; fd = int(sys.argv[1]); "
+                    "select.select([fd], [], [], 0)[0] and os._exit(1); os.close(fd); "
+                    "os.execvp(sys.argv[2], sys.argv[2:])")
 
 
 def builder_version() -> str:
@@ -194,14 +204,18 @@ def _build(name: str, suite: str, packages: str, base: Path, out: Path, lines: l
         f"{builder}; its log: {log}")
     started = time.monotonic()
     kept = base / f".{name}.failed.log"  # the build's directory goes: a failed build's log is kept beside it
+    alive, held = os.pipe()  # held: guestbench's alone (not inherited), open while the build may start
     try:
         with open(log, "wb") as f:
             try:
-                proc = subprocess.Popen(command(suite, packages, root, lines), stdin=subprocess.DEVNULL, stdout=f,
-                                        stderr=subprocess.STDOUT, start_new_session=True, env=_environment())
+                proc = subprocess.Popen(command(suite, packages, root, lines, alive), stdin=subprocess.DEVNULL,
+                                        stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                                        env=_environment(), pass_fds=(alive,))
             except OSError as e:
                 raise UserError(f"cannot start the build ({e.strerror}: {e.filename}; unshare is "
                                 "util-linux's)", source="installation", key="util-linux") from None
+            finally:
+                os.close(alive)
         try:
             rc = proc.wait(timeout=BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -229,6 +243,7 @@ def _build(name: str, suite: str, packages: str, base: Path, out: Path, lines: l
         say(f"stack {name} built in {time.monotonic() - started:.0f} s: {out}")
         return stack
     finally:
+        os.close(held)
         _rm(work)
 
 

@@ -126,13 +126,6 @@ def choose(drives: list[Drive], wanted: str) -> None:
             raise TranslateError(f"drive {d.path} has the label {d.label!r}: UML's disks cannot carry one (neither "
                                  "ubd nor qemu-storage-daemon's vhost-user-blk gives the guest a serial number); add "
                                  "it without a label")
-    if wanted == AUTO and (unguarded := _unguarded_raw(drives)) is not None:
-        if all(d.appliance or ubd_refusal(d) is None for d in drives):
-            wanted = UBD  # as before qemu-storage-daemon: ubd opens raw files as raw and probes nothing
-        else:
-            raise TranslateError(f"drive {unguarded} was added without a format and qemu probes it as raw: written "
-                                 "through qemu-storage-daemon its first sector is not guarded as qemu guards it (a "
-                                 "guest could make it look like an image of another format); add it with format=raw")
     for d in drives:
         if d.appliance:
             d.route = UBD
@@ -140,18 +133,21 @@ def choose(drives: list[Drive], wanted: str) -> None:
         if wanted == UBD and (why_not := ubd_refusal(d)) is not None:
             raise TranslateError(f"UML's block driver cannot take {d.path} ({why_not}); {DRIVES_ENV}={UBD} "
                                  f"asked for it alone")
+        if wanted != UBD and CACHE_MODES[d.cache][2]:  # the init turns every virtio disk's write cache on
+            raise TranslateError(f"cache mode {d.cache} of drive {d.path} cannot reach UML's virtio disks (their "
+                                 "write cache is on, for the guest to flush); libguestfs's writeback and unsafe can")
         d.route = UBD if wanted == UBD else VHOST_USER_BLK
 
 
-def _unguarded_raw(drives: list[Drive]) -> str | None:
-    """A writable file drive added without a format that qemu probes as raw, or None. qemu itself refuses a guest's
-    write that would make a probed raw image's first sector look like another format; qemu-storage-daemon is given
-    the format explicitly, so that guard would be gone."""
-    for d in drives:
-        if not d.appliance and d.fmt is None and d.protocol == "file" and not d.readonly and not d.snapshot \
-                and probed_format(d.path) == "raw":
-            return d.path
-    return None
+def unguarded(drives: list[Drive]) -> list[str]:
+    """Warnings for writable drives added without a format: qemu refuses a guest's write that would make a probed
+    raw image's first sector look like another format; neither of UML's paths can (qemu-storage-daemon is given the
+    format qemu probed; ubd never looks), so a later open that probes the image may take it for what the guest
+    wrote. Asked once a launch (qemu-img), only for such drives."""
+    return [f"drive {d.path} was added without a format and probes as raw: unlike qemu, UML's disks do not guard "
+            "its first sector against a guest that would make it look like another format; add it with format=raw"
+            for d in drives if not d.appliance and d.fmt is None and not d.readonly and not d.snapshot
+            and d.protocol == "file" and probed_format(d.path) == "raw"]
 
 
 def ubd_refusal(d: Drive) -> str | None:

@@ -13,6 +13,7 @@ clean power-off (status 1) as success, as libguestfs expects of qemu.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -31,9 +32,9 @@ from typing import Any
 from guestbench.backends.uml.channel import (CHANNEL_ENV, DEVICES, DRIVE_PATHS_FILE, MODE_ENV, MODES, PORT_NAME,
                                              REFUSALS_FILE, SECCOMP, VIRTIO_BLK_ARG, offered_modes)
 from guestbench.backends.uml.drives import (AUTO, DRIVES_ENV, VHOST_USER_BLK, Devices, Drive, TranslateError,
-                                            choose, device, drive, kv)
+                                            choose, device, drive, kv, unguarded)
 from guestbench.backends.uml.pinning import pinned
-from guestbench.backends.uml.storage_daemon import BLOCK_DEVICE_ID, StorageDaemon
+from guestbench.backends.uml.storage_daemon import BLOCK_DEVICE_ID, WATCH_S, StorageDaemon
 from guestbench.host.paths import WORKDIR_ENV
 
 QEMU = "qemu-system-x86_64"
@@ -110,7 +111,8 @@ def uml_command(launch: Launch, tmp: Path, channel: str, channel_fd: int | None,
         elif d.backing is not None:  # the guest may write; its writes stay in the COW file, as in the overlay
             argv.append(f"ubd{n}={tmp / f'drive{n}.cow'},{d.backing}")
         else:
-            argv.append(f"ubd{n}{'r' if d.readonly else ''}={d.path}")
+            # d: data only: UML must not read a COW header from the image (a guest could have written one there)
+            argv.append(f"ubd{n}{'r' if d.readonly else ''}d={d.path}")
     if root_dev is None:
         raise TranslateError("no appliance drive in the launch command line")
     kept = [a for a in launch.append if not DROP_APPEND.match(a)]
@@ -171,14 +173,17 @@ def run(args: list[str]) -> int:
     if len(base) + len("/uml-12345678/disk999.sock") >= SUN_PATH_MAX:  # a deep work dir (a fleet worker's, a long label)
         base = "/tmp"  # the sockets must fit in an AF_UNIX address; the guardian removes this dir as any
     tmp = Path(tempfile.mkdtemp(prefix="uml-", dir=base))
-    guardian = _start_guardian(tmp)  # at once, and before any thread: fork is safe only while single-threaded
     peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server = None
     disks: StorageDaemon | None = None
+    uml: subprocess.Popen[bytes] | None = None
     stop = threading.Event()
     watching = threading.Event()  # set: the storage daemon's watcher ends
     try:
+        guardian = _start_guardian(tmp)  # at once, and before any thread: fork is safe only while single-threaded
         choose(launch.drives, os.environ.get(DRIVES_ENV) or AUTO)
+        for warning in unguarded(launch.drives):
+            sys.stderr.write(f"guestbench-uml: warning: {warning}\n")
         virtio = [(n, d) for n, d in enumerate(launch.drives) if d.route == VHOST_USER_BLK]
         _say_drive_paths(launch.drives)
         assert launch.channel_socket is not None
@@ -210,7 +215,7 @@ def run(args: list[str]) -> int:
             uml = subprocess.Popen(argv, stdin=0, stdout=1, stderr=2, env=env, start_new_session=True,
                                    pass_fds=(peer.fileno(),) if channel == "serial" else (),
                                    preexec_fn=die_with(os.getpid()))
-            os.write(guardian, f"g{uml.pid};".encode())
+            _tell(guardian, f"g{uml.pid};")
             pin.started(uml)
         relay: tuple[threading.Thread, Any] | None = None
         if server is not None:
@@ -219,8 +224,8 @@ def run(args: list[str]) -> int:
             relay[0].start()
             server = None  # serve() closes it when it returns
         signalled: list[int] = []  # the handler takes no lock (stop's would deadlock it in a stop.set below)
-        if disks is not None:
-            disks.watch(watching, lambda why: _disks_failed(why, uml))
+        running = uml
+        watcher = disks.watch(watching, lambda why: _disks_failed(why, running)) if disks is not None else None
 
         def forward(signum: int, _frame: object) -> None:
             # libguestfs stops qemu with SIGTERM after syncing the disks: stop UML and all its processes (while UML
@@ -233,8 +238,10 @@ def run(args: list[str]) -> int:
             signal.signal(s, forward)
         rc = uml.wait()
         watching.set()  # UML is gone: what the daemon does now is its shutdown, not a failure
+        if watcher is not None:
+            watcher.join(2 * WATCH_S)  # its last look is over before its verdict is read
         _kill_group(uml.pid, signal.SIGKILL)  # UML's helper processes, if any outlived it
-        os.write(guardian, b"r")  # reaped and killed: the guardian must not kill that group id later
+        _tell(guardian, "r")  # reaped and killed: the guardian must not kill that group id later
         if relay is not None:
             _end_relay(*relay, stop, signalled, DRAIN_S + 2 * POLL_S)
         if disks is not None and disks.died:
@@ -244,6 +251,9 @@ def run(args: list[str]) -> int:
     finally:
         stop.set()
         watching.set()
+        if uml is not None and uml.returncode is None:  # an exception between its start and its reaping
+            _kill_group(uml.pid, signal.SIGKILL)
+            uml.wait()
         if disks is not None:
             disks.stop()
         if server is not None:  # never served: UML did not start
@@ -256,15 +266,26 @@ def _say_drive_paths(drives: list[Drive]) -> None:
     """The path each of libguestfs's drives takes (the appliance's root aside), for the results (DRIVE_PATHS_FILE in
     the work dir, which the worker reads after the launch) and the console."""
     routes = [d.route for d in drives if not d.appliance]
+    workdir = os.environ.get(WORKDIR_ENV)
     if not routes:
+        if workdir:  # no note of an earlier launch must pass for this one's
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(workdir, DRIVE_PATHS_FILE))
         return
     sys.stderr.write(f"guestbench-uml: drives: {', '.join(f'{d.path} via {d.route}' for d in drives if not d.appliance)}\n")
-    workdir = os.environ.get(WORKDIR_ENV)
     if workdir and os.path.isdir(workdir):
         fd, name = tempfile.mkstemp(dir=workdir, prefix=".drive-paths-")
         with os.fdopen(fd, "w") as f:
             json.dump(routes, f)
         os.replace(name, os.path.join(workdir, DRIVE_PATHS_FILE))
+
+
+def _tell(guardian: int, what: str) -> None:
+    """Tell the guardian something; a guardian that has gone (killed) is no reason to fail a launch."""
+    try:
+        os.write(guardian, what.encode())
+    except OSError:
+        pass
 
 
 def _disks_failed(why: str, uml: subprocess.Popen[bytes]) -> None:
@@ -322,6 +343,8 @@ def _start_guardian(tmp: Path) -> int:
     pid = os.fork()
     if pid == 0:
         try:
+            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a supervisor signals every descendant: the
+                signal.signal(s, signal.SIG_IGN)  # guardian ends at the pipe's end of file, after its clean-up
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):  # the console socket must not be held open by the guardian
                 os.dup2(devnull, fd)
