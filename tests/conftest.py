@@ -297,14 +297,13 @@ def leftover_sockdirs(before: set[Path]) -> set[Path]:
 def leftover_groups() -> list[Path]:
     """guestbench's control groups that are ours: a dead run's, or a live one's this session started. A live
     stranger's run on the same host has its own."""
-    from guestbench.host.cgroups import NAME
+    from guestbench.host import procs
 
-    mine = descendants() | {os.getpid()}  # an in-process Supervisor's group is guestbench-<this pid>
+    mine = descendants() | {os.getpid()}  # an in-process Supervisor's group is guestbench-<this pid>-<start>
     found = []
     for g in cgroups.leftovers(alive_owners_too=True):
-        m = NAME.match(g.name)
-        owner = int(m.group(1)) if m else 0
-        if owner in mine or not Path(f"/proc/{owner}").exists():
+        pid, start = cgroups.owner_of(g.name) or (0, None)
+        if pid in mine or not procs.same_process(pid, start):  # a pid reused since is not the owner
             found.append(g)
     return found
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from guestbench.host import cgroups
+from guestbench.host import cgroups, procs
 from guestbench.instruments import usage
 
 # a process that leaves the tree at once (double fork: init reaps it), names nothing of the cell, and burns
@@ -119,10 +119,10 @@ def test_sweep_removes_the_groups_of_a_dead_run_with_what_is_in_them() -> None:
         owner.kill()
         pytest.skip("this host lets guestbench make no control group")
     left = cgroups.Group(cpu=Path(cpu), memory=None)
-    run = Path(cpu).parent  # the owner's run group, guestbench-<owner pid>
+    run = Path(cpu).parent  # the owner's run group, guestbench-<owner pid>-<its start time>
     sleeper = _in_group(left, ["sleep", "300"])
     _go(sleeper)
-    assert run.name == f"guestbench-{owner.pid}"
+    assert run.name == f"guestbench-{owner.pid}-{procs.proc_start(owner.pid)}"
     assert run in cgroups.leftovers(alive_owners_too=True) and run not in cgroups.leftovers()
     cgroups.sweep()
     assert Path(cpu).exists() and sleeper.poll() is None  # a live owner's group is not touched
@@ -133,6 +133,17 @@ def test_sweep_removes_the_groups_of_a_dead_run_with_what_is_in_them() -> None:
     assert sleeper.wait(timeout=10) == -9
     assert any(str(run) in line for line in swept) or not run.exists()
     assert not run.exists() and not [d for d in cgroups.leftovers(alive_owners_too=True) if d.name == run.name]
+
+
+def test_a_dead_runs_group_whose_pid_was_reused_is_swept_and_an_old_name_still_read(tmp_path: Path) -> None:
+    """A group names its owner by pid and start time: with a pid alone (32768 of them here, reused within a suite),
+    a dead run's group was kept as long as some other process had its pid, and every worker's leftover check saw it."""
+    me = os.getpid()
+    assert cgroups.owner_of(f"guestbench-{me}-{procs.proc_start(me)}") == (me, procs.proc_start(me))
+    assert cgroups._owner_alive(me, procs.proc_start(me))
+    assert not cgroups._owner_alive(me, (procs.proc_start(me) or 0) + 1)  # the pid lives, its start differs: reused
+    assert cgroups.owner_of(f"guestbench-{me}") == (me, None)  # a group named before: the pid alone
+    assert cgroups.owner_of("guestbench-x") is None and cgroups.owner_of("guestbench-1-2-3") is None
 
 
 def test_the_run_group_keeps_what_an_ended_worker_used(group: cgroups.Group) -> None:

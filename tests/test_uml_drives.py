@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from guestbench.host import cgroups
 from guestbench.storage.host import sweep_stale
 
 from conftest import (hypervisor_processes, run_dirs, socket_dirs, start_guestbench, stop_run, wait_no_leftovers,
@@ -110,9 +111,11 @@ def test_sigkill_mid_sample_leaves_no_storage_daemon_socket_or_overlay(tmp_path:
     _wait("the launch's processes to end", until, lambda: not hypervisor_processes())
     # the hypervisor program's temp dir (the daemon's sockets, logs and overlays): its guardian's to remove, at once
     _wait("the launch's temp dir to go", until, lambda: not [d for r in run_dirs() for d in r.rglob("uml-*")])
-    # the run dir of a run killed with SIGKILL: the next start's sweep removes it (guestbench.host.rundirs)
+    # the run dir and control groups of a run killed with SIGKILL: the next start's sweep removes them
+    # (guestbench.host.rundirs, guestbench.host.cgroups), at once here: every worker's leftover check sees a dead run's
     killed = run_dirs()
     swept = sweep_stale()
+    cgroups.sweep()
     assert all(any(f"removed {d}" in line for line in swept) for d in killed), swept
     wait_no_leftovers(sockdirs, timeout=30)  # processes, run dirs, socket dirs, control groups
     [path] = results.glob("*.json")

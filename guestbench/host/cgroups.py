@@ -29,10 +29,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from guestbench.host import procs
+
 ENV_OFF = "GUESTBENCH_CGROUP"
 ENV_CPU, ENV_MEMORY = "GUESTBENCH_CGROUP_CPU", "GUESTBENCH_CGROUP_MEMORY"  # the worker's group, for its meter
 PREFIX = "guestbench-"
-NAME = re.compile(rf"{PREFIX}(\d+)$")  # a run group: guestbench-<pid of the process whose workers it holds>
+# a run group: guestbench-<pid>-<start> of the process whose workers it holds (its start time in clock ticks since boot:
+# a pid alone is reused, up to 32768 here, and a dead run's group was kept as a live one's; groups named before carry
+# the pid alone)
+NAME = re.compile(rf"{PREFIX}(\d+)(?:-(\d+))?$")
 EMPTY_WAIT_S = 5.0  # a killed process leaves its group once the kernel has torn it down
 
 _seq = 0
@@ -156,7 +161,7 @@ def create(enabled: bool | None = None) -> Group | None:
     own = _mounts()
     if "cgroup2" not in own:
         return None
-    run = f"{PREFIX}{os.getpid()}"
+    run = own_name()
     with _lock:
         _seq += 1
         name = f"w{_seq}"
@@ -295,14 +300,19 @@ class PeakMemory:
 # ---------------------------------------------------------------------------------------------- leftovers
 
 
-def _owner_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def own_name() -> str:
+    """The name of this process's run group (NAME)."""
+    return f"{PREFIX}{os.getpid()}-{procs.proc_start(os.getpid())}"
+
+
+def owner_of(name: str) -> tuple[int, int | None] | None:
+    """(pid, start time or None) of the process a run group's name says holds it, or None if it names no run."""
+    m = NAME.match(name)
+    return (int(m.group(1)), int(m.group(2)) if m.group(2) else None) if m else None
+
+
+def _owner_alive(pid: int, start: int | None) -> bool:
+    return procs.same_process(pid, start)
 
 
 def leftovers(alive_owners_too: bool = False) -> list[Path]:
@@ -316,8 +326,8 @@ def leftovers(alive_owners_too: bool = False) -> list[Path]:
         except OSError:
             continue
         for d in entries:
-            m = NAME.match(d.name)
-            if m and d.is_dir() and (alive_owners_too or not _owner_alive(int(m.group(1)))):
+            owner = owner_of(d.name)
+            if owner and d.is_dir() and (alive_owners_too or not _owner_alive(*owner)):
                 out.append(d)
     return sorted(out)
 

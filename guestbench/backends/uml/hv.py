@@ -181,11 +181,6 @@ def run(args: list[str]) -> int:
     watching = threading.Event()  # set: the storage daemon's watcher ends
     try:
         guardian = _start_guardian(tmp)  # at once, and before any thread: fork is safe only while single-threaded
-        choose(launch.drives, os.environ.get(DRIVES_ENV) or AUTO)
-        for warning in unguarded(launch.drives):
-            sys.stderr.write(f"guestbench-uml: warning: {warning}\n")
-        virtio = [(n, d) for n, d in enumerate(launch.drives) if d.route == VHOST_USER_BLK]
-        _say_drive_paths(launch.drives)
         assert launch.channel_socket is not None
         peer.connect(launch.channel_socket)  # libguestfs listens; qemu would connect here too
         vhost_socket = None
@@ -194,10 +189,9 @@ def run(args: list[str]) -> int:
 
             vhost_socket = str(tmp / "vhost.sock")
             server = VhostConsole(vhost_socket, PORT_NAME, peer)  # listening now; served once UML is started
-        if virtio:  # before UML, which connects to each socket as it boots; dead with this program, as UML
-            disks = StorageDaemon(virtio, tmp, die_with(os.getpid()))
+        disks = _drives(launch, tmp)
         argv = uml_command(launch, tmp, channel, peer.fileno(), vhost_socket, os.environ.get(MODE_ENV),
-                           dict(zip((n for n, _ in virtio), disks.sockets)) if disks else None)
+                           disks.sockets if disks else None)
         env = dict(os.environ)
         ram_dir, said = ram_tmpdir(launch.memory_mib)
         if ram_dir is None:
@@ -260,6 +254,17 @@ def run(args: list[str]) -> int:
             server.close()
         peer.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _drives(launch: Launch, tmp: Path) -> StorageDaemon | None:
+    """Each drive's path chosen and said; the storage daemon for the virtio ones started (before UML, which connects
+    to each socket as it boots; dead with this program, as UML), or None when no drive is virtio."""
+    choose(launch.drives, os.environ.get(DRIVES_ENV) or AUTO)
+    for warning in unguarded(launch.drives):
+        sys.stderr.write(f"guestbench-uml: warning: {warning}\n")
+    _say_drive_paths(launch.drives)
+    virtio = [(n, d) for n, d in enumerate(launch.drives) if d.route == VHOST_USER_BLK]
+    return StorageDaemon(virtio, tmp, die_with(os.getpid())) if virtio else None
 
 
 def _say_drive_paths(drives: list[Drive]) -> None:

@@ -119,9 +119,9 @@ class StorageDaemon:
     STOP_S = 10.0
 
     def __init__(self, drives: list[tuple[int, Drive]], tmp: Path, preexec: Callable[[], None]) -> None:
-        self.sockets = [str(tmp / f"disk{n}.sock") for n, _ in drives]
+        self.sockets = {n: str(tmp / f"disk{n}.sock") for n, _ in drives}  # drive index → its socket
         args: list[str] = []
-        for (n, d), sock in zip(drives, self.sockets):
+        for (n, d), sock in zip(drives, self.sockets.values()):
             args += ["--blockdev", json.dumps(nodes(d, n, tmp)), "--export", json.dumps(export(d, n, sock))]
         daemon = shutil.which(DAEMON) or f"/usr/bin/{DAEMON}"
         self.log = tmp / LOG
@@ -142,7 +142,7 @@ class StorageDaemon:
 
     def _ready(self) -> None:
         deadline = time.monotonic() + READY_S
-        while not all(os.path.exists(s) for s in self.sockets):
+        while not all(os.path.exists(s) for s in self.sockets.values()):
             if self.proc.poll() is not None:
                 raise TranslateError(f"{DAEMON} refused the drives: {self.said()}")
             if time.monotonic() > deadline:
