@@ -10,6 +10,7 @@ The request and the messages are described, and built, in guestbench.run.protoco
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import re
@@ -194,6 +195,9 @@ class WorkerTask:
         try:
             self.iterations()
         finally:
+            # however it ends: a runner that died (SIGKILL) breaks the channel at the next message, and a handle not
+            # closed (close_on_exit is off) leaves its socket directory, /tmp/libguestfsXXXXXX, behind for good
+            self.drop_handles()
             if self.watch.is_alive():
                 self.watch.stop()
 
@@ -392,7 +396,8 @@ def main() -> int:
         WorkerTask(req, chan).run()
         return 0
     except Exception:
-        chan.send(Msg.CRASH, reason=traceback.format_exc(limit=5).strip().splitlines()[-1])
+        with contextlib.suppress(OSError):  # the runner may be gone: the channel with it
+            chan.send(Msg.CRASH, reason=traceback.format_exc(limit=5).strip().splitlines()[-1])
         traceback.print_exc()
         return 1
 
