@@ -142,21 +142,38 @@ def venv_prefix() -> Path | None:
     return Path(sys.prefix) if sys.prefix != sys.base_prefix else None
 
 
+def _installed() -> str:
+    """What this Python can import as installed distributions, `name==version` a line, sorted, editable installs (a
+    checkout of guestbench) left out: what `pip freeze --exclude-editable` lists, read in-process (pip took a third of
+    a cached `guestbench doctor`, issue 49)."""
+    import importlib.metadata as md
+
+    found: dict[str, str] = {}
+    for dist in md.distributions():  # in sys.path's order: the first of a name is the one imported, as pip says
+        name = str(dist.metadata["Name"] or "").lower().replace("_", "-")
+        try:
+            direct = json.loads(dist.read_text("direct_url.json") or "{}")
+        except ValueError:
+            direct = {}
+        editable = isinstance(direct, dict) and (direct.get("dir_info") or {}).get("editable")
+        if name and name != "guestbench" and not editable:  # guestbench's own checkout: its code is in the image
+            found.setdefault(name, f"{name}=={dist.version}")
+    return "\n".join(sorted(found.values()))
+
+
 def inputs() -> dict[str, object]:
     """Everything the image is made from; its hash names the image."""
-    missing = [p for p in PACKAGES if p not in _package_versions()]
+    packages = _package_versions()  # once: dpkg-query is a process (it ran once per package, issue 49)
+    missing = [p for p in PACKAGES if p not in packages]
     if missing:
         raise ImageError(f"host packages missing for the level-1 guest: {', '.join(missing)} (make setup installs them)")
     venv = venv_prefix()
-    freeze = ""
-    if venv is not None:
-        freeze = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True,
-                                text=True, stdin=subprocess.DEVNULL).stdout
+    freeze = _installed() if venv is not None else ""
     try:  # the appliances the data disk carries
         appliances = {f"{f}-{v}": appliance.inputs(f, v) for f in appliance.FLAVOURS for v in appliance.VARIANTS}
     except appliance.ApplianceError as e:
         raise ImageError(str(e)) from None
-    return {"packages": _package_versions(), "init": INIT, "root_size": ROOT_SIZE,
+    return {"packages": packages, "init": INIT, "root_size": ROOT_SIZE,
             "appliances": {name: appliance.inputs_key(ins) for name, ins in appliances.items()},
             "venv": str(venv) if venv else None, "pip_freeze": hashlib.sha256(freeze.encode()).hexdigest()}
 
