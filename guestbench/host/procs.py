@@ -7,6 +7,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -152,3 +153,19 @@ def users(directory: Path) -> list[int]:
     kept for it, never acted on."""
     inside = str(directory).rstrip("/") + "/"
     return [pid for pid in pids() if inside in proc_cmdline(pid)]
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with(parent: int, sig: int = 9) -> Callable[[], None]:
+    """A preexec_fn for a child that must end with its parent (`parent`: the parent's pid, read before the fork):
+    `sig` (SIGKILL by default) when the parent dies, and an exit at once if it died before the child asked for that
+    (the kernel sends that signal only for a death that comes after the asking: CI C8's and A9's builds)."""
+    def preexec() -> None:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+    return preexec

@@ -15,11 +15,13 @@ devices (platform-uml-blkdev.N) sort before its virtio ones (platform-virtio-uml
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import subprocess
 from dataclasses import dataclass, field
+from typing import Any
 
 UBD, VHOST_USER_BLK = "ubd", "vhost-user-blk"
 DRIVE_PATHS = (UBD, VHOST_USER_BLK)
@@ -180,8 +182,10 @@ def qemu_img(path: str, *args: str) -> object:
         raise TranslateError(f"qemu-img {args[0]} cannot read {path}: {' '.join(str(said).split())}") from None
 
 
+@functools.lru_cache(maxsize=None)
 def probed_format(path: str) -> str:
-    """The format qemu would probe for an image given without one."""
+    """The format qemu would probe for an image given without one; asked once a launch (the hypervisor program is one
+    launch), however many of choose(), unguarded() and the storage daemon's nodes want it."""
     info = qemu_img(path, "info")
     fmt = info.get("format") if isinstance(info, dict) else None
     if not isinstance(fmt, str):
@@ -189,16 +193,26 @@ def probed_format(path: str) -> str:
     return fmt
 
 
+def backing_of(path: str) -> tuple[dict[str, Any], str | None, str | None]:
+    """qemu-img's info on an image, its backing file (None: it has none) and that file's format as the image states it
+    (None: unstated)."""
+    info = qemu_img(path, "info")
+    if not isinstance(info, dict):
+        return {}, None, None
+    backing = info.get("full-backing-filename") or info.get("backing-filename")
+    fmt = info.get("backing-filename-format")
+    return info, backing if isinstance(backing, str) and backing else None, fmt if isinstance(fmt, str) else None
+
+
 def raw_backing_of_empty_overlay(path: str) -> tuple[str | None, str | None]:
     """(None, the raw image) for a qcow2 overlay that holds nothing of its own over a raw image of its size, else
     (why not, None). libguestfs puts such an overlay over every read-only drive (virt-ls, guestfish --ro,
     readonly=true) so that the image is never written; a UML COW file over the raw image gives the same protection."""
-    info = qemu_img(path, "info")
-    backing = info.get("full-backing-filename") or info.get("backing-filename") if isinstance(info, dict) else None
-    if not isinstance(info, dict) or not backing:
+    info, backing, fmt = backing_of(path)
+    if not backing:
         return "qcow2 with no backing file", None
-    if info.get("backing-filename-format") != "raw":
-        return f"qcow2 over {info.get('backing-filename-format') or 'an image of unstated format'}", None
+    if fmt != "raw":
+        return f"qcow2 over {fmt or 'an image of unstated format'}", None
     extents = qemu_img(path, "map")
     if not isinstance(extents, list) or any(e.get("depth") == 0 for e in extents):
         return "a qcow2 overlay holding data of its own", None

@@ -35,6 +35,7 @@ from guestbench.backends.uml.drives import (AUTO, DRIVES_ENV, VHOST_USER_BLK, De
                                             choose, device, drive, kv, unguarded)
 from guestbench.backends.uml.pinning import pinned
 from guestbench.backends.uml.storage_daemon import BLOCK_DEVICE_ID, WATCH_S, StorageDaemon
+from guestbench.host import procs
 from guestbench.host.paths import WORKDIR_ENV
 
 QEMU = "qemu-system-x86_64"
@@ -208,7 +209,7 @@ def run(args: list[str]) -> int:
             sys.stderr.flush()
             uml = subprocess.Popen(argv, stdin=0, stdout=1, stderr=2, env=env, start_new_session=True,
                                    pass_fds=(peer.fileno(),) if channel == "serial" else (),
-                                   preexec_fn=die_with(os.getpid()))
+                                   preexec_fn=procs.die_with(os.getpid()))
             _tell(guardian, f"g{uml.pid};")
             pin.started(uml)
         relay: tuple[threading.Thread, Any] | None = None
@@ -264,7 +265,7 @@ def _drives(launch: Launch, tmp: Path) -> StorageDaemon | None:
         sys.stderr.write(f"guestbench-uml: warning: {warning}\n")
     _say_drive_paths(launch.drives)
     virtio = [(n, d) for n, d in enumerate(launch.drives) if d.route == VHOST_USER_BLK]
-    return StorageDaemon(virtio, tmp, die_with(os.getpid())) if virtio else None
+    return StorageDaemon(virtio, tmp, procs.die_with(os.getpid())) if virtio else None
 
 
 def _say_drive_paths(drives: list[Drive]) -> None:
@@ -306,7 +307,6 @@ def _disks_failed(why: str, uml: subprocess.Popen[bytes]) -> None:
         pass
 
 
-PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 
 
@@ -367,18 +367,6 @@ def _start_guardian(tmp: Path) -> int:
     os.close(r)
     os.set_inheritable(w, False)  # UML must not hold it, or the guardian would wait for UML too
     return w
-
-
-def die_with(parent: int) -> Any:
-    """A preexec_fn for a child that must die with this program (`parent`, its pid), whatever kills it: SIGKILL on
-    the parent's death, and an exit at once if the parent died before the child asked for that."""
-    def preexec() -> None:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-    return preexec
 
 
 def _kill_group(pgid: int, sig: int) -> None:

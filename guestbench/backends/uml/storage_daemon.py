@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from guestbench.util.errors import printable
-from guestbench.backends.uml.drives import CACHE_MODES, URL_PROTOCOLS, Drive, TranslateError, probed_format, qemu_img
+from guestbench.backends.uml.drives import (CACHE_MODES, URL_PROTOCOLS, Drive, TranslateError, backing_of,
+                                            probed_format)
 
 DAEMON = "qemu-storage-daemon"
 BLOCK_DEVICE_ID = 2  # virtio's id for a block device
@@ -84,12 +85,11 @@ def _protocol_node(d: Drive) -> dict[str, Any]:
 
 
 def _unlocked_backing(path: str, common: dict[str, Any]) -> dict[str, Any]:
-    info = qemu_img(path, "info")
-    backing = info.get("full-backing-filename") or info.get("backing-filename") if isinstance(info, dict) else None
-    if not isinstance(info, dict) or not isinstance(backing, str):
+    _, backing, stated = backing_of(path)
+    if backing is None:
         raise TranslateError(f"libguestfs's overlay {path} has no backing file")
-    fmt = info.get("backing-filename-format") or probed_format(backing)
-    child = Drive(backing, str(fmt), False, True)
+    fmt = stated or probed_format(backing)
+    child = Drive(backing, fmt, False, True)
     return {"driver": fmt, "file": {**_protocol_node(child), "locking": "off", **common, "read-only": True},
             **common, "read-only": True}
 

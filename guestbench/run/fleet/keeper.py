@@ -25,9 +25,9 @@ from guestbench.util.errors import UserError
 from guestbench.host.paths import RUN_PREFIX, WORKER_PREFIX, remove_tree, temp_root
 from guestbench.run.fleet import resources
 from guestbench.storage.host_sys import mounts
+from guestbench.host import procs
 from guestbench.host.procs import users
 
-PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 SETTLE_S = 150.0  # how long the worker's host runs may take to stop and clean up after the worker died
 DEATH_TIMEOUT_S = 60  # a worker that cannot reach its scheduler for this long gives up
@@ -35,10 +35,6 @@ DEATH_TIMEOUT_S = 60  # a worker that cannot reach its scheduler for this long g
 
 def _prctl(option: int, value: int) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
-
-
-def _die_with_parent() -> None:
-    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def serve(address: str, listen: str, usable: list[str], name: str, say: Callable[[str], None]) -> int:
@@ -54,7 +50,7 @@ def serve(address: str, listen: str, usable: list[str], name: str, say: Callable
     env = {**os.environ, "GUESTBENCH_TMPDIR": str(home)}
     child = subprocess.Popen([sys.executable, "-m", "guestbench.run.fleet.daskworker", address, name, listen,
                               json.dumps(resources.advertised(usable)), str(home / "dask")],
-                             env=env, preexec_fn=_die_with_parent)
+                             env=env, preexec_fn=procs.die_with(os.getpid(), signal.SIGTERM))
     say(f"worker {name}: pid {child.pid}, offering {', '.join(usable)} to {address}, listening on {listen}; "
         f"its files in {home}")
     stopping = False
