@@ -11,7 +11,7 @@ for the ``guestbench_backend`` fixture.
   ``bench_startup``, ``bench_upload``, ``bench_upload_no_write``, ``bench_write_no_upload``, run one
   measurement through ``benchmark.pedantic``: only the measurement's timed step (for start-up, the launch) is
   inside the timer; every step has a deadline past which the hypervisor is killed and the test fails saying
-  which step overran (see guestbench.run.inprocess).
+  which step overran (see guestbench.execute.inprocess).
 - Options: ``--guestbench-backends=tcg,uml`` (or ini ``guestbench_backends``), ``--guestbench-rounds``,
   ``--guestbench-probe-timeout``, ``--guestbench-reprobe``.
 - What guestbench records goes into the saved JSON: per benchmark ``extra_info`` (backend, measurement,
@@ -98,9 +98,9 @@ class _Session:
 
     def verdict(self, name: str) -> Availability:
         if name not in self.verdicts:
-            from guestbench.run import probe
+            from guestbench.execute import probe
             from guestbench.backends import BACKENDS
-            from guestbench.run.supervisor import Supervisor
+            from guestbench.execute.supervisor import Supervisor
 
             sup = Supervisor()
             try:
@@ -192,7 +192,7 @@ class BackendUnderTest:
         launch, sample_timeout for any other step (defaults as in scenario files).
         """
         from guestbench import __version__
-        from guestbench.run.inprocess import InProcessCell
+        from guestbench.execute.inprocess import InProcessCell
         from guestbench.scenario import DEFAULT_SAMPLE_TIMEOUT_S, DEFAULT_TIMEOUT_S
 
         m, values = _measurement_params(measurement, params, memsize)

@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import pytest
 
 from guestbench.host import cgroups
-from guestbench.run.supervisor import socket_dirs_of
+from guestbench.execute.supervisor import socket_dirs_of
 from suite_day import SuiteDay
 from timeline import Timeline, scratch_files, who_made
 

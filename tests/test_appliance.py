@@ -23,7 +23,7 @@ from guestbench.host.paths import WORKDIR_ENV, cache_dir
 from conftest import guestbench, processes_mentioning, session_tmp_path, wait_no_leftovers
 
 LAUNCH_TIMEOUT_S = 600
-# Applies a HandleConfig the way guestbench/run/worker.py does (environment, backend, settings, hypervisor),
+# Applies a HandleConfig the way guestbench/execute/worker.py does (environment, backend, settings, hypervisor),
 # launches with a scratch disk, runs one shell command in the appliance and prints its output as JSON.
 LAUNCH = r"""
 import json, os, sys

@@ -80,7 +80,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("scenario",),
     ("analysis",),  # figures of a results file: statistics, comparisons, cost, phases
     ("nested",),
-    ("run",),  # plan, schedule, execute, record; fleet and nested placements
+    ("execute",),  # how a cell runs: the request, the worker, executors, probes, turns from the worker's side
+    ("plan",),  # what runs when: cells in order, backend verdicts, the turnstile, dry runs
+    ("run",),  # a run from start to file: runner, cells and blocks, record; fleet and nested placements
     ("output",),  # tables, renderers, exporters, charts
     ("cli", "pytest_plugin", "__main__"),  # entry points
 )

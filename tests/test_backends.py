@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from guestbench.host import fingerprint as host
-from guestbench.run import probe
+from guestbench.execute import probe
 from guestbench.backends import BACKENDS
 from guestbench.backends.direct import MSR_QUIRK_FEATURE, msr_quirk_needed, write_qemu_wrapper
 from guestbench.backends.base import HV_PATH_MAX, HandleConfig, hv_path, qemu_path
 from guestbench.host.paths import make_run_dir, remove_tree
-from guestbench.run.supervisor import Supervisor
+from guestbench.execute.supervisor import Supervisor
 
 from conftest import guestbench, session_tmp_path
 from test_supervisor import HV, ScriptBackend

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, guestbench
-from guestbench.run import dryrun
-from guestbench.run.plan import verdict_names
+from guestbench.plan import dryrun
+from guestbench.plan.cells import verdict_names
 from guestbench.scenario import load_scenario
 
 # the scenarios the checkout ships (git's list), not a user's own beside them

@@ -20,7 +20,7 @@ from guestbench.analysis import compare
 from guestbench.util.errors import UserError
 from guestbench.results import Run, load_results
 from guestbench.results.hosts import differences, names, view
-from guestbench.run import remote
+from guestbench.execute import remote
 from guestbench.run.fleet import cluster as fleet_cluster, coordinator
 from guestbench.run.fleet import resources
 from guestbench.run.fleet.inbox import Inbox

@@ -102,7 +102,7 @@ def _doctor_facts(monkeypatch: pytest.MonkeyPatch) -> None:
     from guestbench.host import fingerprint as host
     from guestbench.backends.base import Availability
     from guestbench.nested import image
-    from guestbench.run import probe
+    from guestbench.execute import probe
 
     facts = json.loads((GOLDEN / "doctor-facts.json").read_text())
     monkeypatch.setattr(host, "fingerprint", lambda: facts["host"])

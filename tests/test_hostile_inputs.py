@@ -29,7 +29,7 @@ import yaml
 from guestbench.results import limits as results_limits
 from guestbench.results import load_results
 from guestbench.results import pytest_benchmark as pbj
-from guestbench.run.remote import KEPT_BELOW
+from guestbench.execute.remote import KEPT_BELOW
 from guestbench.scenario import limits
 from guestbench.util import bounded
 from guestbench.util.errors import UserError, clip, one_line

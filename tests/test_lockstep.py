@@ -6,7 +6,7 @@ import threading
 import time
 from pathlib import Path
 
-from guestbench.run import lockstep
+from guestbench.execute import lockstep
 
 
 def step(tmp_path: Path, guest: int, guests: int = 2, wait_s: float = 30.0) -> lockstep.Step:

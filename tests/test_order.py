@@ -15,8 +15,8 @@ from guestbench.output.tables import timing as timing_table
 from guestbench.analysis.findings import analyze
 from guestbench.analysis import stats
 from guestbench.util.errors import UserError
-from guestbench.run import turns
-from guestbench.run.schedule import INTERLEAVED, RANDOM, SEQUENTIAL, Order, Turnstile, rounds
+from guestbench.execute import turns
+from guestbench.plan.schedule import INTERLEAVED, RANDOM, SEQUENTIAL, Order, Turnstile, rounds
 from guestbench.scenario import ab as scenario_ab, apply_overrides, parse_scenario
 
 from conftest import guestbench, run_scenario_text
@@ -258,7 +258,7 @@ def test_a_tight_cell_stops_at_its_target(tmp_path: Path, no_leftovers) -> None:
 
 
 def test_blocks_span_an_items_backends_and_variants_but_a_workloads_variants_one_at_a_time() -> None:
-    from guestbench.run.plan import blocks, plan
+    from guestbench.plan.cells import blocks, plan
 
     sc = parse_scenario({"name": "b", "repetitions": 1, "measurements": [
         {"measurement": "startup", "matrix": {"cache": ["writeback", "unsafe"]}},
@@ -273,7 +273,7 @@ def test_blocks_span_an_items_backends_and_variants_but_a_workloads_variants_one
 
 
 def test_ab_sides_of_a_workload_variant_take_turns_in_one_block() -> None:
-    from guestbench.run.plan import blocks, plan
+    from guestbench.plan.cells import blocks, plan
 
     sc = scenario_ab.ab_scenario(parse_scenario({"name": "w", "repetitions": 1, "measurements": [
         {"measurement": "fio", "matrix": {"filesystem": ["ext4", "xfs"]}}]}, "s.yaml"), {}, {"cache": "unsafe"})
@@ -298,7 +298,7 @@ def test_a_workloads_precision_is_its_least_precise_figure() -> None:
 def test_a_large_item_takes_turns_in_parts_that_keep_a_variants_backends_together() -> None:
     """Every cell of a block keeps an idle appliance: an upload matrix of 5 sizes on 2 backends takes turns in
     parts of whole rows (at most the cap), and the cap also follows the RAM and the appliance memory."""
-    from guestbench.run.plan import MAX_BLOCK_CELLS, block_cap, blocks, plan
+    from guestbench.plan.cells import MAX_BLOCK_CELLS, block_cap, blocks, plan
 
     sc = parse_scenario({"name": "big", "repetitions": 1, "measurements": [
         {"measurement": "upload", "matrix": {"size": ["1MiB", "2MiB", "3MiB", "4MiB", "5MiB"]}}]}, "s.yaml")

@@ -15,9 +15,9 @@ from rich.console import Console
 from guestbench.backends import BACKENDS
 from guestbench.backends.base import Backend
 from guestbench.host.paths import make_run_dir, remove_tree, workdir_for
-from guestbench.run import protocol
-from guestbench.run.executor import Executor, local
-from guestbench.run.protocol import Message, Msg, Request, WorkerExit
+from guestbench.execute import protocol
+from guestbench.execute.executor import Executor, local
+from guestbench.execute.protocol import Message, Msg, Request, WorkerExit
 from guestbench.run.runner import RunOptions, exit_status, run_scenario
 from guestbench.scenario import parse_scenario
 
@@ -44,7 +44,7 @@ def test_a_request_survives_json_both_ways_and_ignores_keys_it_does_not_know() -
 
 def test_every_message_the_worker_sends_is_a_documented_kind() -> None:
     """The worker names each kind by Msg (no bare strings), and the protocol's docstring describes each."""
-    source = (ROOT / "guestbench/run/worker.py").read_text()
+    source = (ROOT / "guestbench/execute/worker.py").read_text()
     sent = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "send":
@@ -153,7 +153,7 @@ def test_a_worker_writing_megabytes_to_stderr_without_a_newline_is_kept_in_cut_l
     the supervisor's line buffer without bound (issue 46); what it wrote is shown in pieces as it comes."""
     import subprocess
     import sys
-    from guestbench.run.supervisor import STDERR_LINE_MAX, Supervisor
+    from guestbench.execute.supervisor import STDERR_LINE_MAX, Supervisor
     script = ("import os, sys\n"
               "for _ in range(320): os.write(2, b'x' * 65536)\n"  # 20 MiB, no newline
               "print('{\"t\": \"done\"}', flush=True)\n")

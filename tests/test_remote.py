@@ -1,4 +1,4 @@
-"""One way to merge a run that ran elsewhere (guestbench.run.remote): the level-1 guest of a nested placement and
+"""One way to merge a run that ran elsewhere (guestbench.execute.remote): the level-1 guest of a nested placement and
 a fleet host's share merge their snapshots and count their progress alike."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from guestbench.nested import job
 from guestbench.results import SCHEMA, SCHEMA_VERSION, ResultsFile, limits, load_results
 from guestbench.run.fleet.coordinator import HOST_FIELDS
 from guestbench.run.nested import Merger
-from guestbench.run.remote import KEPT_BELOW, Remote
+from guestbench.execute.remote import KEPT_BELOW, Remote
 from guestbench.scenario import parse_scenario
 
 SC = parse_scenario({"name": "s", "repetitions": 3, "warmup": 1, "measurements": ["startup", "upload"]}, "s.yaml")

@@ -150,9 +150,9 @@ def test_defaults_applied(tmp_path: Path) -> None:
 def test_cold_false_skips_a_start_up_cells_cold_launch_and_says_so(tmp_path: Path) -> None:
     """cold: false saves a start-up cell's first launch (the cold one, reported apart): its iterations, what its
     cells say was timed, the dry run's line, and the file handed to a nested run all say so."""
-    from guestbench.run.plan import plan
+    from guestbench.plan.cells import plan
     from guestbench.output.tables.dryrun import document
-    from guestbench.run.dryrun import DryRun
+    from guestbench.plan.dryrun import DryRun
 
     sc = scenario_from("name: c\nwarmup: 1\nrepetitions: 2\nmeasurements: [startup, upload]\n", tmp_path)
     assert sc.cold is True and sc.iterations(True) == ["cold", "warmup", "rep", "rep"]

@@ -1,4 +1,4 @@
-"""The run's pipeline through the scripted executor (guestbench.run.scripted): the gate and deferred probes,
+"""The run's pipeline through the scripted executor (helpers.scripted): the gate and deferred probes,
 blocks and their turns, precision stops, power-cut trials and a signal mid-block — the real runner, recorder,
 turnstile and results file, with a script in place of the workers, so nothing is launched (make check).
 
@@ -22,9 +22,9 @@ from rich.console import Console
 
 from guestbench.measurements import durability
 from guestbench.results import load_results
-from guestbench.run.protocol import Request
+from guestbench.execute.protocol import Request
 from guestbench.run.runner import RunOptions, run_scenario
-from guestbench.run.scripted import ScriptedExecutor, Step
+from helpers.scripted import ScriptedExecutor, Step
 from guestbench.scenario import parse_scenario
 from guestbench.util.errors import Interrupted
 

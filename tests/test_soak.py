@@ -11,7 +11,7 @@ import pytest
 
 from guestbench.backends.libvirt import guestfs_domains
 from guestbench.run.leaks import KEPT, HostReading, soak
-from guestbench.run.supervisor import socket_dirs_of
+from guestbench.execute.supervisor import socket_dirs_of
 
 from conftest import (descendants, hypervisor_processes, lasting, session_tmp_path, socket_dirs, strangers,
                       write_scenario)

@@ -12,8 +12,9 @@ import pytest
 
 from guestbench.analysis import compare, history, software
 from guestbench.results.model import Cell, Run, system_name
-from guestbench.run import dryrun, plan, supervisor
-from guestbench.run.protocol import Request
+from guestbench.plan import dryrun, cells as plan
+from guestbench.execute import supervisor
+from guestbench.execute.protocol import Request
 from guestbench.scenario import load
 from guestbench.stacks import backend as stack_backend
 from guestbench.stacks import sandbox, store

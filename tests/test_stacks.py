@@ -182,7 +182,7 @@ def test_a_lean_stack_is_built_listed_used_and_removed_and_a_killed_build_leaves
     # read-only: nothing written beside it); without libguestfs there, the set-up says so
     st = store.load(name)
     py = sandbox.python(st)
-    script = f"{py} -c 'import guestbench.run.worker, guestbench.backends.uml.hv' && {py} -m guestbench.stacks.inside uml"
+    script = f"{py} -c 'import guestbench.execute.worker, guestbench.backends.uml.hv' && {py} -m guestbench.stacks.inside uml"
     inside = subprocess.run(sandbox.command(st, ["sh", "-c", script]), capture_output=True, text=True, timeout=120)
     answer = json.loads(inside.stdout.splitlines()[-1]) if inside.stdout.strip() else {}
     assert answer.get("python", "").startswith("3.13."), inside.stderr[-2000:]

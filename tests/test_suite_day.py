@@ -19,7 +19,7 @@ def _sample(seconds: float, qemu_cpu: float | None) -> dict:
     sample: dict = {"rep": 1, "seconds": seconds}
     if qemu_cpu is not None:
         sample["resources"] = {"cpu_s": qemu_cpu + 0.1,
-                               "cpu_by_program": {"qemu-system-x86_64": qemu_cpu, "guestbench.run.worker": 0.1}}
+                               "cpu_by_program": {"qemu-system-x86_64": qemu_cpu, "guestbench.execute.worker": 0.1}}
     return sample
 
 

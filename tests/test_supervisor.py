@@ -16,8 +16,8 @@ import pytest
 from guestbench.backends.base import Availability, Backend, HandleConfig
 from guestbench.measurements import get as get_measurement
 from guestbench.host.paths import make_run_dir, remove_tree, workdir_for
-from guestbench.run.protocol import Request
-from guestbench.run.supervisor import Supervisor
+from guestbench.execute.protocol import Request
+from guestbench.execute.supervisor import Supervisor
 
 from conftest import hypervisor_processes
 
@@ -98,7 +98,7 @@ def test_socket_dirs_are_found_by_the_processes_own_sockets(tmp_path: Path) -> N
     import subprocess
     import sys
 
-    from guestbench.run.supervisor import socket_dirs_of
+    from guestbench.execute.supervisor import socket_dirs_of
 
     ours = tmp_path / "libguestfsAb3xYz"  # libguestfs's own pattern: six characters after the prefix
     ours.mkdir()
@@ -192,7 +192,7 @@ def test_a_killed_worker_leaves_no_socket_directory_it_reported(tmp_path: Path) 
     import subprocess
     import sys
 
-    from guestbench.run.supervisor import end_tree, reported_socket_dirs, socket_dirs_of
+    from guestbench.execute.supervisor import end_tree, reported_socket_dirs, socket_dirs_of
 
     left = []
     for report in (False, True):
@@ -220,7 +220,7 @@ def test_a_reported_socket_directory_is_checked_before_anything_is_removed(tmp_p
     """A worker's word names only real libguestfs directories directly under /tmp, of this user, never a link."""
     import secrets
 
-    from guestbench.run.supervisor import reported_socket_dirs
+    from guestbench.execute.supervisor import reported_socket_dirs
 
     def name() -> Path:
         return Path("/tmp") / ("libguestfs" + secrets.token_hex(3))  # libguestfs's pattern: six characters

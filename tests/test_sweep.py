@@ -207,7 +207,7 @@ def private_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dic
     the cache (tcg launches here: the suite's other tests probe it), so that a `command` run starts without a
     probe launch."""
     from guestbench.backends import BACKENDS, Availability
-    from guestbench.run import probe
+    from guestbench.execute import probe
 
     tmp = Path(tempfile.mkdtemp(prefix="root-", dir=session_tmp_path()))
     tmp.chmod(0o755)

@@ -25,7 +25,7 @@ from rich.console import Console
 
 from guestbench.nested import job as nested_job
 from guestbench.results import ResultsFile
-from guestbench.run.gate import Gate
+from guestbench.plan.gate import Gate
 from guestbench.run.nested import Merger, NestedPlacement
 from guestbench.run.record import progress_display
 from guestbench.scenario import parse_scenario

@@ -112,7 +112,7 @@ class Backend:
         """How its worker is started: guestbench's worker in this interpreter, `env` in its environment (a
         sandboxed backend binds `writable` and `readable`, the host paths the worker's request names, into its
         sandbox, and passes on `env` alone)."""
-        return [sys.executable, "-m", "guestbench.run.worker"]
+        return [sys.executable, "-m", "guestbench.execute.worker"]
 
     def software(self) -> dict[str, Any]:
         """What its cells record of the software they run on: the machine's own stack ("host") and its versions."""

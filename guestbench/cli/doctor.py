@@ -10,7 +10,7 @@ from guestbench.backends import BACKENDS, appliance
 from guestbench.cli.common import check_probe_timeout
 from guestbench.host import fingerprint as host
 from guestbench.results.model import system_name
-from guestbench.run import probe
+from guestbench.execute import probe
 from guestbench.scenario import Checker
 from guestbench.stacks import store
 from guestbench.util.errors import UserError

@@ -6,7 +6,7 @@ import argparse
 
 from guestbench.backends import BACKENDS
 from guestbench.cli.common import check_probe_timeout
-from guestbench.run import probe
+from guestbench.execute import probe
 from guestbench.util.errors import UserError, inert
 from guestbench.util.lazy import on_first_use
 from guestbench.util.reasons import short_reason

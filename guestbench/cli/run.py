@@ -91,7 +91,7 @@ def _run_fleet(args: argparse.Namespace, sc: Any, console: Console) -> Any:
 
 def _dry_run(sc: Any, args: argparse.Namespace) -> int:
     from guestbench.output.tables import dryrun as dryrun_table
-    from guestbench.run import dryrun
+    from guestbench.plan import dryrun
 
     formats.emit(dryrun_table.printable(dryrun.dry_run(sc, Path(args.results))), args.format)
     return 0

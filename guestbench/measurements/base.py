@@ -211,7 +211,7 @@ class Measurement:
         """Disks the runner makes on the host for a workload cell (guestbench.storage.host); none otherwise."""
         return []
 
-    # ---- worker side (run inside guestbench.run.worker, one appliance at a time) ----
+    # ---- worker side (run inside guestbench.execute.worker, one appliance at a time) ----
     def add_drives(self, g: Any, ctx: CellContext) -> None:
         """Add the drives this measurement needs to a fresh handle, before launch (not timed)."""
 

@@ -144,7 +144,7 @@ def job_files(sc: Scenario, level1: Level1) -> dict[str, bytes | Path]:
 
 def guest_results(output: Path) -> dict[str, Any] | None:
     """The results file the guest wrote (the authoritative copy, from its output disk), if any; read as any
-    untrusted JSON is (bounded: results.limits), and then through the model where it is merged (run.remote)."""
+    untrusted JSON is (bounded: results.limits), and then through the model where it is merged (execute.remote)."""
     files = sorted((output / "results").glob("*.json")) if (output / "results").is_dir() else []
     for path in reversed(files):
         try:

@@ -100,7 +100,7 @@ def by_rep(cell: Cell, key: str) -> dict[int, float]:
 
 
 def took_turns(cell: Cell) -> bool:
-    """Whether the cell's samples took turns, round by round, with its item's other cells (guestbench.run.turns)."""
+    """Whether the cell's samples took turns, round by round, with its item's other cells (guestbench.execute.turns)."""
     return cell.order in ("interleaved", "random")
 
 

@@ -63,7 +63,7 @@ class ResultsFile:
     model first, and read back through results.limits as every reader reads it, so a writer that drifts from the
     documented format fails where it writes. Its depth needs no check when saved: guestbench's own parts nest
     about ten levels, and a document from elsewhere is merged only when the result nests at most
-    results.limits.MAX_DEPTH (guestbench.run.remote), so json's recursive encoder stays far below Python's
+    results.limits.MAX_DEPTH (guestbench.execute.remote), so json's recursive encoder stays far below Python's
     recursion limit.
     """
 

@@ -37,7 +37,7 @@ MAX_DEPTH = 64
 """Arrays and objects nested in one another, the document itself counted as one. The deepest file guestbench
 writes nests 7 (a nested placement's host fingerprint: placements.nested.host.virtualization.kvm.modules), a fleet
 host with a nested placement 9, its pytest-benchmark export 10. A document from a run elsewhere (a level-1 guest,
-a fleet host) is kept 2 levels further down (guestbench.run.remote), and this run's file must stay one every reader
+a fleet host) is kept 2 levels further down (guestbench.execute.remote), and this run's file must stay one every reader
 accepts: so such a document may nest MAX_DEPTH - 2. 64 leaves that room six times over, and stays far below the
 ~1,000 levels at which Python's recursion limit stops json's encoders and decoders."""
 
@@ -108,7 +108,7 @@ def nests_deeper(data: bytes, limit: int = MAX_DEPTH) -> bool:
 
 def deepest(value: Any) -> float:
     """How deep a parsed document nests (the document itself is 1; a number or string 0), as its JSON would:
-    what a document from elsewhere holds is checked before it is merged (guestbench.run.remote). Walked without
+    what a document from elsewhere holds is checked before it is merged (guestbench.execute.remote). Walked without
     recursion, each container once (its height kept by id), so a document a Python peer built, whose containers
     may be shared (40 levels of [x, x] are 2**40 paths), costs its size; a cycle, which no JSON can hold, counts
     as endless (math.inf)."""

@@ -1,4 +1,4 @@
-"""A block: cells that take turns (guestbench.run.schedule), each in its own thread with its own worker, and
+"""A block: cells that take turns (guestbench.plan.schedule), each in its own thread with its own worker, and
 their sampling towards a precision target.
 
 Every cell of a block is set up before the first grant (its host disks, its worker), and its worker stays
@@ -18,16 +18,16 @@ from guestbench.host.paths import workdir_for
 from guestbench.results.figures import figures
 from guestbench.results.model import Cell
 from guestbench.run.cell import MAX_WORKER_RESTARTS, CellRun, RunContext, Seat
-from guestbench.run.executor import Executor
-from guestbench.run.plan import system_of, verdict_name
+from guestbench.execute.executor import Executor
+from guestbench.plan.cells import system_of, verdict_name
 from guestbench.run.record import CellDoc, numbered
-from guestbench.run.schedule import Order, Turnstile
-from guestbench.run.threads import run_together
-from guestbench.run.turns import Turn
-from guestbench.run.worker import SHUTDOWN_TIMEOUT_S
+from guestbench.plan.schedule import Order, Turnstile
+from guestbench.execute.threads import run_together
+from guestbench.execute.turns import Turn
+from guestbench.execute.worker import SHUTDOWN_TIMEOUT_S
 
 
-class Block:
+class BlockRun:
     """The cells of one block and the iterations each of them may run (with precision: up to the cap)."""
 
     def __init__(self, ctx: RunContext, cells: list[CellDoc], iterations: list[str], executor: Executor,

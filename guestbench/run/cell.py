@@ -19,14 +19,14 @@ from guestbench.backends.uml.drives import DRIVE_PATHS, DRIVES_ENV
 from guestbench.util.errors import Unavailable
 from guestbench.measurements import get as get_measurement
 from guestbench.host.paths import cache_dir, workdir_for
-from guestbench.run import lockstep
-from guestbench.run.executor import Executor
-from guestbench.run.gate import Gate
-from guestbench.run.plan import stack_of, system_of, verdict_name
-from guestbench.run.protocol import Message, Msg, Request, WorkerExit
+from guestbench.execute import lockstep
+from guestbench.execute.executor import Executor
+from guestbench.plan.gate import Gate
+from guestbench.plan.cells import stack_of, system_of, verdict_name
+from guestbench.execute.protocol import Message, Msg, Request, WorkerExit
 from guestbench.run.record import CellDoc, Recorder, numbered
-from guestbench.run.schedule import Turnstile
-from guestbench.run.turns import Turn
+from guestbench.plan.schedule import Turnstile
+from guestbench.execute.turns import Turn
 from guestbench.scenario import Scenario
 from guestbench.stacks.backend import resolve
 from guestbench.storage.host import HostStorage

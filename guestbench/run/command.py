@@ -18,7 +18,7 @@ from guestbench.backends.base import LIBGUESTFS_OVERRIDES
 from guestbench.backends.uml.channel import CHANNEL_ENV, refusals
 from guestbench.util.errors import Interrupted, UserError, printable
 from guestbench.host.paths import cache_dir
-from guestbench.run.supervisor import TRAPPED, end_tree
+from guestbench.execute.supervisor import TRAPPED, end_tree
 
 # every variable some backend's configuration sets (guestbench.backends: HandleConfig.environment)
 ENV_KEYS = (*LIBGUESTFS_OVERRIDES, "LIBGUESTFS_PATH", CHANNEL_ENV)
@@ -40,8 +40,8 @@ def ready(name: str, run_dir: Path, workload: bool = False) -> tuple[Backend, Ha
     if name not in BACKENDS:
         raise UserError(f"unknown backend {name!r}; allowed: {', '.join(BACKENDS)}", source="command line")
     backend = BACKENDS[name]
-    from guestbench.run import probe
-    from guestbench.run.supervisor import Supervisor, TrapSignals
+    from guestbench.execute import probe
+    from guestbench.execute.supervisor import Supervisor, TrapSignals
 
     sup = Supervisor()
     if probe.cached_verdict(backend, backend.probe_key()) is None:

@@ -16,7 +16,7 @@ from guestbench.measurements import get as get_measurement
 from guestbench.measurements.density import Density
 from guestbench.results import figures as cell_figures
 from guestbench.run.cell import RunContext
-from guestbench.run.plan import Group, system_of
+from guestbench.plan.cells import Group, system_of
 from guestbench.run.record import CellDoc
 
 MEMINFO_INTERVAL_S = 0.2

@@ -23,7 +23,7 @@ from guestbench.host.paths import temp_root
 
 HYPERVISORS = ("qemu-system", "linux")  # qemu's and UML's program names (UML is /usr/bin/linux)
 POLL_S = 0.2
-WORKER_MODULE = "guestbench.run.worker"  # python -m guestbench.run.worker (guestbench.run.supervisor)
+WORKER_MODULE = "guestbench.execute.worker"  # python -m guestbench.execute.worker (guestbench.execute.supervisor)
 # caches a first run makes in the temp roots and keeps on purpose (UML's appliances, libguestfs's own)
 KEPT = ("guestbench-appliances", ".guestfs-")
 WINDOW = 6  # readings that make the baseline (after the warm-up) and the end figure (guestbench.run.leaks.growth)

@@ -15,9 +15,9 @@ from guestbench.nested import guest
 from guestbench.nested import image as nested_image
 from guestbench.nested import job
 from guestbench.results import ResultsFile
-from guestbench.run.gate import Gate
+from guestbench.plan.gate import Gate
 from guestbench.run.record import progress_display
-from guestbench.run.remote import Remote
+from guestbench.execute.remote import Remote
 from guestbench.scenario import Scenario
 
 GUEST_FIELDS = ("host", "backends", "status", "started_utc", "finished_utc", "guestbench")  # into placements.nested

@@ -9,8 +9,8 @@ from typing import Any
 
 from guestbench.measurements import durability
 from guestbench.run.cell import CellTask
-from guestbench.run.plan import verdict_name
-from guestbench.run.protocol import Message, Msg
+from guestbench.plan.cells import verdict_name
+from guestbench.execute.protocol import Message, Msg
 from guestbench.util.errors import Unavailable
 from guestbench.storage.host import Drive, HostStorage
 

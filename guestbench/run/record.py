@@ -17,7 +17,7 @@ from guestbench.util import units
 from guestbench.util.errors import inert
 from guestbench.host.neighbours import Neighbours
 from guestbench.results import Failure, ModelError, ResultsFile, Sample, utc_now
-from guestbench.run.plan import system_of
+from guestbench.plan.cells import system_of
 
 CellDoc = dict[str, Any]  # a cell of the results document, as written (the typed view: results.Cell) (guestbench.results, docs/results-format.md)
 Iteration = tuple[str, int]  # ("cold" | "warmup" | "rep", its number among its kind, 1-based)

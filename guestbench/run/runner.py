@@ -1,6 +1,6 @@
 """Runs a scenario: the backends' verdicts, then every cell of the host placement, then the nested placement.
 
-Blocks run one after another, in the plan's order (guestbench.run.plan). The cells of a block take turns
+Blocks run one after another, in the plan's order (guestbench.plan.cells). The cells of a block take turns
 (guestbench.run.block: interleaved by default, one iteration at a time); the cells of a concurrency group run
 at the same time. Either way each cell has its own thread and executor. A signal stops the run between two
 instructions: every worker's process tree and any libvirt domain are killed, and the results file is closed
@@ -29,19 +29,19 @@ from guestbench.results import ResultsFile, Run
 from guestbench.results.model import system_name
 from guestbench.results import figures as cell_figures
 from guestbench.results import hosts as fleet_hosts
-from guestbench.run import lockstep
+from guestbench.execute import lockstep
 from guestbench.run.cell import CellRun, RunContext
-from guestbench.run.executor import Executor, local
-from guestbench.run.gate import Gate
+from guestbench.execute.executor import Executor, local
+from guestbench.plan.gate import Gate
 from guestbench.run.nested import NestedPlacement
-from guestbench.run.block import Block
+from guestbench.run.block import BlockRun
 from guestbench.run.density import DensityTrials
-from guestbench.run.plan import Group, block_cap, blocks, cells_per_item, mode_lacking, plan, system_of, verdict_names
-from guestbench.run.schedule import SEQUENTIAL, Order
-from guestbench.run.threads import run_together
+from guestbench.plan.cells import Group, block_cap, blocks, cells_per_item, mode_lacking, plan, system_of, verdict_names
+from guestbench.plan.schedule import SEQUENTIAL, Order
+from guestbench.execute.threads import run_together
 from guestbench.run.powercut import PowerCutTrials
 from guestbench.run.record import CellDoc, Recorder, progress_display
-from guestbench.run.supervisor import TrapSignals
+from guestbench.execute.supervisor import TrapSignals
 from guestbench.scenario import Scenario
 from guestbench.storage.host import sweep_stale
 
@@ -132,7 +132,7 @@ class Runner:
                     if not runnable:
                         continue
                     if u.turns:
-                        Block(ctx, [g.cells[0] for g in runnable], runnable[0].iterations, self.executor, order,
+                        BlockRun(ctx, [g.cells[0] for g in runnable], runnable[0].iterations, self.executor, order,
                               number).run()
                     else:
                         self._group(ctx, runnable[0])
@@ -204,7 +204,7 @@ class Runner:
                      self.stop)
 
     def _abort_all(self) -> None:
-        self.executor.abort()  # the threads of a block or of concurrent guests abort their own (run.threads)
+        self.executor.abort()  # the threads of a block or of concurrent guests abort their own (execute.threads)
 
 
 def run_scenario(sc: Scenario, opts: RunOptions, console: Console | None = None,

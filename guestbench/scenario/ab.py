@@ -2,7 +2,7 @@
 guestbench.analysis.ab).
 
 Every item of the scenario becomes two cells per backend, `<label>.A` and `<label>.B`, variants of one item, so
-they take turns sample by sample (guestbench.run.schedule) and see the same stretch of the machine's time; with
+they take turns sample by sample (guestbench.plan.schedule) and see the same stretch of the machine's time; with
 placement nested the level-1 guest gets the items with their `ab` key and interleaves them the same way. A
 side is a list of KEY=VALUE: a measurement parameter (cache=unsafe, size=64MiB), `memsize` (the appliance's
 MiB), or an environment variable in capitals (LIBGUESTFS_HV=/opt/qemu/bin/qemu-system-x86_64, LIBGUESTFS_PATH=

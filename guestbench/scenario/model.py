@@ -161,7 +161,7 @@ class Scenario:
     stacks: tuple[str, ...] = ("host",)  # software stacks (guestbench.stacks): host is the machine's own
     nested: NestedSpec = field(default_factory=NestedSpec)
     measurements: tuple[MeasurementSpec, ...] = field(default_factory=tuple)
-    order: str | None = None  # None: interleaved where a measurement has two or more cells (run.plan)
+    order: str | None = None  # None: interleaved where a measurement has two or more cells (plan.cells)
     seed: int | None = None  # order random: None = drawn when the run starts (and recorded)
     precision: float | None = None  # target 95% CI half-width / median; None = fixed repetitions
     max_repetitions: int | None = None  # the cap with precision (None: DEFAULT_MAX_REPETITIONS)

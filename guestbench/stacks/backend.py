@@ -26,7 +26,7 @@ from guestbench.util.errors import UserError
 
 ASK_TIMEOUT_S = 900.0  # the first answer builds the stack's appliance (supermin; a workload appliance: longer)
 ANSWER_MAX = 2**20
-WORKER = ["-m", "guestbench.run.worker"]
+WORKER = ["-m", "guestbench.execute.worker"]
 
 
 class StackBackend(Backend):

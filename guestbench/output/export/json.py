@@ -28,7 +28,7 @@ from guestbench.util.units import number
 
 if TYPE_CHECKING:
     from guestbench.output.formats import Printable
-    from guestbench.run.dryrun import DryRun
+    from guestbench.plan.dryrun import DryRun
 
 
 def json_float(x: float | None) -> float | None:

@@ -8,7 +8,7 @@ import shlex
 
 from guestbench.output.document import Bullets, Document, Para, Section, Table
 from guestbench.output.formats import Printable
-from guestbench.run.dryrun import DryRun, PlannedCell
+from guestbench.plan.dryrun import DryRun, PlannedCell
 from guestbench.util.reasons import short_reason
 from guestbench.util.units import format_duration
 

@@ -28,10 +28,10 @@ from guestbench.results import Failure, ResultsFile, utc_now
 from guestbench.run.fleet import nopickle, plain, resources, seal, task
 from guestbench.run.fleet.cluster import ASK_TIMEOUT_S, DEAF, HostPlan, addresses, choose, close, connect, deaf, workers
 from guestbench.run.fleet.inbox import Inbox
-from guestbench.run import remote
-from guestbench.run.remote import Remote
+from guestbench.execute import remote
+from guestbench.execute.remote import Remote
 from guestbench.run.record import progress_display
-from guestbench.run.supervisor import TrapSignals
+from guestbench.execute.supervisor import TrapSignals
 from guestbench.scenario import Scenario
 
 CANCEL_WAIT_S = 180.0  # after a signal, how long the hosts may take to stop and send their last samples

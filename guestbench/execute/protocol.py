@@ -5,7 +5,7 @@ object per line on its protocol fd, each with its kind under "t":
 
   begin         {"i": index}                      an iteration starts
   waiting       {"i": index}                      cells that take turns: it waits for iteration i's turn
-                                                  (guestbench.run.turns); the previous turn is over
+                                                  (guestbench.execute.turns); the previous turn is over
   deadline      {"what": "launch", "s": 300}      the next step must finish within s seconds
                 {"what": null}                    no step is under way
   launched      {"s": 12.3, "first": true}        a launch finished (first: the worker's first launch)

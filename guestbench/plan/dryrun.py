@@ -1,7 +1,7 @@
 """`guestbench scenario FILE --dry-run`: what a run would do, and roughly how long it would take, with nothing
 launched.
 
-The cells come from the same plan the runner uses (run.plan), for every placement. The backends' verdicts are
+The cells come from the same plan the runner uses (plan.cells), for every placement. The backends' verdicts are
 the cached ones only (a probe would launch): a backend without one is listed as 'would be probed'. The
 estimate of a cell is its iterations times the median sample of the same cell in earlier results files
 in the newest earlier results file that has one (same placement, backend, measurement and parameters; else the
@@ -29,8 +29,8 @@ from guestbench.measurements import get as get_measurement
 from guestbench.results.figures import sample_seconds
 from guestbench.results import Cell, load_results, store
 from guestbench.results.limits import MAX_BYTES
-from guestbench.run import plan as planner
-from guestbench.run import probe
+from guestbench.plan import cells as planner
+from guestbench.execute import probe
 from guestbench.stacks import store as stacks
 from guestbench.scenario import Scenario
 

@@ -4,7 +4,7 @@ Why a separate process: libguestfs has no launch timeout of its own, and a hung 
 these machines) never returns. The worker runs in its own session, so the supervisor can kill it
 together with its qemu and libguestfs's recovery process, as a process group, when a deadline passes.
 
-The request and the messages are described, and built, in guestbench.run.protocol.
+The request and the messages are described, and built, in guestbench.execute.protocol.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from guestbench.measurements import get as get_measurement
 from guestbench.util.errors import Unavailable
 from guestbench.measurements.base import CellContext, Measurement, verification_problem
 from guestbench.host.paths import INSTANCE_ENV, WORKDIR_ENV, scratch_env
-from guestbench.run import lockstep, turns
-from guestbench.run.protocol import Msg, Request
-from guestbench.run.supervisor import socket_dirs_of
+from guestbench.execute import lockstep, turns
+from guestbench.execute.protocol import Msg, Request
+from guestbench.execute.supervisor import socket_dirs_of
 from guestbench.stacks.sandbox import STACK_ENV
 
 # What the appliance's kernel logs when a disk write or read failed: a sample that saw one is not a sample (UML
@@ -301,7 +301,7 @@ class WorkerTask:
         return {**({"load": load} if load else {}), **({"resources": resources} if resources else {})}
 
     def take_turn(self, i: int) -> bool:
-        """Cells that take turns (guestbench.run.turns): wait until the runner grants iteration i (True) or tells
+        """Cells that take turns (guestbench.execute.turns): wait until the runner grants iteration i (True) or tells
         this cell to stop (False). Everything until the next wait, or the worker's end, is inside the turn."""
         if self.turn is None:
             return True

@@ -1,6 +1,6 @@
 """A scenario's cells in the order they run: measurement-major, so that the backends of one measurement are
 measured close in time; `concurrency: N` makes a group of N cells (one per appliance) that run at once.
-`blocks` then says which cells take turns (guestbench.run.schedule): the single-cell groups of one scenario item
+`blocks` then says which cells take turns (guestbench.plan.schedule): the single-cell groups of one scenario item
 (its backends and variants), unless the order is sequential."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Callable
 
-from guestbench.run.executor import Executor
+from guestbench.execute.executor import Executor
 
 JOIN_AFTER_ABORT_S = 120.0
 

@@ -17,8 +17,8 @@ from guestbench.stacks.backend import named
 from guestbench.util.errors import UserError, inert
 from guestbench.util.reasons import short_reason
 from guestbench.results import ResultsFile
-from guestbench.run import probe
-from guestbench.run.executor import Executor
+from guestbench.execute import probe
+from guestbench.execute.executor import Executor
 
 UNDECIDED = "not decided: no cell of this run launched it"
 

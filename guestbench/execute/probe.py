@@ -18,8 +18,8 @@ from guestbench.util.errors import Interrupted
 from guestbench.measurements import get as get_measurement
 from guestbench.host.paths import cache_dir, workdir_for
 from guestbench.results import atomic_write_json, utc_now
-from guestbench.run.executor import Executor
-from guestbench.run.protocol import Message, Msg, Request, stderr_reason
+from guestbench.execute.executor import Executor
+from guestbench.execute.protocol import Message, Msg, Request, stderr_reason
 from guestbench.stacks.backend import named
 
 CACHE_FILE = "probes.json"
@@ -177,7 +177,7 @@ def check_all(names: list[str], *, refresh: bool = False, timeout: float | None 
     """Each named backend's verdict, one after another, as `doctor` and a fleet worker ask for them; a signal
     kills the probe under way (and raises Interrupted)."""
     from guestbench.host.paths import make_run_dir, remove_tree
-    from guestbench.run.supervisor import Supervisor, TrapSignals
+    from guestbench.execute.supervisor import Supervisor, TrapSignals
 
     verdicts: dict[str, Availability] = {}
     run_dir = make_run_dir()

@@ -28,7 +28,7 @@ from guestbench.host import procs
 from guestbench.host import cgroups
 from guestbench.backends.base import LIBGUESTFS_OVERRIDES, Backend
 from guestbench.util.errors import Interrupted, printable
-from guestbench.run.protocol import Message, Msg, Request, WorkerExit
+from guestbench.execute.protocol import Message, Msg, Request, WorkerExit
 
 KILL_GRACE_S = 3.0
 STDERR_LINE_MAX = 64 * 1024  # a worker's stderr line kept at most (under -v it carries the appliance's console)
@@ -200,7 +200,7 @@ def alive(pid: int) -> bool:
 
 
 class Supervisor:
-    """The local executor (guestbench.run.executor): one worker process at a time on this machine, under the
+    """The local executor (guestbench.execute.executor): one worker process at a time on this machine, under the
     deadlines it announces; `current` is what a signal handler must kill."""
 
     def __init__(self, verbose: bool = False, echo: Callable[[str], None] | None = None) -> None:

@@ -27,9 +27,9 @@ from guestbench.measurements.base import CellContext, verification_problem
 from guestbench.host.paths import WORKDIR_ENV, cache_dir, remove_tree, scratch_env, workdir_for
 from guestbench.measurements.payload import payload
 from guestbench.scenario import DEFAULT_SAMPLE_TIMEOUT_S, DEFAULT_TIMEOUT_S
-from guestbench.run.protocol import Request
-from guestbench.run.supervisor import LIBGUESTFS_OVERRIDES, alive, descendants, kill_processes
-from guestbench.run.worker import SHUTDOWN_TIMEOUT_S, Handle, failure_reason
+from guestbench.execute.protocol import Request
+from guestbench.execute.supervisor import LIBGUESTFS_OVERRIDES, alive, descendants, kill_processes
+from guestbench.execute.worker import SHUTDOWN_TIMEOUT_S, Handle, failure_reason
 
 _SEQ = itertools.count(1)
 T = TypeVar("T")

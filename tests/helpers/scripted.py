@@ -1,7 +1,7 @@
 """A scripted executor: it answers a cell's request with the messages a worker would send, from a script, and
 starts nothing (as hyperfine's mock executor does). The run's own logic — the gate and deferred probes, blocks
 and their turns, precision stops, power-cut trials, the record, signals — is then tested in `make check`
-without a launch. The local executor (run/supervisor.py) is the real one; each path scripted here also has an
+without a launch. The local executor (execute/supervisor.py) is the real one; each path scripted here also has an
 end-to-end test with real appliances in `make test`.
 
 A script is a function of (backend name, request, i) that says what iteration i of the request does: a sample of
@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 from guestbench.backends.base import Backend
 from guestbench.measurements import get as get_measurement
-from guestbench.run import turns
-from guestbench.run.protocol import Message, Msg, Request, WorkerExit
+from guestbench.execute import turns
+from guestbench.execute.protocol import Message, Msg, Request, WorkerExit
 
 POLL_S = 0.01
 
@@ -41,7 +41,7 @@ Script = Callable[[str, Request, int], Step]
 
 
 class ScriptedExecutor:
-    """An executor (run/executor.py) whose workers are a script. `requests` lists every request it was given, with
+    """An executor (execute/executor.py) whose workers are a script. `requests` lists every request it was given, with
     the backend's name, in order (shared with the executors it spawns)."""
 
     verbose = False
@@ -72,7 +72,7 @@ class ScriptedExecutor:
 
 
 class _Worker:
-    """One scripted worker: the iterations of one request, as run/worker.py would send them."""
+    """One scripted worker: the iterations of one request, as execute/worker.py would send them."""
 
     def __init__(self, ex: ScriptedExecutor, request: Request, backend: Backend,
                  on_message: Callable[[Message], None]) -> None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Callable, Protocol
 
 from guestbench.backends.base import Backend
-from guestbench.run.protocol import Message, Request, WorkerExit
-from guestbench.run.supervisor import Supervisor
+from guestbench.execute.protocol import Message, Request, WorkerExit
+from guestbench.execute.supervisor import Supervisor
 
 
 class Executor(Protocol):

@@ -1,7 +1,7 @@
 """Which cell samples next: the order of a run's samples, and the turnstile that enforces it.
 
 A block is the cells of one scenario item (its backends × its variants) that take turns
-(guestbench.run.turns). Order `interleaved` grants them round by round, one iteration each, always in the
+(guestbench.execute.turns). Order `interleaved` grants them round by round, one iteration each, always in the
 same cell order; `random` shuffles every round with a seeded generator; either way every cell of a
 measurement sees the same stretch of the machine's time. Order `sequential` makes every cell a block of its
 own: all its samples, then the next cell's (the order before interleaving existed).
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from guestbench.run import turns
+from guestbench.execute import turns
 
 INTERLEAVED, RANDOM, SEQUENTIAL = "interleaved", "random", "sequential"
 POLL_S = 0.2  # how often the main thread wakes while it waits (a signal is raised there between waits)
