@@ -32,7 +32,8 @@ def _scenario_from_args(args: argparse.Namespace) -> Any:
     return apply_overrides(sc, backend=args.backend, measurement=args.measurement, repetitions=args.repetitions,
                            warmup=args.warmup, timeout=args.timeout, sample_timeout=args.sample_timeout,
                            size=args.size, memsize=args.memsize, phases=args.phases,
-                           placement=args.placement, stack=args.stack, uml_mode=args.uml_mode, order=args.order, seed=args.seed, precision=args.precision,
+                           placement=args.placement, stack=args.stack, uml_mode=args.uml_mode, order=args.order,
+                           seed=args.seed, precision=args.precision,
                            max_repetitions=args.max_repetitions)
 
 
@@ -128,9 +129,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
     sc = scenario_ab.ab_scenario(_scenario_from_args(args), a, b)
     err = rich_console.Console(stderr=True)
     rf = _run(args, sc, err)
-    with rf.lock:
-        rf.doc["ab"] = {"a": a, "b": b, "noise_percent": noise}
-        rf.save()
+    from guestbench.results import AbSides
+
+    rf.set_ab(AbSides.laid_out(a=a, b=b, noise_percent=noise))
     run = rf.run()
     if not formats.FORMATS[args.format].whole:  # a machine's format prints the comparison alone
         formats.emit(results_doc.printable(run, str(rf.path)), args.format)
@@ -148,7 +149,7 @@ def cmd_nested(args: argparse.Namespace) -> int:
     try:
         img = nested_image.build(lambda line: err.print("nested build: ", inert(line), sep="", highlight=False),
                                  force=args.force)
-    except nested_image.ImageError as e:
+    except nested_image.BuildError as e:
         sys.stderr.write(f"guestbench: nested build failed: {_one_line(str(e))}\n")
         return 1
     print(img.path)

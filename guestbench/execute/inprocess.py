@@ -184,7 +184,8 @@ class InProcessCell:
         self._step("launch", self.timeout, app, go)
 
     def after_launch(self, app: Handle) -> None:
-        self._step("set-up after launch", self.sample_timeout, app, lambda: self.measurement.after_launch(app.g, self.ctx))
+        self._step("set-up after launch", self.sample_timeout, app,
+                   lambda: self.measurement.after_launch(app.g, self.ctx))
 
     def prepare(self, app: Handle) -> None:
         self._step("prepare", self.sample_timeout, app, lambda: self.measurement.prepare(app.g, self.ctx))

@@ -18,7 +18,7 @@ POLL_S = 0.02
 
 
 @dataclass(frozen=True)
-class Step:
+class Rendezvous:
     """One guest's place in its group: the shared directory, its number (1-based), the group's size, and
     the longest wait for the others (a peer may be relaunching after a failure)."""
 
@@ -26,21 +26,21 @@ class Step:
     guest: int
     guests: int
     wait_s: float
-    # what every guest's work dir starts with: their processes are the step's own work, not other load (noise)
+    # what every guest's work dir starts with: their processes are the group's own work, not other load (noise)
     peers: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Step:
+    def from_dict(cls, d: dict[str, Any]) -> Rendezvous:
         return cls(dir=str(d["dir"]), guest=int(d["guest"]), guests=int(d["guests"]), wait_s=float(d["wait_s"]),
                    peers=str(d.get("peers") or ""))
 
 
-def arrive(step: Step, iteration: int) -> None:
+def arrive(rendezvous: Rendezvous, iteration: int) -> None:
     """This guest is at `iteration`'s timed operation, or will not run it (failed): nobody waits for it."""
-    (Path(step.dir) / f"ready-{iteration}-{step.guest}").touch()
+    (Path(rendezvous.dir) / f"ready-{iteration}-{rendezvous.guest}").touch()
 
 
 def leave(directory: Path | str, guest: int) -> None:
@@ -48,19 +48,19 @@ def leave(directory: Path | str, guest: int) -> None:
     (Path(directory) / f"gone-{guest}").touch()
 
 
-def _present(step: Step, iteration: int) -> set[int]:
-    d = Path(step.dir)
+def _present(rendezvous: Rendezvous, iteration: int) -> set[int]:
+    d = Path(rendezvous.dir)
     return ({int(p.name.rsplit("-", 1)[1]) for p in d.glob(f"ready-{iteration}-*")}
             | {int(p.name.split("-", 1)[1]) for p in d.glob("gone-*")})
 
 
-def wait(step: Step, iteration: int) -> float | None:
+def wait(rendezvous: Rendezvous, iteration: int) -> float | None:
     """Arrive, then wait for the others; the seconds waited, or None when they did not come within wait_s."""
-    arrive(step, iteration)
+    arrive(rendezvous, iteration)
     t0 = time.monotonic()
-    everyone = set(range(1, step.guests + 1))
-    while not everyone <= _present(step, iteration):
-        if time.monotonic() - t0 > step.wait_s:
+    everyone = set(range(1, rendezvous.guests + 1))
+    while not everyone <= _present(rendezvous, iteration):
+        if time.monotonic() - t0 > rendezvous.wait_s:
             return None
         time.sleep(POLL_S)
     return time.monotonic() - t0

@@ -98,7 +98,7 @@ def last_output(tail: list[str], keep: int = 12) -> list[str]:
 DEFERRED = "deferred: its first launch in this run is its probe"
 
 
-def check(backend: Backend, executor: Executor, run_dir: Path, *, refresh: bool = False,
+def verdict(backend: Backend, executor: Executor, run_dir: Path, *, refresh: bool = False,
           timeout: float | None = None, defer: bool = False) -> Availability:
     """Full verdict for one backend: live preconditions, then a cached or fresh launch probe.
 
@@ -172,14 +172,14 @@ def decided(backend: Backend, deferred: Availability, launch_s: float | None, fa
     return av
 
 
-def check_all(names: list[str], *, refresh: bool = False, timeout: float | None = None, verbose: bool = False,
+def verdicts(names: list[str], *, refresh: bool = False, timeout: float | None = None, verbose: bool = False,
               on_checking: Callable[[str], None] | None = None) -> dict[str, Availability]:
     """Each named backend's verdict, one after another, as `doctor` and a fleet worker ask for them; a signal
     kills the probe under way (and raises Interrupted)."""
     from guestbench.host.paths import make_run_dir, remove_tree
     from guestbench.execute.supervisor import Supervisor, TrapSignals
 
-    verdicts: dict[str, Availability] = {}
+    found: dict[str, Availability] = {}
     run_dir = make_run_dir()
     sup = Supervisor(verbose=verbose)
     try:
@@ -187,10 +187,10 @@ def check_all(names: list[str], *, refresh: bool = False, timeout: float | None 
             for name in names:
                 if on_checking is not None:
                     on_checking(name)
-                verdicts[name] = check(named(name), sup, run_dir, refresh=refresh, timeout=timeout)
+                found[name] = verdict(named(name), sup, run_dir, refresh=refresh, timeout=timeout)
     except Interrupted:
         sup.abort()
         raise
     finally:
         remove_tree(run_dir)
-    return verdicts
+    return found

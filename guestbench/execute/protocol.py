@@ -70,10 +70,10 @@ class Request:
     verbose: bool = False
     verify: bool = True  # check the data arrived (once per cell, on the first sample that can)
     phases: str | None = None  # record start-up phases with this marker family (guestbench.instruments.markers)
-    drives: list[dict[str, Any]] = field(default_factory=list)  # host-side disks (storage.host.Drive.to_dict())
+    drives: list[dict[str, Any]] = field(default_factory=list)  # host-side disks (storage.backing.Drive.to_dict())
     payload: str | None = None  # uploads: the file sent, and its digest
     payload_sha256: str | None = None
-    step: dict[str, Any] | None = None  # concurrent guests: lockstep.Step.to_dict() plus "indexes"
+    rendezvous: dict[str, Any] | None = None  # concurrent guests: lockstep.Rendezvous.to_dict() plus "indexes"
     turn: dict[str, Any] | None = None  # cells that take turns: turns.Turn.to_dict() plus "indexes"
     instance: int = 1  # which of N concurrent guests, 1-based
     daemons: list[str] = field(default_factory=list)  # the backend's shared daemons, by process name (usage)

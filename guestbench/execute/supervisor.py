@@ -360,7 +360,7 @@ def request_paths(request: Request) -> tuple[list[str], list[str]]:
     step directory, its drives: files, block devices, an NBD server's socket) and read (its payload)."""
     drives = [str(d.get("filename") or "") if d.get("protocol", "file") == "file" else
               next((s[5:] for s in d.get("server") or [] if str(s).startswith("unix:")), "") for d in request.drives]
-    rw = {request.workdir, *(str(d["dir"]) for d in (request.turn, request.step) if d and d.get("dir")),
+    rw = {request.workdir, *(str(d["dir"]) for d in (request.turn, request.rendezvous) if d and d.get("dir")),
           *(p for p in drives if p)}
     ro = {request.payload} if request.payload else set()
     rw = {p for p in rw if not any(p.startswith(q.rstrip("/") + "/") for q in rw)}  # under another: bound with it

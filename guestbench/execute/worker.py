@@ -144,7 +144,8 @@ def failure_reason(exc: BaseException, appliance: Handle | None) -> str:
     if advice > 0:
         msg = msg[:advice]
     if appliance is not None:
-        # the hypervisor's command line as libguestfs prints it ("-append ... panic=1 ...") says nothing of what went wrong
+        # the hypervisor's command line as libguestfs prints it ("-append ... panic=1 ...") says nothing of what
+        # went wrong
         tail = [" ".join(ln.split()) for ln in appliance.console_tail(40) if not ln.lstrip().startswith("-")]
         telling = [ln for ln in tail if any(k in ln.lower() for k in
                                             ("error", "fail", "assert", "abort", "panic", "killed", "crash"))]
@@ -172,12 +173,13 @@ class WorkerTask:
         self.launching: Handle | None = None  # the handle being launched, so a failed launch's console is kept
         self.first_launch = True
         self.set_up = False  # after_launch has run for the current appliance (or, without one, for the cell)
-        self.step = lockstep.Step.from_dict(req.step) if req.step else None
-        self.step_index: list[int] = list((req.step or {}).get("indexes") or [])  # the run's iteration numbers
+        self.rendezvous = lockstep.Rendezvous.from_dict(req.rendezvous) if req.rendezvous else None
+        # the run's iteration numbers
+        self.rendezvous_index: list[int] = list((req.rendezvous or {}).get("indexes") or [])
         # what the rest of the machine did in each timed step (concurrent guests: the rest beyond the group)
         group = cgroups.of_this_worker()
-        self.meter = noise.LoadMeter(marker=self.step.peers if self.step and self.step.peers else req.workdir,
-                                     group=group)
+        peers = self.rendezvous.peers if self.rendezvous else ""
+        self.meter = noise.LoadMeter(marker=peers or req.workdir, group=group)
         self.in_step: dict[str, Any] = {}  # the last timed launch's rendezvous (concurrent guests)
         # and what the cell's processes used: counted by the kernel where the supervisor made the worker a group
         self.usage = usage.UsageMeter(marker=req.workdir, daemons=req.daemons, group=group)
@@ -228,8 +230,9 @@ class WorkerTask:
                 self.chan.send(Msg.UNAVAILABLE, reason=reason)
                 break
             except Exception as exc:  # a failed sample is data, not a crash: report it and go on
-                if self.step is not None:
-                    lockstep.arrive(self.step, self.step_index[i])  # the others need not wait for this iteration
+                if self.rendezvous is not None:
+                    # the others need not wait for this iteration
+                    lockstep.arrive(self.rendezvous, self.rendezvous_index[i])
                 self.deadline(None)
                 reason = self.why(exc)
                 self.drop_handles()
@@ -260,7 +263,7 @@ class WorkerTask:
         g = self.app.g if self.app else None
         self.deadline("sample", self.req.sample_timeout)
         self.m.prepare(g, self.ctx)
-        in_step = self.rendezvous(i)
+        in_step = self.meet(i)
         self.start_meters()
         t0 = time.perf_counter()
         figures = self.m.timed_op(g, self.ctx)
@@ -315,12 +318,12 @@ class WorkerTask:
             return False
         return got == turns.GO
 
-    def rendezvous(self, i: int) -> dict[str, Any]:
+    def meet(self, i: int) -> dict[str, Any]:
         """Concurrent guests start the timed operation together; what the sample says about that."""
-        if self.step is None:
+        if self.rendezvous is None:
             return {}
-        self.deadline("waiting for the other guests", self.step.wait_s + LOCKSTEP_MARGIN_S)
-        waited = lockstep.wait(self.step, self.step_index[i])
+        self.deadline("waiting for the other guests", self.rendezvous.wait_s + LOCKSTEP_MARGIN_S)
+        waited = lockstep.wait(self.rendezvous, self.rendezvous_index[i])
         self.deadline("sample", self.req.sample_timeout)
         return {"in_step": waited is not None, "waited_s": waited}
 
@@ -330,7 +333,7 @@ class WorkerTask:
         self.deadline("prepare", self.req.sample_timeout)  # handle and disk images (host side)
         a = self.launching = Handle(self.req, self.m, self.ctx)
         if timed is not None:
-            self.in_step = self.rendezvous(timed)
+            self.in_step = self.meet(timed)
             self.start_meters()
         self.deadline("launch", self.req.timeout)
         t0 = time.perf_counter()

@@ -9,10 +9,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from guestbench.host import fingerprint as host
+from guestbench.host import fingerprint
 from guestbench.backends import BACKENDS
 from guestbench.measurements import Measurement
-from guestbench.results.model import HOST_STACK, system_name
+from guestbench.results.model import HOST_STACK, Cell, system_name
 from guestbench.measurements import get as get_measurement
 from guestbench.scenario import SIDE, MeasurementSpec, Scenario
 
@@ -21,7 +21,7 @@ from guestbench.scenario import SIDE, MeasurementSpec, Scenario
 class Group:
     """Cells that run at the same time (usually one), and the iterations each of them runs."""
 
-    cells: list[dict[str, Any]]
+    cells: list[Cell]
     iterations: list[str]
 
     @property
@@ -32,7 +32,7 @@ class Group:
     @property
     def takes_turns(self) -> bool:
         """One appliance that can pause between iterations: not concurrent guests, not power-cut trials."""
-        m = get_measurement(self.cells[0]["measurement"])
+        m = measurement_of(self.cells[0])
         return len(self.cells) == 1 and not m.kills_hypervisor and not m.density
 
 
@@ -49,10 +49,10 @@ def _block_key(g: Group) -> tuple[str, tuple[tuple[str, str], ...]]:
     cells hold host disks for as long as they live, one variant's backends only (a matrix of filesystems would
     otherwise keep every variant's images and appliances at once), with both sides of `guestbench ab`."""
     cell = g.cells[0]
-    if not get_measurement(cell["measurement"]).workload:
-        return str(cell["group"]), ()
-    variant = {k: v for k, v in (cell.get("variant") or {}).items() if k != SIDE}
-    return str(cell["group"]), tuple(sorted((k, repr(v)) for k, v in variant.items()))
+    if not measurement_of(cell).workload:
+        return str(cell.group), ()
+    variant = {k: v for k, v in (cell.variant or {}).items() if k != SIDE}
+    return str(cell.group), tuple(sorted((k, repr(v)) for k, v in variant.items()))
 
 
 # Every cell of a block keeps its appliance up, idle, while the others take their turns: idle guests hold
@@ -65,7 +65,7 @@ ASSUMED_MEMSIZE_MIB = 1280  # libguestfs's default appliance memory on x86_64, w
 def block_cap(memsize_mib: int | None, row: int, total_bytes: int | None = None) -> int:
     """The most cells that take turns at once: bounded by MAX_BLOCK_CELLS and by half the RAM, and a whole
     number of rows (one variant's backends, `row` cells) where a row fits, so a variant's backends stay together."""
-    total = host.memory_bytes() if total_bytes is None else total_bytes
+    total = fingerprint.memory_bytes() if total_bytes is None else total_bytes
     per = (memsize_mib or ASSUMED_MEMSIZE_MIB) * 2**20
     cap = max(2, min(MAX_BLOCK_CELLS, (total or 0) // 2 // per))
     return cap // row * row if 0 < row <= cap else cap
@@ -89,7 +89,8 @@ def cells_per_item(groups: list[Group]) -> int:
     """The most cells one scenario item has (its backends × variants): two or more makes interleaving the default."""
     counts: dict[str, int] = {}
     for g in groups:
-        counts[g.cells[0]["group"]] = counts.get(g.cells[0]["group"], 0) + 1
+        group = str(g.cells[0].group)
+        counts[group] = counts.get(group, 0) + 1
     return max(counts.values(), default=0)
 
 
@@ -127,32 +128,42 @@ def verdict_names(sc: Scenario) -> list[str]:
     return [system_name(b, stack) for b in (sc.backends or BACKENDS) for stack in sc.stacks]
 
 
-def mode_lacking(cell: dict[str, Any], offered: Any) -> str | None:
+def mode_lacking(cell: Cell, offered: Any) -> str | None:
     """Why a uml cell cannot run in the mode its item asks for (its UML's verdict lists the modes it `offered`), or
     None (no mode asked, or nothing known yet: the cell's own set-up then says)."""
-    mode = cell.get("uml_mode")
+    mode = cell.uml_mode
     if not mode or not isinstance(offered, list) or mode in offered:
         return None
     return f"this UML has no {mode} mode; it offers {', '.join(map(str, offered))} (seccomp mode came with Linux 6.16)"
 
 
-def system_of(cell: dict[str, Any]) -> str:
+def system_of(cell: Cell) -> str:
     """What a cell runs on, as its results name it (results.model.Cell.system): its work dir and its lines say it."""
-    return system_name(str(cell["backend"]), stack_of(cell), cell.get("uml_mode"), cell.get("drive_path"))
+    return cell.system
 
 
-def verdict_name(cell: dict[str, Any]) -> str:
+def verdict_name(cell: Cell) -> str:
     """The name of a cell's backend's verdict (results.model.system_name, without the mode)."""
-    return system_name(str(cell["backend"]), stack_of(cell))
+    return system_name(cell.backend, cell.stack_name)
 
 
-def stack_of(cell: dict[str, Any]) -> str:
-    return str((cell.get("software") or {}).get("stack") or HOST_STACK)
+def stack_of(cell: Cell) -> str:
+    return cell.stack_name
+
+
+def measurement_of(cell: Cell) -> Measurement:
+    """The measurement a planned cell runs (every cell the plan makes names one)."""
+    return get_measurement(str(cell.measurement))
+
+
+def params_of(cell: Cell) -> dict[str, Any]:
+    """A planned cell's parameters (every cell the plan makes has them)."""
+    return cell.params if cell.params is not None else {}
 
 
 def plan(sc: Scenario, usable: list[str]) -> list[Group]:
-    """Every group of the host placement, its cells as new results-document cells (not yet recorded); `usable`:
-    verdict names, a stack's backends as `uml@sid`."""
+    """Every group of the host placement, its cells typed as the results document will hold them (not yet
+    recorded: guestbench.results.writer adds them); `usable`: verdict names, a stack's backends as `uml@sid`."""
     groups = []
     for spec in sc.measurements:
         m = get_measurement(spec.measurement)
@@ -163,13 +174,15 @@ def plan(sc: Scenario, usable: list[str]) -> list[Group]:
     return groups
 
 
-def new_cell(sc: Scenario, spec: MeasurementSpec, m: Measurement, system: System, k: int, n: int) -> dict[str, Any]:
-    """The cell record of guest k of n for one backend: what is measured, how, and what the clock covers."""
-    together = ({"label": f"{spec.label}.guest{k}", "variant": {**spec.variant, "guest": k}, "instance": k,
-                 "concurrency": n} if n > 1 else {"label": spec.label, "variant": dict(spec.variant)})
+def new_cell(sc: Scenario, spec: MeasurementSpec, m: Measurement, system: System, k: int, n: int) -> Cell:
+    """The cell of guest k of n for one backend: what is measured, how, and what the clock covers; laid out with
+    its keys in the order the results document has them (null ones too: docs/results-format.md)."""
+    together: dict[str, Any] = ({"label": f"{spec.label}.guest{k}", "variant": {**spec.variant, "guest": k},
+                                 "instance": k, "concurrency": n} if n > 1 else
+                                {"label": spec.label, "variant": dict(spec.variant)})
     metrics = m.metrics(spec.params)
     backend = system.backend
-    return {
+    return Cell.laid_out(**{
         "backend": backend, "software": {"stack": system.stack}, **({"uml_mode": system.mode} if system.mode else {}),
         **({"drive_path": system.drive_path} if system.drive_path else {}),
         "placement": "host", "measurement": spec.measurement, "group": spec.group, **together,
@@ -180,4 +193,4 @@ def new_cell(sc: Scenario, spec: MeasurementSpec, m: Measurement, system: System
            else {}),
         **({"env": dict(spec.env)} if spec.env else {}),
         **({"memsize": spec.memsize} if spec.memsize is not None else {}),
-    }
+    })

@@ -5,8 +5,9 @@ The cells come from the same plan the runner uses (plan.cells), for every placem
 the cached ones only (a probe would launch): a backend without one is listed as 'would be probed'. The
 estimate of a cell is its iterations times the median sample of the same cell in earlier results files
 in the newest earlier results file that has one (same placement, backend, measurement and parameters; else the
-same measurement with other parameters, said so), plus one appliance start-up per cell where the measurement does not time the launch itself. A cell with
-no earlier figure has no estimate and is counted apart: the total never pretends to know it.
+same measurement with other parameters, said so), plus one appliance start-up per cell where the measurement does
+not time the launch itself. A cell with no earlier figure has no estimate and is counted apart: the total never
+pretends to know it.
 
 Each cell that runs a user's program on the host (a command measurement's argv or guestfish script) or sets an
 environment is listed with them: they run as the user guestbench runs as, root, so a reviewer of a scenario sees
@@ -199,9 +200,10 @@ def dry_run(sc: Scenario, results_dir: Path) -> DryRun:
         for group in planner.plan(sc, runnable):
             for c in group.cells:
                 system = planner.system_of(c)
-                cells.append(PlannedCell(placement, system, c["label"], c["measurement"], c["params"],
-                                         len(group.iterations), env=dict(c.get("env") or {}),
-                                         program=get_measurement(c["measurement"]).host_program(c["params"])))
+                params = planner.params_of(c)
+                cells.append(PlannedCell(placement, system, c.label, str(c.measurement), params,
+                                         len(group.iterations), env=dict(c.env or {}),
+                                         program=planner.measurement_of(c).host_program(params)))
     for cell in cells:
         estimate(cell, earlier)
     return DryRun(sc, verdicts, cells, files)

@@ -16,7 +16,7 @@ from guestbench.backends import Availability
 from guestbench.stacks.backend import named
 from guestbench.util.errors import UserError, inert
 from guestbench.util.reasons import short_reason
-from guestbench.results import ResultsFile
+from guestbench.results import BackendVerdict, ResultsWriter
 from guestbench.execute import probe
 from guestbench.execute.executor import Executor
 
@@ -26,7 +26,7 @@ UNDECIDED = "not decided: no cell of this run launched it"
 class Gate:
     """The backend verdicts of one run. Thread-safe: concurrent appliances report their first launches."""
 
-    def __init__(self, results: ResultsFile, console: Console, executor: Executor, run_dir: Path, *,
+    def __init__(self, results: ResultsWriter, console: Console, executor: Executor, run_dir: Path, *,
                  reprobe: bool = False, probe_timeout: float | None = None, defer: bool = False,
                  verbose: bool = False) -> None:
         self.results = results
@@ -55,15 +55,21 @@ class Gate:
                     usable.append(name)
         return usable
 
+    def verdict(self, name: str) -> BackendVerdict | None:
+        """This run's verdict on backend `name` (a verdict name: `tcg`, `uml@sid`), None before its check."""
+        return self.results.verdict(name)
+
     def usable(self, name: str) -> bool:
         """Whether the backend may still launch in this run (unknown backends: yes, nobody refused them)."""
-        return bool((self.results.doc["backends"].get(name) or {}).get("usable", True))
+        verdict = self.results.verdict(name)
+        return verdict is None or verdict.usable
 
     def refusal(self, name: str) -> str | None:
         """Why the rest of this backend's cells are not run, when its deferred probe failed."""
         if self.usable(name):
             return None
-        return f"not run: {name} is not usable here ({self.results.doc['backends'][name]['reason']})"
+        verdict = self.results.verdict(name)
+        return f"not run: {name} is not usable here ({verdict.reason if verdict else None})"
 
     def awaits_first_launch(self, name: str) -> bool:
         return name in self._deferred
@@ -75,7 +81,7 @@ class Gate:
             if deferred is None:
                 return
             av = probe.decided(named(name), deferred, launch_s, failure)
-            self.results.set_backend(name, av.to_dict())
+            self.results.set_verdict(name, verdict_of(av))
         self._say(name, av)
 
     def probe_deferred(self, name: str) -> None:
@@ -99,26 +105,26 @@ class Gate:
 
     def kvm_usable(self) -> bool:
         """Whether KVM works here (for the level-1 guest): this run's verdict, else a cached or new probe."""
-        known = self.results.doc["backends"].get("kvm")
+        known = self.results.verdict("kvm")
         if known is not None:
-            return bool(known.get("usable"))
+            return known.usable
         with self.console.status("checking whether KVM works here, for the level-1 guest"):
-            av = probe.check(named("kvm"), self.executor, self.run_dir, refresh=self.reprobe,
+            av = probe.verdict(named("kvm"), self.executor, self.run_dir, refresh=self.reprobe,
                              timeout=self.probe_timeout)
         return av.usable
 
     def _verdict(self, name: str, *, refresh: bool, defer: bool) -> Availability:
-        """One backend's verdict from probe.check, recorded in the results file and said."""
+        """One backend's verdict from probe.verdict, recorded in the results file and said."""
         try:
             backend = named(name)
         except UserError as e:  # a stack not built (or half-built): its backends are not usable, the rest run
             av = Availability(False, str(e))
-            self.results.set_backend(name, av.to_dict())
+            self.results.set_verdict(name, verdict_of(av))
             self._say(name, av)
             return av
-        av = probe.check(backend, self.executor, self.run_dir, refresh=refresh, timeout=self.probe_timeout,
+        av = probe.verdict(backend, self.executor, self.run_dir, refresh=refresh, timeout=self.probe_timeout,
                          defer=defer)
-        self.results.set_backend(name, av.to_dict())
+        self.results.set_verdict(name, verdict_of(av))
         self._say(name, av)
         return av
 
@@ -131,3 +137,8 @@ class Gate:
             self.console.print(f"[green]✓[/] {name}: usable — ", inert(reason + cached), sep="", highlight=False)
         else:
             self.console.print(f"[red]✗[/] {name}: not usable — ", inert(reason + cached), sep="", highlight=False)
+
+
+def verdict_of(av: Availability) -> BackendVerdict:
+    """A backend's availability as the results document records it: usable, reason and details, always all three."""
+    return BackendVerdict.laid_out(**av.to_dict())

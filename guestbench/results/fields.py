@@ -4,6 +4,8 @@ records)."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import math
 from dataclasses import MISSING, Field, dataclass, field, fields
@@ -119,7 +121,7 @@ def load(value: Any, key: str) -> dict[str, Any]:
         flag(value["busy"], at(key, "busy"))
     if value.get("other_runs") is not None:
         count(value["other_runs"], at(key, "other_runs"))
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def resources(value: Any, key: str) -> dict[str, Any]:
@@ -136,7 +138,7 @@ def resources(value: Any, key: str) -> dict[str, Any]:
         mapping(by_program, at(key, "cpu_by_program"))
         for name, seconds in by_program.items():
             amount(seconds, at(at(key, "cpu_by_program"), str(name)))
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def mapping(value: Any, key: str) -> dict[str, Any]:
@@ -175,7 +177,7 @@ def figures(value: Any, key: str) -> dict[str, Any]:
             raise refuse(figure, at(key, name), "is not a number or a string", "a number or a string")
         if isinstance(figure, (int, float)) and not finite(figure):
             raise refuse(figure, at(key, name), "is not finite", "a finite number or a string")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def descriptors(value: Any, key: str) -> list[dict[str, Any]]:
@@ -269,6 +271,30 @@ class Record:
     @classmethod
     def from_dict(cls: type[R], value: Any, key: str = "") -> R:
         return cls(**cls.parse_fields(value, key))
+
+    @classmethod
+    def checked(cls: type[R], **values: Any) -> R:
+        """A record made in code, each value read as a file's would be (a ModelError names the field): what a run
+        records is refused where it is made, never where it is read back. Written as any record built in code."""
+        for name, what in cls.REQUIRED.items():
+            if name not in values:
+                raise ModelError(name, f"missing; required: {what}")
+        return cls(**{name: cls.FIELDS[name](value, name) if name in cls.FIELDS else value
+                      for name, value in values.items()})
+
+    @classmethod
+    def laid_out(cls: type[R], **values: Any) -> R:
+        """A record made in code that writes exactly the keys given, in their order, null and empty ones too, as one
+        read from a file that had them would: the layout docs/results-format.md gives a record a run writes."""
+        return cls(**values, source_keys=tuple(values))
+
+    def replaced(self: R, **changes: Any) -> R:
+        """A copy with `changes`, its lists and objects its own; a key it did not have goes after the others, as a
+        dict merge ({**d, **changes}) puts it."""
+        own = {f.name: copy.copy(getattr(self, f.name)) for f in fields(self)
+               if f.init and isinstance(getattr(self, f.name), (list, dict))}
+        keys = self.source_keys + tuple(name for name in changes if name not in self.source_keys)
+        return dataclasses.replace(self, **{**own, **changes, "source_keys": keys})
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object: source keys in their order (known and unknown), then new non-default fields."""

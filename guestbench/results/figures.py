@@ -2,8 +2,8 @@
 
 A workload's tool reports its own figures (MB/s, IOPS, latency), each with its direction of better; its wall
 time is a fixed run and no figure. Every other cell's figure is its samples' seconds, lower being better.
-Beside them, what the cell's processes used per sample (guestbench.instruments.usage): CPU seconds and peak memory, lower
-being better; a comparison reads them like seconds, a precision target does not.
+Beside them, what the cell's processes used per sample (guestbench.instruments.usage): CPU seconds and peak memory,
+lower being better; a comparison reads them like seconds, a precision target does not.
 """
 
 from __future__ import annotations

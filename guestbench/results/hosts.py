@@ -1,4 +1,5 @@
-"""A fleet run seen host by host: each host's share as the run a one-machine run would have recorded, so that every table, warning and exit status built for one machine applies to each host unchanged."""
+"""A fleet run seen host by host: each host's share as the run a one-machine run would have recorded, so that every
+table, warning and exit status built for one machine applies to each host unchanged."""
 
 from __future__ import annotations
 

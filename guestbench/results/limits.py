@@ -151,7 +151,11 @@ def loads(data: bytes, source: str, expected: str, nonfinite: list[str] | None =
     pytest-benchmark writes a benchmark's params and extra_info with Python's json, which writes them."""
     if nonfinite is not None:
         kept: list[str] = []
-        doc = _loads(data, source, expected, lambda t: kept.append(t) or t, lambda t: _float_or(t, kept))
+
+        def keep(t: str) -> str:
+            kept.append(t)
+            return t
+        doc = _loads(data, source, expected, keep, lambda t: _float_or(t, kept))
         text = data.decode("utf-8")
         nonfinite += [f"line {_line(text, t)}: {t[:20]}" for t in kept]
         return doc

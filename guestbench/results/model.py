@@ -1,10 +1,10 @@
 """The results document as typed objects: what each field holds, which values can be real, and v1 → v2.
 
 Every reader takes these objects (`load_results` returns a `Run`; the run being written is read through
-`ResultsFile.run()`); the model is the one place that says what a results file may hold, so a doctored or damaged
+`ResultsWriter.run()`); the model is the one place that says what a results file may hold, so a doctored or damaged
 file, or a snapshot another machine sends back, is refused with one line naming the field
 (``cells[3].samples[1].seconds: -1.2 is negative; ...``) instead of being printed as if it were real. The run
-itself writes plain dicts (guestbench.run.record), which are read back through the model like any file.
+writes these objects too, through guestbench.results.writer, which serialises each once.
 
 Two rules keep the round trip lossless (docs/results-format.md):
 - keys the model does not know go to ``extra`` and come back from ``to_dict``, so a newer guestbench's fields
@@ -12,7 +12,7 @@ Two rules keep the round trip lossless (docs/results-format.md):
 - ``source_keys`` remembers which keys the source had, in order: a key present as null or empty comes back as
   it was, and an absent one stays absent. An object built in code (no source) writes its required fields and
   every other field whose value differs from the default (so ``Sample(1, 2.5, utc)`` leaves out its None
-  optionals).
+  optionals), unless made with ``laid_out``, which writes exactly the keys given.
 Raw JSON values (params, host, scenario, ...) are shared with the source, not copied.
 """
 
@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from guestbench.results import fields as parse
+from guestbench.results import header
 from guestbench.results.fields import SECONDS, ModelError, Parser, Record
+from guestbench.results.header import READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION
 
-SCHEMA = "guestbench-results"
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
 CELL_STATUSES = ("pending", "running", "done", "skipped", "unavailable", "interrupted")
 RUN_STATUSES = ("running", "complete", "interrupted", "failed")
 PLACEMENT_STATUSES = ("starting", "running", "complete", "interrupted", "failed")
@@ -365,7 +364,7 @@ def _order(value: Any, key: str) -> dict[str, Any]:
     cells = value.get("block_cells")
     if cells is not None and (type(cells) is not int or cells < 1):
         raise parse.refuse(cells, parse.at(key, "block_cells"), "is not a number of cells", "an integer >= 1")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 PRICE_SETS = (("vcpu_hour", "gib_hour"), ("instance_hour", "vcpus", "memory_mib"))
@@ -376,7 +375,7 @@ def _scenario(value: Any, key: str) -> dict[str, Any]:
     parse.mapping(value, key)
     cost = value.get("cost")
     if cost is None or cost == {}:  # no prices given
-        return value  # type: ignore[no-any-return]
+        return value
     where = parse.at(key, "cost")
     parse.mapping(cost, where)
     for name in ("vcpu_hour", "gib_hour", "instance_hour", "vcpus", "memory_mib"):
@@ -388,12 +387,6 @@ def _scenario(value: Any, key: str) -> dict[str, Any]:
     if any(cost.get(k) is None for k in needed):
         raise parse.refuse(cost, where, "is not a complete set of prices",
                            "vcpu_hour and gib_hour, or instance_hour, vcpus and memory_mib")
-    return value  # type: ignore[no-any-return]
-
-
-def _version(value: Any, key: str) -> int:
-    if type(value) is not int or value not in READABLE_VERSIONS:
-        raise parse.refuse(value, key, "is not supported", " or ".join(map(str, READABLE_VERSIONS)))
     return value
 
 
@@ -419,10 +412,10 @@ class Run(Record):
     ab: AbSides | None = None  # a run of guestbench ab: its two sides
 
     WHAT: ClassVar[str] = "a guestbench results document"
-    REQUIRED: ClassVar[dict[str, str]] = {"schema": repr(SCHEMA), "schema_version": "1, 2 or 3",
+    REQUIRED: ClassVar[dict[str, str]] = {"schema": repr(SCHEMA), "schema_version": header.readable(),
                                           "cells": "a list of cells"}
     FIELDS: ClassVar[dict[str, Parser]] = {
-        "schema": parse.one_of((SCHEMA,), "guestbench results file"), "schema_version": _version,
+        "schema": header.schema, "schema_version": header.version,
         "guestbench": parse.nullable(parse.mapping), "status": parse.nullable(parse.one_of(RUN_STATUSES, "run status")),
         "started_utc": parse.nullable(parse.text), "finished_utc": parse.nullable(parse.text),
         "command": parse.nullable(parse.texts),
@@ -436,7 +429,8 @@ class Run(Record):
     def from_dict(cls, value: Any, key: str = "") -> Run:
         """Older documents are version 3 documents with fewer fields (version 2 added nothing a reader must know;
         version 3 added hosts, which a version 2 reader would have mixed into one machine's figures): only the
-        number changes."""
+        number changes. The header first (guestbench.results.header), as every reader checks it."""
+        header.require(value, key)
         run = cls(**cls.parse_fields(value, key))
         run.schema_version = SCHEMA_VERSION
         return run

@@ -226,7 +226,8 @@ def _cell(bench: dict[str, Any], index: int) -> tuple[dict[str, Any], str | None
     iterations = stats.get("iterations", 1)
     warning = None
     if isinstance(data, list) and data and all(_is_number(x) for x in data):
-        metas = meta if isinstance(meta, list) and len(meta) == len(data) else [{"rep": i + 1} for i in range(len(data))]
+        metas = (meta if isinstance(meta, list) and len(meta) == len(data)
+                 else [{"rep": i + 1} for i in range(len(data))])
         cell["samples"] = [{**(m if isinstance(m, dict) else {}), "seconds": float(x)} for m, x in zip(metas, data)]
         if isinstance(iterations, int) and iterations > 1 and isinstance(cell["timed"], str):  # else refused below
             cell["timed"] += f" (each sample: the mean of {iterations} iterations)"
@@ -308,4 +309,4 @@ def load_pytest_benchmark(path: str) -> dict[str, Any]:
     # a params or extra_info of Infinity (pytest-benchmark writes them with Python's json) is kept as text; one where
     # guestbench reads a figure is refused by the model, in one line
     doc = read_json(path, "pytest-benchmark file", "pytest-benchmark JSON", nonfinite=[])
-    return doc  # type: ignore[no-any-return]
+    return doc

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from guestbench.results import limits
 from guestbench.results import pytest_benchmark as pbj
-from guestbench.results.io import read_json
-from guestbench.results.model import SCHEMA, ModelError, Run
+from guestbench.results.io import parse_document, read_json
+from guestbench.results.model import SCHEMA, Run
 from guestbench.util import walk
 from guestbench.util.errors import UserError
 
@@ -57,13 +57,8 @@ def read(path: Path | str, data: bytes | None = None) -> Stored:
         raise limits.not_finite(nonfinite[0], str(path))
     if imported:
         doc, _ = pbj.import_(doc, str(path))
-    elif not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise UserError(f"not a guestbench results file (key 'schema' must be {SCHEMA!r}) nor a pytest-benchmark "
-                        "file (key 'benchmarks')", source=str(path))
-    try:
-        return Stored(str(path), Run.from_dict(doc), imported)
-    except ModelError as e:
-        raise UserError(e.message, source=str(path), key=e.key) from None
+    return Stored(str(path), parse_document(doc, str(path), nor="a pytest-benchmark file (key 'benchmarks')"),
+                  imported)
 
 
 def load(paths: list[str]) -> list[Stored]:

@@ -30,7 +30,7 @@ def enabled() -> bool:
 @functools.cache
 def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of the version this guestbench writes, shipped as package data."""
-    return json.loads(resources.files(__package__).joinpath(SCHEMA_FILE).read_text())  # type: ignore[no-any-return]
+    return json.loads(resources.files(__package__).joinpath(SCHEMA_FILE).read_text())
 
 
 @functools.cache
@@ -56,8 +56,9 @@ def problems(doc: Any) -> list[str]:
     return [f"{field_path(e.absolute_path)}: {e.message}" for e in errors]
 
 
-def check(doc: Any, where: str) -> None:
-    """Raise SchemaViolation naming `where` and the first offending field when `doc` is not a valid document of the current version."""
+def require(doc: Any, where: str) -> None:
+    """Raise SchemaViolation naming `where` and the first offending field when `doc` is not a valid document of the
+    current version."""
     found = problems(doc)
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""

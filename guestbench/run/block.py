@@ -16,11 +16,11 @@ from typing import Any
 from guestbench.analysis import stats
 from guestbench.host.paths import workdir_for
 from guestbench.results.figures import figures
-from guestbench.results.model import Cell
+from guestbench.results.model import Cell, Precision
 from guestbench.run.cell import MAX_WORKER_RESTARTS, CellRun, RunContext, Seat
 from guestbench.execute.executor import Executor
 from guestbench.plan.cells import system_of, verdict_name
-from guestbench.run.record import CellDoc, numbered
+from guestbench.run.record import numbered
 from guestbench.plan.schedule import Order, Turnstile
 from guestbench.execute.threads import run_together
 from guestbench.execute.turns import Turn
@@ -30,7 +30,7 @@ from guestbench.execute.worker import SHUTDOWN_TIMEOUT_S
 class BlockRun:
     """The cells of one block and the iterations each of them may run (with precision: up to the cap)."""
 
-    def __init__(self, ctx: RunContext, cells: list[CellDoc], iterations: list[str], executor: Executor,
+    def __init__(self, ctx: RunContext, cells: list[Cell], iterations: list[str], executor: Executor,
                  order: Order, number: int) -> None:
         self.ctx = ctx
         self.cells = cells
@@ -52,7 +52,7 @@ class BlockRun:
 
     def run(self) -> None:
         executors = [self.executor.spawn() for _ in self.cells]
-        jobs = [(f"{system_of(c)}-{c['label']}", self._job(slot, c, ex))
+        jobs = [(f"{system_of(c)}-{c.label}", self._job(slot, c, ex))
                 for slot, (c, ex) in enumerate(zip(self.cells, executors))]
         try:
             run_together(jobs, executors, self.ctx.stop, main=self.turnstile.run)
@@ -61,7 +61,7 @@ class BlockRun:
                 for slot, cell in enumerate(self.cells):
                     self._precision(cell, ended_slot=slot)
 
-    def _job(self, slot: int, cell: CellDoc, ex: Executor) -> Any:
+    def _job(self, slot: int, cell: Cell, ex: Executor) -> Any:
         seat = Seat(Turn(str(self.dir), slot, self.wait_s(), os.getpid()), self.turnstile)
 
         def job() -> None:
@@ -81,29 +81,29 @@ class BlockRun:
         if self.target is None or self.its[k] != "rep":
             return False
         reached = self._precision(cell)
-        return len(cell["samples"]) >= self.ctx.sc.repetitions and reached is not None and reached <= self.target
+        return len(cell.samples) >= self.ctx.sc.repetitions and reached is not None and reached <= self.target
 
-    def _precision(self, cell: CellDoc, ended_slot: int | None = None) -> float | None:
+    def _precision(self, cell: Cell, ended_slot: int | None = None) -> float | None:
         """The precision the cell's samples reach now, recorded in the cell (with why it stopped, at its end)."""
         if self.target is None:
             return None
         with self.ctx.recorder.lock:
-            figs = figures(Cell.from_dict(cell))  # the live cell, read as any results file's is
+            figs = figures(cell)  # the live cell, read as any results file's is
+            n = len(cell.samples)
         reached = worst_precision([stats.relative_precision(f.values) for f in figs])
-        record: dict[str, Any] = {"target": self.target, "reached": reached, "n": len(cell["samples"]),
-                                  "cap": self.ctx.sc.rep_cap, "method": stats.PRECISION_METHOD}
-        if ended_slot is not None:
-            record["stopped"] = self._why_stopped(ended_slot, cell, reached)
-        self.ctx.recorder.update(cell, precision=record)
+        stopped = {} if ended_slot is None else {"stopped": self._why_stopped(ended_slot, cell, reached)}
+        self.ctx.recorder.update(cell, precision=Precision.laid_out(
+            target=self.target, reached=reached, n=n, cap=self.ctx.sc.rep_cap, method=stats.PRECISION_METHOD,
+            **stopped))
         return reached
 
-    def _why_stopped(self, slot: int, cell: CellDoc, reached: float | None) -> str:
+    def _why_stopped(self, slot: int, cell: Cell, reached: float | None) -> str:
         """target: told to stop, or its last sample met the target; cap: every repetition allowed was tried."""
         if self.ctx.gate.refusal(verdict_name(cell)) is not None:
             return "ended"
         if slot in self.turnstile.stopped or (reached is not None and reached <= (self.target or 0)):
             return "target"
-        tried = len(cell["samples"]) + sum(1 for f in cell["failures"] if f.get("kind") == "rep")
+        tried = len(cell.samples) + sum(1 for f in cell.failures if f.kind == "rep")
         return "cap" if tried >= self.ctx.sc.rep_cap else "ended"
 
     def _granted(self, slot: int, k: int) -> None:
@@ -111,7 +111,7 @@ class BlockRun:
         kind, n = self.numbered[k]
         what = f"{kind} {n}/{self.its.count(kind)}"
         if self.target is not None and kind == "rep":
-            got = cell.get("precision", {}).get("reached")
+            got = cell.precision.reached if cell.precision is not None else None
             what += f" · ±{got:.1%} so far (target {self.target:.1%})" if got is not None else \
                 f" · target ±{self.target:.1%}"
         self.ctx.recorder.doing(cell, what)

@@ -17,19 +17,19 @@ from guestbench.backends import BACKENDS
 from guestbench.backends.uml.channel import MODE_ENV
 from guestbench.backends.uml.drives import DRIVE_PATHS, DRIVES_ENV
 from guestbench.util.errors import Unavailable
-from guestbench.measurements import get as get_measurement
 from guestbench.host.paths import cache_dir, workdir_for
 from guestbench.execute import lockstep
 from guestbench.execute.executor import Executor
 from guestbench.plan.gate import Gate
-from guestbench.plan.cells import stack_of, system_of, verdict_name
+from guestbench.plan.cells import measurement_of, params_of, stack_of, system_of, verdict_name
 from guestbench.execute.protocol import Message, Msg, Request, WorkerExit
-from guestbench.run.record import CellDoc, Recorder, numbered
+from guestbench.results import Cell
+from guestbench.run.record import Recorder, numbered
 from guestbench.plan.schedule import Turnstile
 from guestbench.execute.turns import Turn
 from guestbench.scenario import Scenario
 from guestbench.stacks.backend import resolve
-from guestbench.storage.host import HostStorage
+from guestbench.storage.backing import Backings
 
 MAX_WORKER_RESTARTS = 3
 
@@ -48,15 +48,15 @@ class RunContext:
     # same caches: one at a time, as when cells ran one after another
     setup_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def request(self, cell: CellDoc, iterations: list[str], handle_config: dict[str, Any], workdir: Path,
+    def request(self, cell: Cell, iterations: list[str], handle_config: dict[str, Any], workdir: Path,
                 **fields: Any) -> Request:
         """The worker's request for some of this cell's iterations; `fields` adds or overrides (protocol.Request)."""
         base: dict[str, Any] = dict(
-            measurement=cell["measurement"], params=cell["params"], iterations=iterations, backend=handle_config,
+            measurement=cell.measurement, params=cell.params, iterations=iterations, backend=handle_config,
             workdir=str(workdir), timeout=self.sc.timeout, sample_timeout=self.sc.sample_timeout,
-            appliance={"memsize": cell.get("memsize") or self.sc.memsize, "smp": self.sc.smp}, verbose=self.verbose,
-            phases=BACKENDS[cell["backend"]].phase_markers if cell.get("phases") else None,
-            instance=cell.get("instance", 1), daemons=list(BACKENDS[cell["backend"]].daemons))
+            appliance={"memsize": cell.memsize or self.sc.memsize, "smp": self.sc.smp}, verbose=self.verbose,
+            phases=BACKENDS[cell.backend].phase_markers if cell.phases else None,
+            instance=cell.instance or 1, daemons=list(BACKENDS[cell.backend].daemons))
         return Request(**{**base, **fields})
 
 
@@ -80,18 +80,19 @@ class CellTask:
     """What every way of running a cell holds: its record, its iterations, its backend and measurement, its own
     work directory, and the executor its workers go to. Subclasses implement run()."""
 
-    def __init__(self, ctx: RunContext, cell: CellDoc, iterations: list[str], executor: Executor,
-                 step: lockstep.Step | None = None) -> None:
+    def __init__(self, ctx: RunContext, cell: Cell, iterations: list[str], executor: Executor,
+                 rendezvous: lockstep.Rendezvous | None = None) -> None:
         self.ctx = ctx
         self.rec = ctx.recorder
         self.cell = cell
         self.its = iterations
         self.numbered = numbered(iterations)
         self.executor = executor
-        self.step = step
-        self.backend = resolve(cell["backend"], stack_of(cell))
-        self.m = get_measurement(cell["measurement"])
-        self.workdir = workdir_for(ctx.run_dir, f"{cell['label']}-{system_of(cell)}")
+        self.rendezvous = rendezvous
+        self.backend = resolve(cell.backend, stack_of(cell))
+        self.m = measurement_of(cell)
+        self.params = params_of(cell)
+        self.workdir = workdir_for(ctx.run_dir, f"{cell.label}-{system_of(cell)}")
 
     def run(self) -> None:
         raise NotImplementedError
@@ -99,9 +100,9 @@ class CellTask:
     def handle_config(self, workload: bool = False) -> dict[str, Any]:
         """The backend's handle configuration with the cell's own environment on top (a scenario item's env)."""
         config = self.backend.handle_config(cache_dir(), workload=workload)
-        mode = {MODE_ENV: self.cell["uml_mode"]} if self.cell.get("uml_mode") else {}
-        drives = {DRIVES_ENV: self.cell["drive_path"]} if self.cell.get("drive_path") else {}
-        return config.with_environment({**mode, **drives, **(self.cell.get("env") or {})}).to_dict()
+        mode = {MODE_ENV: self.cell.uml_mode} if self.cell.uml_mode else {}
+        drives = {DRIVES_ENV: self.cell.drive_path} if self.cell.drive_path else {}
+        return config.with_environment({**mode, **drives, **(self.cell.env or {})}).to_dict()
 
     def software(self) -> dict[str, Any]:
         """What the cell runs on (its stack, their versions, UML's mode); Unavailable when the scenario asked for a
@@ -109,7 +110,7 @@ class CellTask:
         found = self.backend.software()
         offered = found.pop("uml_modes", None)
         if offered:
-            mode = self.cell.get("uml_mode") or offered[0]
+            mode = self.cell.uml_mode or offered[0]
             if mode not in offered:
                 raise Unavailable(f"this UML ({found.get('uml')}, stack {stack_of(self.cell)}) has no {mode} mode; "
                                   f"it offers {', '.join(offered)} (seccomp mode came with Linux 6.16)")
@@ -128,12 +129,12 @@ class CellTask:
 
 
 class CellRun(CellTask):
-    """Runs one cell's iterations through `executor`; `step`: the rendezvous of concurrent guests; `seat`: its
+    """Runs one cell's iterations through `executor`; `rendezvous`: where concurrent guests meet; `seat`: its
     turns in a block (guestbench.run.block)."""
 
-    def __init__(self, ctx: RunContext, cell: CellDoc, iterations: list[str], executor: Executor,
-                 step: lockstep.Step | None = None, seat: Seat | None = None) -> None:
-        super().__init__(ctx, cell, iterations, executor, step)
+    def __init__(self, ctx: RunContext, cell: Cell, iterations: list[str], executor: Executor,
+                 rendezvous: lockstep.Rendezvous | None = None, seat: Seat | None = None) -> None:
+        super().__init__(ctx, cell, iterations, executor, rendezvous)
         self.seat = seat
         self.launched = False  # some launch of this cell succeeded
         self._index_map: list[int] = []  # the running worker's iteration i is the cell's iteration _index_map[i]
@@ -147,13 +148,13 @@ class CellRun(CellTask):
                 with self.ctx.setup_lock:
                     if self.ctx.stop.is_set():  # a signal came while another cell was set up: make nothing
                         return
-                    space.require(self.workdir, self.m.image_bytes(self.cell["params"]), "its disk images")
+                    space.require(self.workdir, self.m.image_bytes(self.params), "its disk images")
                     handle_config = self.handle_config(workload=self.m.workload)
                     self.rec.update(self.cell, software=self.software())
                     drives: list[dict[str, Any]] = []
                     if self.m.workload:
-                        storage = resources.enter_context(HostStorage(self.workdir))
-                        drives = self.m.host_drives(storage, self.cell["params"], opens_nbd=self.backend.opens_nbd)
+                        storage = resources.enter_context(Backings(self.workdir))
+                        drives = self.m.host_drives(storage, self.params, opens_nbd=self.backend.opens_nbd)
             except (Unavailable, ApplianceError) as e:
                 self.rec.unavailable(self.cell, len(self.its), str(e))
                 return
@@ -173,21 +174,22 @@ class CellRun(CellTask):
             with self.ctx.setup_lock:
                 if self.ctx.stop.is_set():
                     return
-                payload, digest = self.m.make_payload(self.cell["params"])
+                payload, digest = self.m.make_payload(self.params)
         remaining = list(range(len(self.its)))
         restarts = 0
         while remaining and not self.ctx.stop.is_set():
             self._index_map, self._ended = list(remaining), set()
-            step = {**self.step.to_dict(), "indexes": remaining} if self.step else None
+            meet = {**self.rendezvous.to_dict(), "indexes": remaining} if self.rendezvous else None
             request = self.ctx.request(self.cell, [self.its[i] for i in remaining], handle_config, self.workdir,
-                                       verify=self.cell["verification"] is None, drives=drives,
-                                       payload=str(payload) if payload else None, payload_sha256=digest, step=step,
+                                       verify=self.cell.verification is None, drives=drives,
+                                       payload=str(payload) if payload else None, payload_sha256=digest,
+                                       rendezvous=meet,
                                        turn=self.seat.request_field(remaining) if self.seat else None)
             ex = self.executor.run_worker(request, self.backend, self._locked(self.on_message))
             if self.ctx.stop.is_set():  # a signal stopped the run and killed the worker: no failure of its own
                 return
             remaining = [i for i in remaining if i not in self._ended]
-            said = self.cell["failures"][-1]["reason"] if self.cell["failures"] else None  # the worker's own words
+            said = self.cell.failures[-1].reason if self.cell.failures else None  # the worker's own words
             mid_iteration = ex.kind != "done" and bool(remaining)
             if mid_iteration:  # killed at a deadline or died: the iteration under way failed
                 self._lost(ex, remaining)
@@ -217,8 +219,8 @@ class CellRun(CellTask):
         """The worker ended in the middle of an iteration: that iteration failed with how the worker ended."""
         current = remaining[0] if ex.index is None else self._index_map[ex.index]
         if current in remaining:
-            if self.step is not None:
-                lockstep.arrive(self.step, current)  # its peers need not wait for it
+            if self.rendezvous is not None:
+                lockstep.arrive(self.rendezvous, current)  # its peers need not wait for it
             self.rec.failure(self.cell, self.numbered[current], ex.explain(self.backend))
             remaining.remove(current)
 
@@ -251,7 +253,7 @@ class CellRun(CellTask):
         self.launched = True
         paths = msg.get("drive_paths")
         if isinstance(paths, list) and paths and all(p in DRIVE_PATHS for p in paths) \
-                and paths != self.cell.get("drive_paths"):
+                and paths != self.cell.drive_paths:
             self.rec.update(self.cell, drive_paths=list(paths))
         self.ctx.gate.first_launch_ended(verdict_name(self.cell), msg["s"])
         if msg.get("first") and not self.m.times_launch:
@@ -283,6 +285,7 @@ class CellRun(CellTask):
         self.rec.unavailable(self.cell, len(left), msg["reason"])
 
     _handlers: dict[str, Callable[[CellRun, Message], None]] = {
-        Msg.BEGIN: on_begin, Msg.WAITING: on_waiting, Msg.LAUNCHED: on_launched, Msg.SAMPLE: on_sample, Msg.FAILURE: on_failure,
+        Msg.BEGIN: on_begin, Msg.WAITING: on_waiting, Msg.LAUNCHED: on_launched, Msg.SAMPLE: on_sample,
+        Msg.FAILURE: on_failure,
         Msg.VERIFICATION: on_verification, Msg.SETUP: on_setup, Msg.UNAVAILABLE: on_unavailable,
     }

@@ -49,7 +49,7 @@ def ready(name: str, run_dir: Path, workload: bool = False) -> tuple[Backend, Ha
                          "s), its verdict then cached for a week\n")
     try:
         with TrapSignals():
-            av = probe.check(backend, sup, run_dir)
+            av = probe.verdict(backend, sup, run_dir)
             if not av.usable:
                 when = f" (probe of {av.details['probed_utc']}; 'guestbench doctor --refresh' probes again)" \
                     if av.details.get("cached") else ""
@@ -117,6 +117,6 @@ def run(argv: list[str], backend: Backend, config: HandleConfig, workdir: Path, 
             return Finished(EXIT_TIMEOUT, elapsed, True)
         return Finished(exit_status(rc), elapsed, False)
     finally:
-        end_tree(proc, (backend, workdir))  # type: ignore[arg-type]
+        end_tree(proc, (backend, workdir))
         for s, h in old.items():
             signal.signal(s, h)

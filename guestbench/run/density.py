@@ -12,12 +12,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from guestbench.measurements import get as get_measurement
 from guestbench.measurements.density import Density
+from guestbench.results import Cell, DensityLevel, Spread
+from guestbench.results import Density as DensityRecord
 from guestbench.results import figures as cell_figures
 from guestbench.run.cell import RunContext
-from guestbench.plan.cells import Group, system_of
-from guestbench.run.record import CellDoc
+from guestbench.plan.cells import Group, measurement_of, params_of, system_of
 
 MEMINFO_INTERVAL_S = 0.2
 
@@ -72,20 +72,21 @@ class Level:
     busy: int
     job: str = "startup"
 
-    def to_dict(self) -> dict[str, Any]:
-        def spread(values: list[float]) -> dict[str, float] | None:
-            return {"median": statistics.median(values), "min": min(values), "max": max(values),
-                    "n": len(values)} if values else None
+    def to_record(self) -> DensityLevel:
+        """The level as the results document keeps it (every figure written, null where there is none)."""
+        def spread(values: list[float]) -> Spread | None:
+            return Spread.laid_out(median=statistics.median(values), min=min(values), max=max(values),
+                                   n=len(values)) if values else None
         rate = round(self.launches / self.wall_s * 60, 2) if self.wall_s > 0 else None
         figures = ({"launches": self.launches, "launches_per_min": rate, "startup_s": spread(self.seconds)}
                    if self.job == "startup" else
                    {"jobs": self.launches, "jobs_per_min": rate, "job_s": spread(self.seconds)})
-        return {"appliances": self.appliances, **figures, "failures": self.failures,
-                "wall_s": round(self.wall_s, 3), "cpu_s_per_launch": spread(self.cpu_s),
-                "peak_mib_per_appliance": spread(self.peak_mib),
-                "peak_charged_mib_per_appliance": spread(self.charged_mib),
-                "host_used_before_mib": round(self.host_used_before_mib, 1),
-                "host_used_peak_mib": round(self.host_used_peak_mib, 1), "busy_samples": self.busy}
+        return DensityLevel.laid_out(
+            appliances=self.appliances, **figures, failures=self.failures, wall_s=round(self.wall_s, 3),
+            cpu_s_per_launch=spread(self.cpu_s), peak_mib_per_appliance=spread(self.peak_mib),
+            peak_charged_mib_per_appliance=spread(self.charged_mib),
+            host_used_before_mib=round(self.host_used_before_mib, 1),
+            host_used_peak_mib=round(self.host_used_peak_mib, 1), busy_samples=self.busy)
 
     @property
     def median(self) -> float | None:
@@ -96,30 +97,32 @@ class DensityTrials:
     """The levels of one density item on one backend; `run_group` runs N cells at once (the runner's
     concurrent guests)."""
 
-    def __init__(self, ctx: RunContext, template: CellDoc, iterations: list[str],
+    def __init__(self, ctx: RunContext, template: Cell, iterations: list[str],
                  run_group: Callable[[RunContext, Group], None]) -> None:
         self.ctx = ctx
         self.template = template
         self.its = iterations
         self.run_group = run_group
-        p = template["params"]
-        self.cap, self.slowdown, self.budget = p["max_appliances"], p["slowdown_pct"] / 100, p["memory_budget_pct"] / 100
+        p = params_of(template)
+        self.cap = p["max_appliances"]
+        self.slowdown, self.budget = p["slowdown_pct"] / 100, p["memory_budget_pct"] / 100
         self.levels: list[Level] = []
-        density = get_measurement(template["measurement"])
+        density = measurement_of(template)
         job = density.job(p) if isinstance(density, Density) else None
         self.job = "startup" if job is None else job[0].name
         self.what, self.count = ("start-up", "launches") if job is None else (self.job, "samples")
-        # a job's cells are cells of that measurement: one launch each, then its timed repetitions
+        # a job's cells are cells of that measurement (these fields of the template's replaced): one launch each,
+        # then its timed repetitions
         self.job_cell: dict[str, Any] = {} if job is None else {
             "measurement": job[0].name, "params": job[1], "timed": job[0].timed,
             "cache_mode": job[0].cache_mode(job[1]), "bytes": job[0].nbytes(job[1]), "what": job[0].describe(job[1])}
         if job is not None:
             self.its = ctx.sc.iterations(False)
-        self.record: dict[str, Any] = {"backend": system_of(template), "placement": template["placement"],
-                                       "label": template["label"], "max_appliances": self.cap,
-                                       "slowdown_pct": p["slowdown_pct"], "memory_budget_pct": p["memory_budget_pct"],
-                                       "job": self.job, "timed": self.job_cell.get("timed", template["timed"]),
-                                       "levels": [], "stopped": None, "why": None, "fits": None, "verdict": None}
+        self.record = DensityRecord.laid_out(
+            backend=system_of(template), placement=template.placement, label=template.label,
+            max_appliances=self.cap, slowdown_pct=p["slowdown_pct"], memory_budget_pct=p["memory_budget_pct"],
+            job=self.job, timed=self.job_cell.get("timed", template.timed), levels=[], stopped=None, why=None,
+            fits=None, verdict=None)
 
     def run(self) -> None:
         n = 1
@@ -127,7 +130,7 @@ class DensityTrials:
             while not self.ctx.stop.is_set():
                 level = self._level(n)
                 self.levels.append(level)
-                self.record["levels"].append(level.to_dict())
+                self.record.levels.append(level.to_record())
                 stop = self._stop_rule(level)
                 if stop is not None:
                     self._close(*stop)
@@ -135,33 +138,32 @@ class DensityTrials:
                 n *= 2
                 self._save()
         finally:
-            if self.record["stopped"] is None:
+            if self.record.stopped is None:
                 self._close("interrupted", "a signal stopped the run during a level; its samples are kept")
 
     def _level(self, n: int) -> Level:
         t = self.template
-        cells = [self.ctx.recorder.add_cell({
-            **t, **self.job_cell, "label": f"{t['label']}.x{n}.guest{k}",
-            "variant": {**t["variant"], "appliances": n, "guest": k}, "instance": k, "concurrency": n,
-            "density_level": n, "order": "sequential"}) for k in range(1, n + 1)]
+        cells = [self.ctx.recorder.add_cell(t.replaced(
+            **self.job_cell, label=f"{t.label}.x{n}.guest{k}",
+            variant={**(t.variant or {}), "appliances": n, "guest": k}, instance=k, concurrency=n, density_level=n,
+            order="sequential")) for k in range(1, n + 1)]
         with HostMemory() as mem:
             t0 = time.monotonic()
             self.run_group(self.ctx, Group(cells, self.its))
             wall = time.monotonic() - t0
         with self.ctx.recorder.lock:
-            samples = [s for c in cells for s in c["samples"]]
-            failures = sum(len(c["failures"]) for c in cells)
-            launches = len(samples) + sum(len(c["warmups"]) for c in cells) + sum(
-                1 for c in cells if c.get("cold_s") is not None and self.job == "startup")
+            samples = [s for c in cells for s in c.samples]
+            failures = sum(len(c.failures) for c in cells)
+            launches = len(samples) + sum(len(c.warmups) for c in cells) + sum(
+                1 for c in cells if c.cold_s is not None and self.job == "startup")
         return Level(appliances=n, launches=launches,
-                     failures=failures, wall_s=wall, seconds=[s["seconds"] for s in samples],
-                     cpu_s=[v for v in (cell_figures.cpu_s(s.get("resources")) for s in samples) if v is not None],
-                     peak_mib=[v for v in (cell_figures.peak_mib(s.get("resources")) for s in samples)
-                               if v is not None],
-                     charged_mib=[v for v in (cell_figures.charged_mib(s.get("resources")) for s in samples)
+                     failures=failures, wall_s=wall, seconds=[s.seconds for s in samples],
+                     cpu_s=[v for v in (cell_figures.cpu_s(s.resources) for s in samples) if v is not None],
+                     peak_mib=[v for v in (cell_figures.peak_mib(s.resources) for s in samples) if v is not None],
+                     charged_mib=[v for v in (cell_figures.charged_mib(s.resources) for s in samples)
                                   if v is not None],
                      host_used_before_mib=mem.before / 2**20, host_used_peak_mib=mem.peak / 2**20,
-                     busy=sum(1 for s in samples if (s.get("load") or {}).get("busy") is True), job=self.job)
+                     busy=sum(1 for s in samples if (s.load or {}).get("busy") is True), job=self.job)
 
     def _stop_rule(self, level: Level) -> tuple[str, str] | None:
         """(stopped, why) once a rule holds after this level, else None: go on to twice as many."""
@@ -190,20 +192,18 @@ class DensityTrials:
         base = self.levels[0].median if self.levels and not self.levels[0].failures else None
         good = [lv for lv in self.levels if not lv.failures and lv.median is not None and base
                 and lv.median < self.slowdown * base]
-        self.record.update(stopped=stopped, why=why)
+        self.record.stopped, self.record.why = stopped, why
         if good and base:
             best = good[-1]
             assert best.median is not None
-            self.record.update(fits=best.appliances, verdict=(
+            self.record.fits, self.record.verdict = best.appliances, (
                 f"{best.appliances} appliance{'s' if best.appliances > 1 else ''} fit here at once within "
                 f"{best.median / base:.2f}x the single appliance's {self.what} (median {best.median:.3g} s vs "
-                f"{base:.3g} s; bound {self.slowdown:.2f}x)"))
+                f"{base:.3g} s; bound {self.slowdown:.2f}x)")
         else:
-            self.record.update(fits=0, verdict="no level stayed within the bound without a failure")
+            self.record.fits, self.record.verdict = 0, "no level stayed within the bound without a failure"
         self._save()
 
     def _save(self) -> None:
-        with self.ctx.recorder.lock:
-            doc = self.ctx.recorder.results.doc
-            others = [d for d in doc.get("density") or [] if d is not self.record]
-            self.ctx.recorder.note(density=[*others, self.record])
+        """The record as it stands into the results file, in place of what it said before."""
+        self.ctx.recorder.density(self.record)

@@ -14,7 +14,7 @@ from guestbench.util.errors import Interrupted, inert
 from guestbench.nested import guest
 from guestbench.nested import image as nested_image
 from guestbench.nested import job
-from guestbench.results import ResultsFile
+from guestbench.results import Placement, ResultsWriter
 from guestbench.plan.gate import Gate
 from guestbench.run.record import progress_display
 from guestbench.execute.remote import Remote
@@ -30,7 +30,7 @@ class NestedPlacement:
     def __init__(self, sc: Scenario, gate: Gate, *, verbose: bool) -> None:
         self.sc = sc
         self.gate = gate
-        self.results: ResultsFile = gate.results
+        self.results: ResultsWriter = gate.results
         self.console: Console = gate.console
         self.run_dir: Path = gate.run_dir
         self.verbose = verbose
@@ -42,7 +42,7 @@ class NestedPlacement:
             img = nested_image.build(lambda line: self.console.print("nested build: ", inert(line), sep="",
                                                                    highlight=False))
             files = job.job_files(self.sc, level1)
-        except nested_image.ImageError as e:
+        except nested_image.BuildError as e:
             self._failed(Merger(self.results, level1, None), None,
                          f"the level-1 guest image could not be built: {e}")
             return
@@ -80,8 +80,9 @@ class NestedPlacement:
             def on_live(snap: Any) -> None:
                 merger.take_bytes(snap.content)
                 done, total = merger.progress(self.sc)
+                record = merger.record()
                 progress.update(task, completed=done, total=total,
-                                description=f"{self.sc.name} · nested · {merger.info.get('status')}")
+                                description=f"{self.sc.name} · nested · {record.status if record else None}")
 
             return guest.run_job(img, files, self.run_dir / "level1-out", memory_mib=level1.memory_mib,
                                  vcpus=level1.vcpus, kvm=level1.kvm, timeout_s=level1.deadline_s,
@@ -101,17 +102,17 @@ class Merger(Remote):
     """The level-1 guest's run: its results join the host's results file as placement nested, every time newer
     ones arrive, and its record says how the level-1 run ended."""
 
-    def __init__(self, results: ResultsFile, level1: job.Level1, image: str | None) -> None:
-        info: dict[str, Any] = {"host": None, "backends": {}, "status": "starting", "started_utc": None,
-                                "finished_utc": None, "guestbench": None,
-                                "level1": {**level1.to_dict(), "image": image, "seconds": None, "error": None}}
-        super().__init__(results, info, ("placement", job.PLACEMENT), GUEST_FIELDS)
-        results.doc.setdefault("placements", {})[job.PLACEMENT] = info
-        results.save()
+    def __init__(self, results: ResultsWriter, level1: job.Level1, image: str | None) -> None:
+        super().__init__(results, ("placement", job.PLACEMENT), GUEST_FIELDS)
+        results.set_placement(job.PLACEMENT, Placement.laid_out(
+            host=None, backends={}, status="starting", started_utc=None, finished_utc=None, guestbench=None,
+            level1={**level1.to_dict(), "image": image, "seconds": None, "error": None}))
 
     def finish(self, seconds: float | None, error: str | None, interrupted: bool = False) -> None:
-        self.info["level1"]["seconds"] = seconds
-        self.info["level1"]["error"] = error
-        if (error or interrupted) and self.info.get("status") in ("starting", "running"):
-            self.info["status"] = "interrupted" if interrupted else "failed"
-        self.results.save()
+        with self.results.lock:
+            record = self.results.placement(job.PLACEMENT)
+            assert record is not None  # set when the merger was made
+            ended = {"status": "interrupted" if interrupted else "failed"} \
+                if (error or interrupted) and record.status in ("starting", "running") else {}
+            self.results.update_placement(job.PLACEMENT, level1={**(record.level1 or {}), "seconds": seconds,
+                                                                 "error": error}, **ended)

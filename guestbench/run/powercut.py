@@ -12,7 +12,7 @@ from guestbench.run.cell import CellTask
 from guestbench.plan.cells import verdict_name
 from guestbench.execute.protocol import Message, Msg
 from guestbench.util.errors import Unavailable
-from guestbench.storage.host import Drive, HostStorage
+from guestbench.storage.backing import Drive, Backings
 
 
 class PowerCutTrials(CellTask):
@@ -25,11 +25,11 @@ class PowerCutTrials(CellTask):
             if self.ctx.stop.is_set():
                 return
             self.rec.doing(self.cell, f"trial {idx + 1}/{len(self.its)}")
-            with HostStorage(self.workdir / f"trial{idx}") as storage:
+            with Backings(self.workdir / f"trial{idx}") as storage:
                 try:
                     # a plain file, as a disk image normally is (qemu and UML flush a file with fdatasync/fsync),
                     # unless the backend cannot be handed a FUSE file (then NBD)
-                    drive = storage.volatile(f"trial{idx}", self.cell["params"]["disk_size"],
+                    drive = storage.volatile(f"trial{idx}", self.params["disk_size"],
                                              as_file=self.backend.volatile_disk_as_file)
                 except Unavailable as e:
                     self.rec.unavailable(self.cell, len(self.its) - idx, str(e))
@@ -42,9 +42,9 @@ class PowerCutTrials(CellTask):
                 return
         self.rec.finish(self.cell)
 
-    def _trial(self, idx: int, it: tuple[str, int], handle_config: dict[str, Any], storage: HostStorage,
+    def _trial(self, idx: int, it: tuple[str, int], handle_config: dict[str, Any], storage: Backings,
                drive: Drive) -> None:
-        params = self.cell["params"]
+        params = self.params
         token = durability.token_for(str(self.workdir), idx)
         outcome: dict[str, Any] = {}
 

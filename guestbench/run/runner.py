@@ -19,13 +19,13 @@ from typing import Callable
 from rich.console import Console
 
 from guestbench.host import cgroups
-from guestbench.host import fingerprint as host
+from guestbench.host import fingerprint
 from guestbench.host import neighbours
 from guestbench.util.errors import Interrupted, inert
 from guestbench.measurements import get as get_measurement
 from guestbench.nested.job import exit_problem
 from guestbench.host.paths import make_run_dir, remove_tree, workdir_for
-from guestbench.results import ResultsFile, Run
+from guestbench.results import Cell, ResultsWriter, Run
 from guestbench.results.model import system_name
 from guestbench.results import figures as cell_figures
 from guestbench.results import hosts as fleet_hosts
@@ -36,14 +36,15 @@ from guestbench.plan.gate import Gate
 from guestbench.run.nested import NestedPlacement
 from guestbench.run.block import BlockRun
 from guestbench.run.density import DensityTrials
-from guestbench.plan.cells import Group, block_cap, blocks, cells_per_item, mode_lacking, plan, system_of, verdict_names
+from guestbench.plan.cells import (Group, block_cap, blocks, cells_per_item, measurement_of, mode_lacking, plan,
+                                   system_of, verdict_names)
 from guestbench.plan.schedule import SEQUENTIAL, Order
 from guestbench.execute.threads import run_together
 from guestbench.run.powercut import PowerCutTrials
-from guestbench.run.record import CellDoc, Recorder, progress_display
+from guestbench.run.record import Recorder, progress_display
 from guestbench.execute.supervisor import TrapSignals
 from guestbench.scenario import Scenario
-from guestbench.storage.host import sweep_stale
+from guestbench.storage.backing import sweep_stale
 
 
 @dataclass
@@ -52,7 +53,7 @@ class RunOptions:
     verbose: bool = False
     reprobe: bool = False
     probe_timeout: float | None = None
-    defer_probe: bool = False  # a backend's first launch in the run is its probe (probe.check(defer=True))
+    defer_probe: bool = False  # a backend's first launch in the run is its probe (probe.verdict(defer=True))
     command: tuple[str, ...] = ()
 
 
@@ -67,20 +68,20 @@ class Runner:
             verbose=opts.verbose, echo=lambda line: console.print(inert(line), highlight=False))  # the appliance's
         self.stop = threading.Event()  # a signal arrived: threads of concurrent appliances start nothing new
 
-    def run(self) -> ResultsFile:
+    def run(self) -> ResultsWriter:
         """The run, registered host-wide while it lasts, so that it and any other run know the host is shared."""
         with neighbours.Registration(f"{self.sc.name}: {' '.join(self.opts.command)}") as me, \
                 neighbours.Neighbours(me) as others:
             return self._run(others)
 
-    def _run(self, others: neighbours.Neighbours) -> ResultsFile:
+    def _run(self, others: neighbours.Neighbours) -> ResultsWriter:
         # what a run killed with SIGKILL left on the host (its run directory, loop devices, NBD servers, mounts);
         # first, so that a temp root that is not safely this user's is refused before a results file is made
         for line in sweep_stale():
             self.console.print("swept: ", inert(line), sep="", highlight=False, style="dim", soft_wrap=True)
         cgroups.sweep()  # and its workers' control groups
-        fp = host.fingerprint()
-        results = ResultsFile.create(self.opts.results_dir, scenario=self.sc.to_dict(), host=fp,
+        fp = fingerprint.fingerprint()
+        results = ResultsWriter.create(self.opts.results_dir, scenario=self.sc.to_dict(), host=fp,
                                      command=list(self.opts.command), guestbench=fp["guestbench"], new=True)
         run_dir = make_run_dir()
         gate = Gate(results, self.console, self.executor, run_dir, reprobe=self.opts.reprobe,
@@ -110,16 +111,16 @@ class Runner:
         groups = self._offered(ctx, plan(self.sc, usable))
         order = Order.resolve(self.sc.order, self.sc.seed, cells_per_item(groups))
         memsize = max([s.memsize for s in self.sc.measurements if s.memsize] + [self.sc.memsize or 0]) or None
-        cap = block_cap(memsize, max(collections.Counter(g.cells[0]["label"] for g in groups).values(), default=1))
+        cap = block_cap(memsize, max(collections.Counter(g.cells[0].label for g in groups).values(), default=1))
         units = blocks(groups, interleave=order.mode != SEQUENTIAL, cap=cap)
         split = order.mode != SEQUENTIAL and cells_per_item(groups) > cap  # some item's cells take turns in parts
-        ctx.recorder.note(order={**order.to_dict(), **({"block_cells": cap} if split else {})})
+        ctx.recorder.order({**order.to_dict(), **({"block_cells": cap} if split else {})})
         for u in units:
             for g in u.groups:
-                if get_measurement(g.cells[0]["measurement"]).density:
+                if measurement_of(g.cells[0]).density:
                     continue  # its cells are made level by level (guestbench.run.density)
                 shared = u.turns and len(u.groups) > 1
-                g.cells = [ctx.recorder.add_cell({**c, "order": order.mode if shared else SEQUENTIAL})
+                g.cells = [ctx.recorder.add_cell(c.replaced(order=order.mode if shared else SEQUENTIAL))
                            for c in g.cells]
         open_ended = self.sc.precision is not None or any(get_measurement(s.measurement).density
                                                           for s in self.sc.measurements)
@@ -145,19 +146,19 @@ class Runner:
         now, saying why, and take no turns (their UML's verdict lists the modes it offers)."""
         kept = []
         for g in groups:
-            verdict = ctx.gate.results.doc["backends"].get(g.backend) or {}
-            why = mode_lacking(g.cells[0], (verdict.get("details") or {}).get("modes"))
+            verdict = ctx.gate.verdict(g.backend)
+            why = mode_lacking(g.cells[0], ((verdict.details if verdict else None) or {}).get("modes"))
             if why is None:
                 kept.append(g)
                 continue
             for c in g.cells:
-                ctx.recorder.unavailable(ctx.recorder.add_cell({**c, "order": SEQUENTIAL}), len(g.iterations), why)
+                ctx.recorder.unavailable(ctx.recorder.add_cell(c.replaced(order=SEQUENTIAL)), len(g.iterations), why)
         return kept
 
     @staticmethod
     def _admitted(ctx: RunContext, g: Group) -> bool:
         """Whether the group's backend may run; its cells are skipped with the reason when it may not."""
-        if not get_measurement(g.cells[0]["measurement"]).launches:
+        if not measurement_of(g.cells[0]).launches:
             ctx.gate.probe_deferred(g.backend)  # a command's exit is no verdict: probe it first
         if (refusal := ctx.gate.refusal(g.backend)) is not None:
             for cell in g.cells:
@@ -166,7 +167,7 @@ class Runner:
         return True
 
     def _group(self, ctx: RunContext, g: Group) -> None:
-        if get_measurement(g.cells[0]["measurement"]).density:
+        if measurement_of(g.cells[0]).density:
             DensityTrials(ctx, g.cells[0], g.iterations, self._together).run()
         elif len(g.cells) == 1:
             self._cell(ctx, g.cells[0], g.iterations, self.executor)
@@ -174,33 +175,35 @@ class Runner:
             self._together(ctx, g)
 
     @staticmethod
-    def _cell(ctx: RunContext, cell: CellDoc, iterations: list[str], executor: Executor,
-              step: lockstep.Step | None = None) -> None:
-        task = PowerCutTrials if get_measurement(cell["measurement"]).kills_hypervisor else CellRun
-        task(ctx, cell, iterations, executor, step).run()
+    def _cell(ctx: RunContext, cell: Cell, iterations: list[str], executor: Executor,
+              rendezvous: lockstep.Rendezvous | None = None) -> None:
+        task = PowerCutTrials if measurement_of(cell).kills_hypervisor else CellRun
+        task(ctx, cell, iterations, executor, rendezvous).run()
 
     def _together(self, ctx: RunContext, g: Group) -> None:
         """N appliances with the same workload at once, each with its own images in the same host directory
         (E3's guests sharing a disk): one thread and one executor each; a signal stops them all."""
         together = [self.executor, *(self.executor.spawn() for _ in g.cells[1:])]
         # every timed sample starts together (a peer may be relaunching after a failure: wait that long)
-        step_dir = workdir_for(ctx.run_dir, f"step-{g.cells[0]['label']}-{system_of(g.cells[0])}")  # one per group
+        meeting_dir = workdir_for(ctx.run_dir, f"step-{g.cells[0].label}-{system_of(g.cells[0])}")  # one per group
         wait_s = self.sc.timeout + 2 * self.sc.sample_timeout
 
         # the guests' work dirs share a prefix (their labels differ in the guest number): processes naming it are
         # the group's own, and the busy check does not count a peer's hypervisor as the host's other work
-        peers = os.path.commonprefix([str(workdir_for(ctx.run_dir, f"{c['label']}-{system_of(c)}")) for c in g.cells])
+        peers = os.path.commonprefix([str(workdir_for(ctx.run_dir, f"{c.label}-{system_of(c)}")) for c in g.cells])
 
-        def one(cell: CellDoc, ex: Executor) -> Callable[[], None]:
+        def one(cell: Cell, ex: Executor) -> Callable[[], None]:
+            instance = cell.instance or 1  # every cell of a group of guests has its number
+
             def job() -> None:
-                step = lockstep.Step(str(step_dir), cell["instance"], len(g.cells), wait_s, peers)
+                rendezvous = lockstep.Rendezvous(str(meeting_dir), instance, len(g.cells), wait_s, peers)
                 try:
-                    self._cell(ctx, cell, g.iterations, ex, step)
+                    self._cell(ctx, cell, g.iterations, ex, rendezvous)
                 finally:
-                    lockstep.leave(step_dir, cell["instance"])
+                    lockstep.leave(meeting_dir, instance)
             return job
 
-        run_together([(f"guest{c['instance']}", one(c, ex)) for c, ex in zip(g.cells, together)], together,
+        run_together([(f"guest{c.instance}", one(c, ex)) for c, ex in zip(g.cells, together)], together,
                      self.stop)
 
     def _abort_all(self) -> None:
@@ -208,7 +211,7 @@ class Runner:
 
 
 def run_scenario(sc: Scenario, opts: RunOptions, console: Console | None = None,
-                 executor: Executor | None = None) -> ResultsFile:
+                 executor: Executor | None = None) -> ResultsWriter:
     return Runner(sc, opts, console or Console(stderr=True), executor).run()
 
 

@@ -39,7 +39,7 @@ def is_loopback(host: str) -> bool:
     except ValueError:
         pass
     try:
-        found = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+        found = {str(info[4][0]) for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
     except (OSError, UnicodeError):
         return False
     return bool(found) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in found)
@@ -83,7 +83,7 @@ def nobody_there(address: str) -> bool:
         return False
 
 
-def check(address: str, insecure: bool, source: str, key: str, warn: Callable[[str], None]) -> None:
+def refuse_plain(address: str, insecure: bool, source: str, key: str, warn: Callable[[str], None]) -> None:
     """Refuse a plain-text scheduler address unless `insecure`; with it, say what it costs. Loopback is no trust
     boundary: every local user reaches a loopback port."""
     protocol, host, _ = parse(address, source, key)

@@ -34,8 +34,8 @@ def connect(address: str, insecure: bool = False, warn: Callable[[str], None] = 
     worker logs); the rest of Dask's unpickling is refused by guestbench.run.fleet.nopickle during a run."""
     from distributed import Client
 
-    fleet_address.check(address, insecure, "command line", f"--cluster {address}", warn)
-    tls.check(address, "client", "command line", f"--cluster {address}")
+    fleet_address.refuse_plain(address, insecure, "command line", f"--cluster {address}", warn)
+    tls.require(address, "client", "command line", f"--cluster {address}")
     try:
         roles.coordinator_setup(address)
     except RuntimeError as e:  # a Dask the roles were not made for

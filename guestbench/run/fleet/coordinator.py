@@ -24,7 +24,7 @@ from rich.console import Console
 
 from guestbench.host import fingerprint as host_info
 from guestbench.util.errors import Interrupted, UserError, inert
-from guestbench.results import Failure, ResultsFile, utc_now
+from guestbench.results import Failure, FleetHost, ResultsWriter, utc_now
 from guestbench.run.fleet import nopickle, plain, resources, seal, task
 from guestbench.run.fleet.cluster import ASK_TIMEOUT_S, DEAF, HostPlan, addresses, choose, close, connect, deaf, workers
 from guestbench.run.fleet.inbox import Inbox
@@ -61,7 +61,7 @@ class FleetRun:
         self.console = console
         self.run_id = uuid.uuid4().hex[:12]
         self.inbox = Inbox(())  # what the hosts sent, newest per worker, opened by `_take` (made for the plans)
-        self.results: ResultsFile | None = None
+        self.results: ResultsWriter | None = None
         self.futures: dict[str, Any] = {}  # host name -> its task's future
         self.keys: dict[str, str] = {}  # host name -> the key its messages are sealed with (its alone)
         self.addresses: dict[str, str] = {}  # host name -> its worker's address
@@ -70,11 +70,11 @@ class FleetRun:
         self.refusals: dict[str, str | None] = {}  # host name -> why the model refused its newest document
         self.refused: set[str] = set()  # hosts failed for what they sent: nothing more of theirs is taken
 
-    def run(self, results_dir: Any) -> ResultsFile:
+    def run(self, results_dir: Any) -> ResultsWriter:
         with nopickle.refusing(), plain.only():
             return self._run(results_dir)
 
-    def _run(self, results_dir: Any) -> ResultsFile:
+    def _run(self, results_dir: Any) -> ResultsWriter:
         from distributed import Event
 
         client = connect(self.opts.address, self.opts.insecure,
@@ -91,15 +91,13 @@ class FleetRun:
                                 + "; ".join(f"{n}: {why}" for n, why in idle.items()),
                                 source="command line", key=f"--cluster {self.opts.address}")
             fp = host_info.fingerprint()
-            self.results = rf = ResultsFile.create(
+            self.results = rf = ResultsWriter.create(
                 results_dir, scenario=self.sc.to_dict(), host=fp, command=list(self.opts.command),
                 guestbench=fp["guestbench"], new=True)
-            with rf.lock:
-                rf.doc["hosts"] = {p.name: {"address": p.address, "resources": p.resources, "status": "starting"}
-                                   for p in plans}
-                for name, why in idle.items():
-                    rf.doc["hosts"][name] = {"address": None, "status": None, "error": f"not run: {why}"}
-                rf.save()
+            rf.add_hosts({**{p.name: FleetHost.laid_out(address=p.address, resources=p.resources, status="starting")
+                             for p in plans},
+                          **{name: FleetHost.laid_out(address=None, status=None, error=f"not run: {why}")
+                             for name, why in idle.items()}})
             for name, why in idle.items():
                 self.console.print("[yellow]–[/] ", inert(f"host {name}: not run: {why}"), sep="", highlight=False)
             cancel = Event(task.cancel_event_name(self.run_id), client=client)
@@ -180,7 +178,7 @@ class FleetRun:
             if name in bars:
                 done, total = self._progress(name)
                 progress.update(bars[name], completed=done, total=total,
-                                description=f"{name} · {self._host(name).get('status')}")
+                                description=f"{name} · {self._status(name)}")
 
     def _take(self, timeout: float) -> list[str]:
         """Merge what the inbox holds (waiting up to `timeout` for a first message): only each host's newest
@@ -213,10 +211,9 @@ class FleetRun:
                 self.finals[host] = got.body
             if isinstance(got.body.get("doc"), dict):
                 latest[host] = got.body["doc"]
-        for name, doc in latest.items():
-            self.merge(name, doc, save=False)
-        if latest:
-            self._rf().save()  # once per batch: with many hosts, rewriting the file is the coordinator's cost
+        with self._rf().batch():  # one rewrite for the batch: with many hosts, that is the coordinator's cost
+            for name, doc in latest.items():
+                self.merge(name, doc)
         return list(latest)
 
     def refuse(self, name: str, why: str) -> None:
@@ -225,18 +222,18 @@ class FleetRun:
         self.refused.add(name)
         self._unfinished_fail(name, why, "failed")
 
-    def merge(self, name: str, doc: dict[str, Any], save: bool = True) -> str | None:
-        """The host's newest results document replaces what it sent before (the file rewritten unless `save`
-        is False: the caller saves once for several hosts); why it was refused, if the model refused it."""
-        if name in self._rf().doc.get("hosts", {}):
+    def merge(self, name: str, doc: dict[str, Any]) -> str | None:
+        """The host's newest results document replaces what it sent before (the file rewritten, once for several
+        hosts in the writer's batch); why it was refused, if the model refused it."""
+        if self._rf().host(name) is not None:
             remote = self._remote(name)
-            remote.take(doc, save)
+            remote.take(doc)
             self.refusals[name] = remote.refused
             return remote.refused
         return None
 
     def _remote(self, name: str) -> Remote:
-        return Remote(self._rf(), self._host(name), ("host", name), HOST_FIELDS)
+        return Remote(self._rf(), ("host", name), HOST_FIELDS)
 
     def host_ended(self, name: str, fut: Any) -> None:
         """A host's task ended: its final message (sent before the task ended, so in the inbox by now) says how
@@ -250,7 +247,7 @@ class FleetRun:
             self._host_error(name, f"its task {how} without sending its final results")
             return
         refused = self.refusals.get(name) if isinstance(out.get("doc"), dict) else None
-        status = self._host(name).get("status")
+        status = self._status(name)
         if refused:
             self._host_error(name, f"its results were refused: {refused}")
         elif out.get("doc") is None:
@@ -265,11 +262,8 @@ class FleetRun:
     def _host_error(self, name: str, error: str) -> None:
         rf = self._rf()
         with rf.lock:
-            info = rf.doc["hosts"][name]
-            info["error"] = error
-            if info.get("status") in (None, "starting", "running"):
-                info["status"] = "failed"
-            rf.save()
+            ended = {"status": "failed"} if self._status(name) in (None, "starting", "running") else {}
+            rf.set_host_state(name, error=error, **ended)
         self.console.print("[red]✗[/] ", inert(f"host {name}: {error}"), sep="", highlight=False)  # quotes the host
 
     def write_off(self, p: HostPlan, cause: str) -> None:
@@ -282,20 +276,16 @@ class FleetRun:
         failures with the reason; what it sent until then is kept."""
         rf = self._rf()
         why = f"host {name} {status}: {cause} at {utc_now()}"
-        with rf.lock:
-            info = rf.doc["hosts"][name]
-            info["status"], info["error"] = status, why
-            for cell in rf.doc["cells"]:
-                if cell.get("host") != name or cell.get("status") in ENDED:
+        with rf.batch():
+            rf.set_host_state(name, status=status, error=why)
+            for cell in rf.cells_where("host", name):
+                if cell.status in ENDED:
                     continue
                 left = remote.planned(self.sc, cell) - remote.ended_iterations(cell)
-                reps = len(cell.get("samples") or []) + sum(1 for f in cell.get("failures") or []
-                                                             if f.get("kind") in (None, "rep"))
+                reps = len(cell.samples) + sum(1 for f in cell.failures if f.kind in (None, "rep"))
                 for k in range(left):
-                    cell["failures"].append(Failure(kind="rep", rep=reps + k + 1, reason=why,
-                                                    utc=utc_now()).to_dict())
-                cell["status"] = "interrupted"
-            rf.save()
+                    rf.add_failure(cell, Failure(kind="rep", rep=reps + k + 1, reason=why, utc=utc_now()))
+                rf.set_status(cell, "interrupted")
         self.console.print("[red]✗[/] ", inert(f"{why}; its samples until then are kept"), sep="", highlight=False)
 
     def _cancel(self, cancel: Any) -> None:
@@ -305,7 +295,7 @@ class FleetRun:
         except Exception:  # the scheduler is gone or silent: the hosts stop on their own (task.host_share)
             return
         deadline = time.monotonic() + CANCEL_WAIT_S
-        running = {n: f for n, f in self.futures.items() if self._host(n).get("status") != "lost"}
+        running = {n: f for n, f in self.futures.items() if self._status(n) != "lost"}
         while running and time.monotonic() < deadline:
             self._take(timeout=0.2)  # the final documents come as messages too
             for name, fut in list(running.items()):
@@ -314,12 +304,14 @@ class FleetRun:
         self._take(timeout=0)
 
     # ------------------------------------------------------------------ helpers
-    def _rf(self) -> ResultsFile:
+    def _rf(self) -> ResultsWriter:
         assert self.results is not None
         return self.results
 
-    def _host(self, name: str) -> dict[str, Any]:
-        return self._rf().doc["hosts"][name]  # type: ignore[no-any-return]
+    def _status(self, name: str) -> str | None:
+        """Host `name`'s status in the results file (None: not yet known, or no such host)."""
+        host = self._rf().host(name)
+        return host.status if host is not None else None
 
     def _progress(self, name: str) -> tuple[int, int | None]:
         return self._remote(name).progress(self.sc)
@@ -336,5 +328,5 @@ def _unfit(body: dict[str, Any] | None) -> str | None:
     return None
 
 
-def run_fleet(sc: Scenario, opts: FleetOptions, results_dir: Any, console: Console) -> ResultsFile:
+def run_fleet(sc: Scenario, opts: FleetOptions, results_dir: Any, console: Console) -> ResultsWriter:
     return FleetRun(sc, opts, console).run(results_dir)

@@ -18,11 +18,10 @@ from guestbench.run.fleet.keeper import DEATH_TIMEOUT_S
 
 async def _serve(address: str, name: str, host: str, offered: dict[str, float], local_dir: str) -> None:
     from distributed import Worker
-    from distributed.security import Security
 
-    from guestbench.run.fleet import roles
+    from guestbench.run.fleet import roles, tls
 
-    roles.worker_setup(Security().tls_worker_cert if address.startswith("tls://") else None)
+    roles.worker_setup(tls.configured("worker_cert") if address.startswith("tls://") else None)
 
     async with Worker(address, nthreads=1, name=name, resources=offered, local_directory=local_dir,
                       death_timeout=DEATH_TIMEOUT_S, memory_limit=0,  # its tasks hold no data

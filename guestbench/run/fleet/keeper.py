@@ -24,7 +24,7 @@ from guestbench.host import rundirs
 from guestbench.util.errors import UserError
 from guestbench.host.paths import RUN_PREFIX, WORKER_PREFIX, remove_tree, temp_root
 from guestbench.run.fleet import resources
-from guestbench.storage.host_sys import mounts
+from guestbench.storage.backing_sys import mounts
 from guestbench.host import procs
 from guestbench.host.procs import users
 
@@ -119,7 +119,7 @@ def remove_leftovers(home: Path) -> list[str]:
     storage and control groups, then the directory itself (kept while a run in it is still alive)."""
     from guestbench.host import cgroups
     from guestbench.backends.libvirt import destroy_domains, guestfs_domains
-    from guestbench.storage.host import sweep_stale
+    from guestbench.storage.backing import sweep_stale
 
     live = [d for d in home.glob(f"{RUN_PREFIX}*") if rundirs.alive(d)]
     if live:

@@ -5,8 +5,8 @@ a `__Pickled__` frame in any message (distributed.protocol.core.loads), a result
 task's exception and traceback, a `warn` event's payload. A fleet host is not trusted, and a pickle is code. So,
 while a fleet run talks to Dask, an audit hook (PEP 578) refuses every `pickle.find_class`, the one step by which
 a pickle reaches a function or class (but `bytes`, below); what is left of pickle builds only plain values (str,
-bytes, numbers, containers), which run nothing. guestbench itself needs no pickle from a fleet: what a host sends crosses as
-sealed bytes it parses (guestbench.run.fleet.seal). An audit hook cannot be removed, so it is added once and
+bytes, numbers, containers), which run nothing. guestbench itself needs no pickle from a fleet: what a host sends
+crosses as sealed bytes it parses (guestbench.run.fleet.seal). An audit hook cannot be removed, so it is added once and
 acts only inside `refusing()` (every thread), or inside `refusing_in_task()` (this asyncio task, or thread, only:
 a context variable, which Dask's offloading to a thread carries along)."""
 

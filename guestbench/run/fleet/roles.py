@@ -120,7 +120,8 @@ def _refusal(comm: Any, op: str, kwargs: dict[str, Any], scheduler: Any) -> str 
     if role != "worker" or op not in WORKER_CALLS:
         return f"a peer whose certificate's role is {role or 'none'} may not call {op!r}"
     if not name and op == "register-worker":
-        return "a worker's certificate must name its host (guestbench-worker.HOST): one that names none could join as any"
+        return ("a worker's certificate must name its host (guestbench-worker.HOST): one that names none could join "
+                "as any")
     if (why := admission.call_refusal(op, kwargs, str(getattr(comm, "peer_address", "")))) is not None:
         return why
     if name and op == "register-worker" and str(kwargs.get("name")) != name:
@@ -188,7 +189,7 @@ def guard_stream(op: str, handler: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
-class Guarded(dict):  # type: ignore[type-arg]
+class Guarded(dict):
     """A handler table whose every entry, those added later (extensions, plugins) too, is guarded."""
 
     def __init__(self, table: dict[str, Any], guard: Callable[[str, Any], Any]) -> None:
@@ -203,12 +204,12 @@ class Guarded(dict):  # type: ignore[type-arg]
         for op, handler in dict(other, **kwargs).items():
             self[op] = handler
 
-    def setdefault(self, op: str, handler: Any = None) -> Any:  # type: ignore[override]
+    def setdefault(self, op: str, handler: Any = None) -> Any:
         if op not in self:
             self[op] = handler
         return self[op]
 
-    def __ior__(self, other: Any) -> "Guarded":  # type: ignore[override,misc]
+    def __ior__(self, other: Any) -> "Guarded":  # type: ignore[misc]
         self.update(other)
         return self
 
@@ -217,8 +218,8 @@ def only_roles(allowed: frozenset[str], quiet: bool = False) -> None:
     """From now on, every TLS connection of this process, accepted or made, whose peer's certificate has none
     of `allowed` roles is closed as soon as its TLS handshake is done, before Dask's own handshake reads a byte
     (a worker's Dask unpickles what it reads): a worker then neither lets a peer in nor follows a "scheduler"
-    that shows another role's certificate. Each refusal is logged, or, `quiet`, only kept in LAST_REFUSAL. Patches distributed.comm.tcp.TLS._read_extra (private, called as
-    each TLS comm is made) for the whole process."""
+    that shows another role's certificate. Each refusal is logged, or, `quiet`, only kept in LAST_REFUSAL. Patches
+    distributed.comm.tcp.TLS._read_extra (private, called as each TLS comm is made) for the whole process."""
     from distributed.comm import tcp
 
     base = getattr(tcp.TLS._read_extra, "base", tcp.TLS._read_extra)
@@ -341,8 +342,8 @@ def coordinator_setup(address: str) -> None:
     another role's certificate is taken for the scheduler (why is kept in LAST_REFUSAL for its one line)."""
     if not address.startswith("tls://"):
         return
-    from distributed.security import Security
+    from guestbench.run.fleet import tls
 
-    if role_of_file(Security().tls_client_cert) == "coordinator":  # certificates that name their roles
+    if role_of_file(tls.configured("client_cert")) == "coordinator":  # certificates that name their roles
         check_dask()
         only_roles(frozenset({"scheduler"}), quiet=True)

@@ -9,15 +9,21 @@ from guestbench.util.errors import UserError
 DOC = "docs/fleet.md, 'Security'"
 
 
-def check(address: str, role: str, source: str, key: str) -> None:
+def configured(name: str) -> str | None:
+    """The file Dask's TLS configuration names for `name` ("ca_file", "client_cert", "worker_cert", ...): Dask sets
+    these attributes of its Security from its configuration as it is made, so no type names them."""
+    from distributed.security import Security
+
+    value = getattr(Security(), f"tls_{name}", None)
+    return value if isinstance(value, str) else None
+
+
+def require(address: str, role: str, source: str, key: str) -> None:
     """`role` is Dask's name for this end: "client" (the coordinator) or "worker"."""
     if not address.startswith("tls://"):
         return
-    from distributed.security import Security
-
-    sec = Security()
-    needed = {"distributed.comm.tls.ca-file": sec.tls_ca_file,
-              f"distributed.comm.tls.{role}.cert": getattr(sec, f"tls_{role}_cert")}
+    needed = {"distributed.comm.tls.ca-file": configured("ca_file"),
+              f"distributed.comm.tls.{role}.cert": configured(f"{role}_cert")}
     missing = [name for name, value in needed.items() if not value]
     if missing:
         raise UserError(f"a tls:// scheduler needs Dask's TLS settings and {' and '.join(missing)} "
