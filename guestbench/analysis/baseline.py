@@ -98,7 +98,7 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
-def check(h: History, pinned: list[tuple[dict[str, Any], dict[str, Expected]]]) -> Judged:
+def judge(h: History, pinned: list[tuple[dict[str, Any], dict[str, Expected]]]) -> Judged:
     """Each pinned series' newest run against its expected level: worse by more than the tolerance is a miss."""
     out = Judged(set(), [], [])
     used = set()

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 import numpy as np
-from guestbench.host import fingerprint as host
+from guestbench.host import fingerprint
 from guestbench.util.errors import UserError, clip
 from guestbench.analysis.cells import cores_text, status
 from guestbench.results.figures import load_figures
@@ -252,7 +252,8 @@ def compare_samples(key: Key, base: Sequence[float], other: Sequence[float],
     return ComparisonRow(backend=key[0], placement=key[1], measurement=key[2], n_base=len(base),
                          n_other=len(other), median_base=med_b, median_other=med_o, ratio=ratio, ci_low=low,
                          ci_high=high, p_value=p, test=test, verdict=verdict,
-                         note=_few_samples_note(len(base), len(other), len(pairs[0]) if test == "paired" else None),
+                         note=_few_samples_note(len(base), len(other),
+                                                len(pairs[0]) if test == "paired" and pairs else None),
                          differences=differences, figure=figure,
                          unit=unit, higher_better=higher_better, p_perm=p_perm, gated=gated)
 
@@ -323,7 +324,7 @@ def _differences(base: Run, other: Run, key: Any) -> list[str]:
     """What differs between the machines that ran the two sides; for two fleet runs, host by host (for the
     hosts both ran), each line naming its host."""
     def key_of(fp: Any) -> dict[str, Any]:
-        return key(fp if isinstance(fp, dict) else {})  # type: ignore[no-any-return]
+        return key(fp if isinstance(fp, dict) else {})
 
     def diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
         return [f"{prefix}{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
@@ -338,13 +339,13 @@ def _differences(base: Run, other: Run, key: Any) -> list[str]:
 def check_hosts(base: Run, other: Run) -> list[str]:
     """Machine differences (CPU, cores, memory, VM, /dev/kvm), as `key: 'baseline' vs 'other'`: these make
     timings incomparable. Empty when the machine is the same."""
-    return _differences(base, other, host.machine_key)
+    return _differences(base, other, fingerprint.machine_key)
 
 
 def software_changes(base: Run, other: Run) -> list[str]:
     """Kernel and libguestfs/qemu/libvirt/UML versions that changed: what a regression run is about; and a
     stack's, where both runs ran cells on it (its cells record its software: results.model.Cell.software)."""
-    return _differences(base, other, host.software_key) + _cells_software(base, other)
+    return _differences(base, other, fingerprint.software_key) + _cells_software(base, other)
 
 
 def _cells_software(base: Run, other: Run) -> list[str]:

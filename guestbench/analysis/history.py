@@ -6,7 +6,8 @@ A fleet run's hosts are machines of their own (results.hosts); pytest-benchmark'
 import (results.store).
 
 A run's date is the file's own word, so a run dated after now (past SKEW) or not dated at all is kept apart: it is
-never the newest run a gate judges, and the history names it. A series is judged on its newest MAX_RUNS runs."""
+never the newest run a gate judges, and the history names it. A series is judged on its newest MAX_RUNS runs.
+What the gate makes of the verdicts (the regressions, the runs judged) is guestbench.analysis.history_gate's."""
 
 from __future__ import annotations
 
@@ -41,9 +42,6 @@ MAX_SERIES = 5_000
 """Series (a machine's cells and figures) at most: a scenario's matrix on a fleet is a few hundred; each series
 costs a few milliseconds to judge and more to print, so a store of thousands of one-sample cells is refused, not
 judged in part (a gate that skipped a series could pass a regression)."""
-
-NAMED = 10
-"""Files a line names at most (the rest are counted)."""
 
 SOFTWARE = (("libguestfs", "libguestfs"), ("qemu", "qemu"), ("kernel", "kernel"), ("uml", "UML kernel"),
             ("libvirt", "libvirt"), ("guestbench", "guestbench"))
@@ -114,48 +112,12 @@ class History:
     apart: list[RunEntry] = field(default_factory=list)  # dated after `until`, or not dated: never followed
     until: str = ""  # the latest start followed: now plus SKEW (ISO 8601, UTC)
 
-    def regressions(self, pinned: set[tuple[int, str]] | None = None) -> list[str]:
-        """One line per series whose newest run regressed, for the closing list and the CI gate; the `pinned`
-        series (machine, key) are judged by a baseline instead."""
-        out = []
-        for s in self.series:
-            if s.verdict.newest != steps.REGRESSION or (s.machine, s.key) in (pinned or set()):
-                continue
-            m = self.machines[s.machine]
-            regressed = [st for st in s.verdict.steps if st.change == steps.REGRESSION]
-            anchor = regressed[-1] if regressed else s.verdict.drift
-            since = ""
-            if anchor is not None:
-                r = s.points[anchor.at].run
-                since = f" since run {r + 1} ({m.runs[r].path})"
-            out.append(f"{m.label}: {s.key}: the newest run ({m.runs[s.points[-1].run].named()}) regressed{since}")
-        return out
-
-    def judged(self) -> list[str]:
-        """The newest runs the verdicts are about: per machine, each run that is some series' newest."""
-        newest = sorted({(s.machine, s.points[-1].run) for s in self.series if s.points})
-        return [f"{self.machines[mi].label}: run {r + 1}, {self.machines[mi].runs[r].named()}" for mi, r in newest]
-
-    def judged_line(self) -> str:
-        """The runs judged, as one line names them (the first NAMED, the rest counted)."""
-        runs = self.judged()
-        more = len(runs) - NAMED
-        return "; ".join(runs[:NAMED]) + (f"; and {more} more" if more > 0 else "") if runs else "none"
-
-    def apart_line(self) -> str | None:
-        """One line naming the runs kept apart, or None."""
-        if not self.apart:
-            return None
-        more = len(self.apart) - NAMED
-        return (f"{len(self.apart)} run(s) not followed, dated after {self.until} (now plus {_days(SKEW)} of clock "
-                f"skew) or not dated, so never the newest: {', '.join(r.named() for r in self.apart[:NAMED])}"
-                + (f" and {more} more" if more > 0 else ""))
-
 
 def machine_label(fp: dict[str, Any]) -> str:
     key = machine_key(fp)
     vm = key.get("vm") or "no VM"
-    return f"{key.get('cpu_model') or 'unknown CPU'} × {key.get('cores') or '?'} cores, {key.get('memory_gib') or '?'} " \
+    return f"{key.get('cpu_model') or 'unknown CPU'} × {key.get('cores') or '?'} cores, " \
+           f"{key.get('memory_gib') or '?'} " \
            f"GiB, {vm}"
 
 
@@ -189,10 +151,6 @@ def shares(stored: list[Stored]) -> list[tuple[RunEntry, dict[str, Any], Run]]:
     return out
 
 
-def _days(d: timedelta) -> str:
-    return f"{d.days} day" + ("s" if d.days != 1 else "")
-
-
 def build(stored: list[Stored], floors: dict[str, float] | None = None,
           default_floor: float | None = None, now: float | None = None) -> History:
     """The history of `stored`'s runs; `floors` pins the noise floor (percent) of the series they name (a cell or a
@@ -202,7 +160,8 @@ def build(stored: list[Stored], floors: dict[str, float] | None = None,
     limit = (time.time() if now is None else now) + SKEW.total_seconds()
     machines: dict[str, Machine] = {}
     runs: dict[str, list[Run]] = {}
-    dated, apart = [], []
+    dated: list[tuple[float, Any]] = []
+    apart: list[tuple[float, Any]] = []
     for t in shares(stored):
         when = _when(t[0].started)
         (dated if when is not None and when <= limit else apart).append((when or 0.0, t))
@@ -277,7 +236,7 @@ def _judged(found: Measured, floors: dict[str, float], default_floor: float | No
     return [s for s, _ in found.values()]
 
 
-def check(history: History, baseline: bool = False) -> None:
+def require_series(history: History, baseline: bool = False) -> None:
     """A history needs a cell measured in two runs on one machine (or a baseline to hold one run against)."""
     if baseline or any(len(s.points) >= 2 for s in history.series):
         return

@@ -219,7 +219,7 @@ def _order_statistic_medians(xs: np.ndarray, count: int, rng: np.random.Generato
     if n % 2:
         return low
     u_next = u + (1 - u) * rng.beta(1, n - k, size=count)
-    return (low + xs[_quantile_index(u_next, n)]) / 2  # type: ignore[no-any-return]
+    return (low + xs[_quantile_index(u_next, n)]) / 2
 
 
 def _quantile_index(u: np.ndarray, n: int) -> np.ndarray:

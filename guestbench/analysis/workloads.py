@@ -181,7 +181,8 @@ def _table(group: str, placement: str, members: list[tuple[Cell, list[Sample]]],
     first = cells[0]
     caches = sorted({c.cache_mode or "– (libguestfs's default for scratch disks)" for c in cells})
     return MetricTable(group, placement, str(first.measurement), columns, rows, first.timed, caches, str(first.what),
-                       varied, list(dict.fromkeys(str(c.stack.get("description")) for c in cells if c.stack is not None)))
+                       varied, list(dict.fromkeys(str(c.stack.get("description"))
+                                                  for c in cells if c.stack is not None)))
 
 
 def _add_aggregates(columns: list[MetricColumn], rows: list[MetricRow]) -> None:

@@ -85,32 +85,26 @@ def _floors(given: list[str] | None) -> tuple[dict[str, float], float | None]:
 
 def cmd_history(args: argparse.Namespace) -> int:
     from guestbench.analysis import baseline as baselines
-    from guestbench.analysis import history
+    from guestbench.analysis import history_gate
     from guestbench.output import history_doc
     from guestbench.results import store
 
     floors, default = _floors(args.noise)
     pinned = baselines.load(args.baseline) if args.baseline else None
-    h = history.build(store.load(args.paths), floors, default)
-    history.check(h, baseline=pinned is not None)
-    judged = baselines.check(h, pinned) if pinned is not None else None
+    found = history_gate.follow(store.load(args.paths), floors, default, pinned)  # decided once, then laid out
     if args.html:
-        from guestbench.output import charts
-        from guestbench.output.document import Figure
-        from guestbench.output.render import html
-
-        figs = {(s.machine, s.key): Figure(chart, f"{chart.name}", chart.caption)
-                for s in h.series if len(s.points) > 1 for chart in [charts.trend_chart(h, s)]}
-        html.write_document(history_doc.document(h, charts=figs, judged=judged), Path(args.html), key="--html")
+        history_doc.page(found, Path(args.html))
     if args.write_baseline:
-        baselines.write(h, args.write_baseline)
-    formats.emit(history_doc.printable(h, judged), args.format)
-    found = history_doc.regressions(h, judged)
+        baselines.write(found.history, args.write_baseline)
+    formats.emit(history_doc.printable(found), args.format)
+    verdict = found.verdict
     whole = formats.FORMATS[args.format].whole  # else the terminal's and Markdown's documents say these
-    if whole and h.apart:
-        sys.stderr.write(f"guestbench: warning: {_one_line(h.apart_line())}\n")
-    if found and whole:
-        sys.stderr.write(f"guestbench: {len(found)} regression(s): {_one_line('; '.join(found))}\n")
+    if whole and verdict.apart_line:
+        sys.stderr.write(f"guestbench: warning: {_one_line(verdict.apart_line)}\n")
+    if verdict.regressions and whole:
+        sys.stderr.write(f"guestbench: {len(verdict.regressions)} regression(s): "
+                         f"{_one_line('; '.join(verdict.regressions))}\n")
     if args.fail_on_regression:  # a CI log says which run the gate was about, whatever the format
-        sys.stderr.write(f"guestbench: --fail-on-regression judged the newest run(s): {_one_line(h.judged_line())}\n")
-    return 1 if found and args.fail_on_regression else 0
+        sys.stderr.write(f"guestbench: --fail-on-regression judged the newest run(s): "
+                         f"{_one_line(verdict.judged_line)}\n")
+    return verdict.status(args.fail_on_regression)

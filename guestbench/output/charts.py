@@ -36,7 +36,8 @@ from guestbench.util.errors import printable  # noqa: E402
 from guestbench.output.document import Chart, slug  # noqa: E402
 from guestbench.analysis.cells import Row
 from guestbench.results.model import Density
-from guestbench.analysis.history import History, Series
+from guestbench.analysis.history import Series
+from guestbench.analysis.history_gate import HistoryFindings
 from guestbench.output.tables.timing import fmt_mb_per_s  # noqa: E402
 from guestbench.util.units import NONE, fmt_seconds
 
@@ -277,10 +278,10 @@ def document_charts(s: Findings) -> DocumentCharts:
                           [phase_chart(s.name, pt) for pt in phase_table.phase_tables(s.phases)])
 
 
-def trend_chart(h: History, s: Series) -> Chart:
+def trend_chart(f: HistoryFindings, s: Series) -> Chart:
     """One series of `guestbench history`: each run's median with its samples' range, the steps and drift found,
     and the software that changed, on the run axis."""
-    m = h.machines[s.machine]
+    m = f.history.machines[s.machine]
     fig = Figure(figsize=(7.5, 3.4))
     ax = fig.subplots()
     xs = [p.run + 1 for p in s.points]
@@ -297,7 +298,7 @@ def trend_chart(h: History, s: Series) -> Chart:
         ax.hlines([st.shift.before, st.shift.after], [xs[cuts[i]], x - 0.5], [x - 0.5, xs[cuts[i + 2] - 1]],
                   colors=colour, linewidth=0.8)
     for p in s.points:
-        changed = m.changes(p.run)
+        changed = f.changes[s.machine][p.run]
         if changed:
             ax.annotate("\n".join(changed), (p.run + 1, p.median), textcoords="offset points", xytext=(4, 10),
                         fontsize=6, color="#555555")

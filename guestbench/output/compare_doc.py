@@ -44,5 +44,6 @@ def _section(c: compare.Comparison, fail_above_pct: float | None) -> Section:
             styles[(i, verdict)] = "good"
         rows.append(cells)
     table = Table("comparison", title, list(comparison_table.COLUMNS), rows,
-                  caption=comparison_table.method_text(c, fail_above_pct), label=title, numeric_from=3, styles=styles, empty="No cell has samples in both files.")
+                  caption=comparison_table.method_text(c, fail_above_pct), label=title, numeric_from=3, styles=styles,
+                  empty="No cell has samples in both files.")
     return Section("", parts=[table, Bullets(comparison_table.notes(c), lead="note", style="warn")])

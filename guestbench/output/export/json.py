@@ -15,8 +15,7 @@ from guestbench.analysis import cost
 from guestbench.analysis.fleet import FleetFindings
 from guestbench.analysis.placements import PlacementRow
 from guestbench.analysis.findings import Findings, Member, Nested
-from guestbench.analysis.baseline import Judged
-from guestbench.analysis.history import History
+from guestbench.analysis.history_gate import HistoryFindings
 from guestbench.analysis.steps import METHOD as HISTORY_METHOD
 from guestbench.analysis.stats import CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary
 from guestbench.output.tables.phases import phase_tables
@@ -66,7 +65,8 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 def _short_fingerprint(host: dict[str, Any]) -> dict[str, Any]:
     """The fingerprint keys a reader of the summary needs, of the host or of the level-1 guest."""
-    short: dict[str, Any] = {k: host[k] for k in ("hostname", "cores", "memory_bytes", "os", "kernel", "arch") if k in host}
+    short: dict[str, Any] = {k: host[k] for k in ("hostname", "cores", "memory_bytes", "os", "kernel", "arch")
+                             if k in host}
     versions = _mapping(host.get("versions"))
     tools = {k: versions[k] for k in ("libguestfs", "qemu", "libvirt", "uml") if versions.get(k)}
     return {"cpu_model": host.get("cpu_model"),
@@ -265,13 +265,15 @@ def emit(p: Printable) -> None:
 def _shift_dict(st: Any) -> dict[str, Any]:
     sh = st.shift
     return {"at_index": st.at, "change": st.change, "newest_only": st.newest, "before": json_float(sh.before),
-            "after": json_float(sh.after), "ratio": json_float(sh.ratio), "ratio_ci": [json_float(x) for x in sh.ratio_ci],
+            "after": json_float(sh.after), "ratio": json_float(sh.ratio),
+            "ratio_ci": [json_float(x) for x in sh.ratio_ci],
             "diff": json_float(sh.diff), "diff_ci": [json_float(x) for x in sh.diff_ci]}
 
 
-def history_summary(h: History, judged: Judged | None) -> dict[str, Any]:
+def history_summary(f: HistoryFindings) -> dict[str, Any]:
     """`guestbench history --json`: the machines and their runs, every series with its points, steps, drift and
     verdict (a step's `at_index` indexes the series' points), and the regressions; strict JSON."""
+    h = f.history
     machines = [{"label": m.label, "key": m.key,
                  "runs": [{"file": r.path, "started_utc": r.started, "host": r.member, "software": r.software}
                           for r in m.runs]} for m in h.machines]
@@ -285,12 +287,11 @@ def history_summary(h: History, judged: Judged | None) -> dict[str, Any]:
             "points": [{"run": p.run, "median": p.median, "ci": [json_float(x) for x in p.ci], "n": len(p.values),
                         "busy_samples": p.busy} for p in s.points],
             "steps": [{**_shift_dict(st), "run": s.points[st.at].run,
-                       "software_changes": h.machines[s.machine].changes(s.points[st.at].run)} for st in v.steps],
+                       "software_changes": list(f.changes[s.machine][s.points[st.at].run])} for st in v.steps],
             "drift": {**_shift_dict(v.drift), "run": s.points[v.drift.at].run} if v.drift else None,
-            "newest": v.newest, "note": v.note, "baseline": bool(judged and (s.machine, s.key) in judged.pinned),
+            "newest": v.newest, "note": v.note, "baseline": f.pinned(s),
             "older_runs": s.older})
     apart = [{"file": r.path, "started_utc": r.started, "host": r.member} for r in h.apart]
     return {"method": HISTORY_METHOD, "machines": machines, "series": series, "apart": apart, "followed_until": h.until,
-            "judged": h.judged(),
-            "regressions": h.regressions(judged.pinned if judged else None) + (judged.missed if judged else []),
-            "baseline_notes": judged.notes if judged else []}
+            "judged": list(f.verdict.judged), "regressions": list(f.verdict.regressions),
+            "baseline_notes": f.baseline.notes if f.baseline else []}

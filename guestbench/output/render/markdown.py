@@ -46,8 +46,8 @@ def md_text(text: str) -> str:
 
 def to_markdown(document: Document) -> str:
     lines = [f"# {md_text(document.title)}", ""]
-    for p in document.intro:
-        lines += [*_part(p, 2), ""]
+    for para in document.intro:
+        lines += [*_part(para, 2), ""]
     for s in document.sections:
         level = 2
         if s.title:
@@ -55,8 +55,8 @@ def to_markdown(document: Document) -> str:
             level = 3
         meta = [p for p in s.parts if isinstance(p, Para) and p.kind in ("meta", "warning")]
         # the header lines of a section form one paragraph: no blank line between them
-        for p in meta:
-            lines += _part(p, level)
+        for m in meta:
+            lines += _part(m, level)
         if meta:
             lines.append("")
         for p in s.parts:
@@ -82,7 +82,8 @@ def _part(p: Part, level: int) -> list[str]:
             return [f"{md_text(p.text)}  "]
         return [f"**{md_text(p.text)}**" if p.kind == "bad" else md_text(p.text)]
     if isinstance(p, Figure):
-        return [f"![{md_text(p.chart.title)}]({p.png_name})", "", f"Chart: {md_text(p.caption)} (also {md_text(p.stem)}.svg)"]
+        return [f"![{md_text(p.chart.title)}]({p.png_name})", "",
+                f"Chart: {md_text(p.caption)} (also {md_text(p.stem)}.svg)"]
     raise TypeError(f"not a document part: {p!r}")
 
 

@@ -28,8 +28,8 @@ def render(document: Document, console: Console) -> None:
     lead, _, name = document.title.partition(": ")
     console.print(Text.assemble((f"{printable(lead)}: ", "bold"), (printable(name), "bold cyan")) if name else
                   _text(document.title, style="bold"))
-    for p in document.intro:
-        _part(p, console)
+    for para in document.intro:
+        _part(para, console)
     for s in document.sections:
         if s.title:
             console.print()

@@ -77,11 +77,13 @@ def tables(records: list[Density]) -> list[DensityTable]:
                 f"Each level launches N appliances, then they do the {f.name} job together, sample by sample "
                 f"({rec.timed}), every appliance a cell of that measurement; jobs/min counts every timed job "
                 f"of the level (warm-ups and samples) over its wall time, launches included")
-        caption = (f"{what}; CPU s per {'launch' if f.count == 'launches' else 'job'} (counted by each worker's control group where the host allows one) and peak MiB (PSS) "
+        caption = (f"{what}; CPU s per {'launch' if f.count == 'launches' else 'job'} (counted by each worker's "
+                   "control group where the host allows one) and peak MiB (PSS) "
                    f"per appliance as guestbench.instruments.usage records them; host used = MemTotal − MemAvailable, "
                    f"read every "
                    f"0.2 s; the memory rule projects the next level from the largest of an appliance's PSS peak, its "
-                   f"group's charged peak and the host's growth per appliance. Stopped ({rec.stopped}): {rec.why}. Verdict: "
+                   f"group's charged peak and the host's growth per appliance. Stopped ({rec.stopped}): {rec.why}. "
+                   "Verdict: "
                    f"{rec.verdict}.")
         out.append(DensityTable(title, rows, caption, header(rec)))
     return out

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from guestbench.analysis import steps
-from guestbench.analysis.history import MAX_RUNS, SOFTWARE, History, Machine, Series
+from guestbench.analysis.history import MAX_RUNS, SOFTWARE, Machine, Series
+from guestbench.analysis.history_gate import HistoryFindings
 from guestbench.output.document import Table
 from guestbench.util.units import NONE, fmt_seconds
 
@@ -36,19 +37,18 @@ def shift_text(s: Series, sh: steps.Shift) -> str:
             f"{steps.CONFIDENCE:.0%} CI {_signed(lo, '{:.3g}')} to {_signed(hi, '{:.3g}')} {u})")
 
 
-def step_text(h: History, s: Series, st: steps.Step) -> str:
-    m = h.machines[s.machine]
+def step_text(f: HistoryFindings, s: Series, st: steps.Step) -> str:
     r = s.points[st.at].run
     what = f"{st.change} at run {r + 1}" + (" (the newest run against its segment)" if st.newest else "")
-    changed = m.changes(r)
+    changed = f.changes[s.machine][r]
     return f"{what}: {shift_text(s, st.shift)}" + (f"; software: {', '.join(changed)}" if changed else "")
 
 
-def series_row(h: History, s: Series) -> list[str]:
+def series_row(f: HistoryFindings, s: Series) -> list[str]:
     v = s.verdict
     newest = s.points[-1]
-    found = "; ".join(step_text(h, s, st) for st in v.steps) or ("none" if len(s.points) >= steps.MIN_RUNS else NONE)
-    drift = step_text(h, s, v.drift) if v.drift else NONE
+    found = "; ".join(step_text(f, s, st) for st in v.steps) or ("none" if len(s.points) >= steps.MIN_RUNS else NONE)
+    drift = step_text(f, s, v.drift) if v.drift else NONE
     sigma = NONE if v.sigma_pct is None else f"{v.sigma_pct:.1f}%"
     verdict = "REGRESSION" if v.newest == steps.REGRESSION else ("—" if len(s.points) < steps.MIN_RUNS else "ok")
     return [s.cell, s.figure if s.figure == "seconds" else f"{s.figure} ({s.unit}, "
@@ -57,10 +57,10 @@ def series_row(h: History, s: Series) -> list[str]:
             f"{value(s, newest.median)} {unit(s)}", sigma, f"{v.floor_pct:.1f}%", found, drift, verdict]
 
 
-def series_table(h: History, machine: int) -> Table:
+def series_table(f: HistoryFindings, machine: int) -> Table:
     rows, styles = [], {}
-    for i, s in enumerate(x for x in h.series if x.machine == machine):
-        rows.append(series_row(h, s))
+    for i, s in enumerate(x for x in f.history.series if x.machine == machine):
+        rows.append(series_row(f, s))
         if s.verdict.newest == steps.REGRESSION:
             styles.update({(i, j): "regression" for j in range(len(SERIES_COLUMNS))})
         elif s.verdict.steps or s.verdict.drift:
@@ -86,14 +86,14 @@ def software_table(m: Machine) -> Table:
                                                 if older else ""), styles=styles)
 
 
-def points_table(h: History, s: Series) -> Table:
+def points_table(f: HistoryFindings, s: Series) -> Table:
     """One series run by run: median, CI, n, host load, and where a step starts or the software changed."""
-    m = h.machines[s.machine]
+    m = f.history.machines[s.machine]
     starts = {st.at: st for st in [*s.verdict.steps, *([s.verdict.drift] if s.verdict.drift else [])]}
     rows, styles = [], {}
     for i, p in enumerate(s.points):
         lo, hi = p.ci
-        note = [f"{starts[i].change} starts here" if i in starts else "", ", ".join(m.changes(p.run))]
+        note = [f"{starts[i].change} starts here" if i in starts else "", ", ".join(f.changes[s.machine][p.run])]
         rows.append([str(p.run + 1), m.runs[p.run].started or NONE, f"{value(s, p.median)}",
                      NONE if math.isnan(lo) else f"{value(s, lo)}–{value(s, hi)}", str(len(p.values)),
                      f"busy in {p.busy}" if p.busy else "quiet or not judged", "; ".join(n for n in note if n)])

@@ -20,7 +20,8 @@ DURABILITY_HEADER = ["backend", "placement", "cache mode", "disk opened as", "tr
                      "write + fsync MB/s median (min–max)"]
 DURABILITY_CAPTION = ("durability — each trial: a fresh appliance writes a pattern to its disk with dd conv=fsync; "
                       "then the hypervisor and the disk's volatile write cache are killed together and the host "
-                      "reads the image. honoured = the data was there after every such power cut. Disk opened as file: the "
+                      "reads the image. honoured = the data was there after every such power cut. "
+                      "Disk opened as file: the "
                       "hypervisor opened a plain file (nbdfuse over an nbdkit cache); NBD: qemu spoke NBD to it.")
 
 
