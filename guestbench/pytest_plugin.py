@@ -104,7 +104,7 @@ class _Session:
 
             sup = Supervisor()
             try:
-                self.verdicts[name] = probe.check(BACKENDS[name], sup, self.run_dir(),
+                self.verdicts[name] = probe.verdict(BACKENDS[name], sup, self.run_dir(),
                                                   refresh=bool(self.config.getoption("guestbench_reprobe")),
                                                   timeout=self.config.getoption("guestbench_probe_timeout"))
             finally:
@@ -333,9 +333,9 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
     session = config.stash.get(_SESSION, None)
     if session is None or not session.used:
         return
-    from guestbench.host import fingerprint as host
+    from guestbench.host import fingerprint
 
-    fp = host.fingerprint()
+    fp = fingerprint.fingerprint()
     output_json["guestbench"] = {
         "guestbench": fp["guestbench"], "host": fp,
         "command": ["pytest", *config.invocation_params.args],

@@ -13,7 +13,7 @@ from guestbench.backends.base import HandleConfig
 from guestbench.util.errors import UserError
 from guestbench.scenario import ab as scenario_ab, parse_scenario
 
-from conftest import guestbench, write_scenario
+from helpers.cli import guestbench, write_scenario
 from guestbench.results import Run
 
 SC = {"name": "s", "repetitions": 3, "measurements": ["startup", {"measurement": "upload-no-write", "size": "1MiB"}]}
@@ -63,7 +63,8 @@ def test_the_sides_survive_the_file_handed_to_the_level1_guest() -> None:
 
 
 def test_a_side_is_key_value_words() -> None:
-    assert scenario_ab.parse_side(["cache=unsafe", "LIBGUESTFS_HV=/a=b"], "--b") == {"cache": "unsafe", "LIBGUESTFS_HV": "/a=b"}
+    assert scenario_ab.parse_side(["cache=unsafe", "LIBGUESTFS_HV=/a=b"], "--b") == {"cache": "unsafe",
+                                                                                     "LIBGUESTFS_HV": "/a=b"}
     for words in (["cache"], ["=x"], ["cache=a", "cache=b"]):
         with pytest.raises(UserError, match="--b"):
             scenario_ab.parse_side(words, "--b")
@@ -99,7 +100,8 @@ measurements:
     assert "Changes within ±3% (--noise) are no change" in flat and "p (perm.)" in flat
     [path] = (tmp_path / "r").glob("*-abtest-ab.json")
     doc = json.loads(path.read_text())
-    out = comparison_summary([ab.comparison(Run.from_dict(doc), {"memsize": "512"}, {"memsize": "768"}, 3, str(path))], None)
+    out = comparison_summary([ab.comparison(Run.from_dict(doc), {"memsize": "512"}, {"memsize": "768"}, 3, str(path))],
+                             None)
     out = json.loads(json.dumps(out, allow_nan=False))
     rows = {r["figure"]: r for r in out["comparisons"][0]["rows"]}
     assert set(rows) == {"seconds", "CPU s", "peak MiB"}  # what the samples used is judged like their seconds

@@ -10,7 +10,9 @@ import pytest
 from guestbench.measurements.api_suite import KINDS
 from guestbench.scenario import load_scenario
 
-from conftest import ROOT, run_scenario_text, socket_dirs, wait_no_leftovers
+from helpers.cli import run_scenario_text
+from helpers.leaks import socket_dirs, wait_no_leftovers
+from helpers.paths import ROOT
 
 SMALL = """name: api-suite-small
 backends: [uml]

@@ -20,7 +20,9 @@ from guestbench.backends import appliance
 from guestbench.backends import BACKENDS
 from guestbench.host.paths import WORKDIR_ENV, cache_dir
 
-from conftest import guestbench, processes_mentioning, session_tmp_path, wait_no_leftovers
+from helpers.cli import guestbench
+from helpers.leaks import processes_mentioning, wait_no_leftovers
+from helpers.session import session_tmp_path
 
 LAUNCH_TIMEOUT_S = 600
 # Applies a HandleConfig the way guestbench/execute/worker.py does (environment, backend, settings, hypervisor),

@@ -20,7 +20,7 @@ from guestbench.output import charts
 from guestbench.analysis.findings import analyze
 from guestbench.backends import BACKENDS, Backend
 from guestbench.measurements import get as get_measurement
-from guestbench.storage import host as host_storage
+from guestbench.storage import backing
 from guestbench.results import Run
 
 RESULTS = Path(__file__).parent / "data" / "results" / "20261121T211449Z-startup.json"
@@ -73,21 +73,21 @@ class _Storage:
     def __init__(self) -> None:
         self.asked: list[dict[str, Any]] = []
 
-    def add(self, kind: str, name: str, size: int, **kw: Any) -> host_storage.Drive:
+    def add(self, kind: str, name: str, size: int, **kw: Any) -> backing.Drive:
         self.asked.append({"kind": kind, **kw})
-        return host_storage.Drive(filename=f"/nowhere/{name}", format="raw", describe=name)
+        return backing.Drive(filename=f"/nowhere/{name}", format="raw", describe=name)
 
 
 @pytest.mark.parametrize("name", list(BACKENDS))
-@pytest.mark.parametrize("kind", host_storage.HOST_KINDS)
+@pytest.mark.parametrize("kind", backing.HOST_KINDS)
 def test_host_drives_hand_nbd_as_a_file_only_to_a_backend_that_cannot_open_nbd(
         monkeypatch: pytest.MonkeyPatch, name: str, kind: str) -> None:
-    monkeypatch.setattr(host_storage, "availability", lambda *args, **kw: None)  # not this host's tools
+    monkeypatch.setattr(backing, "availability", lambda *args, **kw: None)  # not this host's tools
     m = get_measurement("fio")
     params = {p.name: p.default for p in m.params} | {"host": kind}
     storage = _Storage()
     drives = m.host_drives(storage, params, opens_nbd=BACKENDS[name].opens_nbd)
-    old_rule = kind in host_storage.NBD_KINDS and BACKENDS[name].appliance_flavour == "uml"  # before: a name test
+    old_rule = kind in backing.NBD_KINDS and BACKENDS[name].appliance_flavour == "uml"  # before: a name test
     assert drives and [a["as_file"] for a in storage.asked] == [old_rule] * len(drives)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from guestbench.host import fingerprint as host
+from guestbench.host import fingerprint
 from guestbench.execute import probe
 from guestbench.backends import BACKENDS
 from guestbench.backends.direct import MSR_QUIRK_FEATURE, msr_quirk_needed, write_qemu_wrapper
@@ -17,7 +17,8 @@ from guestbench.backends.base import HV_PATH_MAX, HandleConfig, hv_path, qemu_pa
 from guestbench.host.paths import make_run_dir, remove_tree
 from guestbench.execute.supervisor import Supervisor
 
-from conftest import guestbench, session_tmp_path
+from helpers.cli import guestbench
+from helpers.session import session_tmp_path
 from test_supervisor import HV, ScriptBackend
 
 
@@ -76,7 +77,7 @@ def test_msr_quirk_detection_matches_qemu() -> None:
         assert verdict == "not-needed"
     else:
         assert verdict in ("needed", "unfixable")
-        if host.kvm_device()["flavour"] == "kvm_pvm":
+        if fingerprint.kvm_device()["flavour"] == "kvm_pvm":
             assert "MSR" in plain.stderr and verdict == "needed"
 
 
@@ -106,7 +107,7 @@ def test_a_probe_launch_that_hangs_or_fails_is_tried_again_only_where_the_backen
     mark = tmp_path / "first-launch-done"
     run_dir = make_run_dir()
     try:
-        av = probe.check(BadFirstLaunch(mark, how, attempts), Supervisor(), run_dir, refresh=True, timeout=timeout)
+        av = probe.verdict(BadFirstLaunch(mark, how, attempts), Supervisor(), run_dir, refresh=True, timeout=timeout)
     finally:
         remove_tree(run_dir)
     assert mark.exists()  # the first launch reached the hypervisor and went wrong there
@@ -123,14 +124,15 @@ def test_a_probe_launch_that_hangs_or_fails_is_tried_again_only_where_the_backen
         assert earlier == ["probe launch did not finish within 45 s and was killed"]
         assert any("stalled before the kernel" in ln for ln in av.details["earlier_last_output"][0]), av.details
     else:  # the failure quotes what the hypervisor said: probe launches are verbose
-        assert earlier[0].startswith("probe launch failed") and "kvm run failed Input/output error (test: first launch)" in earlier[0], earlier
+        assert earlier[0].startswith("probe launch failed"), earlier
+        assert "kvm run failed Input/output error (test: first launch)" in earlier[0], earlier
     assert av.reason.startswith("launched in") and "; 1 earlier attempt(s) did not launch (probe launch" in av.reason
     assert av.details["probe_launch_s"] > 0
     # the verdict is cached: asked again, no launch (probing and its cache are the same for every backend)
     run_dir = make_run_dir()
     try:
         t0 = time.monotonic()
-        again = probe.check(BadFirstLaunch(mark, how, attempts), Supervisor(), run_dir, timeout=timeout)
+        again = probe.verdict(BadFirstLaunch(mark, how, attempts), Supervisor(), run_dir, timeout=timeout)
         assert time.monotonic() - t0 < 5, "a cached verdict needs no launch"
     finally:
         remove_tree(run_dir)
@@ -145,9 +147,9 @@ def test_kvm_verdict_is_specific(no_leftovers) -> None:
     try:
         t0 = time.monotonic()
         # on PVM the stock kernel spins a core until killed: 10 s says so; elsewhere the backend's own limit
-        pvm = host.kvm_device()["flavour"] == "kvm_pvm"
+        pvm = fingerprint.kvm_device()["flavour"] == "kvm_pvm"
         limit = 10 if pvm else BACKENDS["kvm"].probe_timeout()
-        av = probe.check(BACKENDS["kvm"], Supervisor(), run_dir, refresh=True, timeout=limit)
+        av = probe.verdict(BACKENDS["kvm"], Supervisor(), run_dir, refresh=True, timeout=limit)
         took = time.monotonic() - t0
     finally:
         remove_tree(run_dir)

@@ -15,20 +15,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from guestbench import cli
-
 from guestbench.backends import BACKENDS
 from guestbench.measurements import MEASUREMENTS
 from guestbench.scenario.model import TOP_KEYS
+from helpers.cli import guestbench, main_status
+from helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 ALL_BACKENDS = ", ".join(BACKENDS)
 ALL_MEASUREMENTS = ", ".join(MEASUREMENTS)
 MIN = "name: x\nmeasurements: [startup]\n"
@@ -198,13 +196,6 @@ def case_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # ---------------------------------------------------------------- in-process: every case
 
 
-def _main(argv: list[str]) -> int:
-    try:
-        return cli.main(argv)
-    except SystemExit as e:  # argparse's errors and --help
-        return e.code if isinstance(e.code, int) else 1
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input_in_process(case_dir: Path, name: str, capsys: pytest.CaptureFixture[str],
                               monkeypatch: pytest.MonkeyPatch) -> None:
@@ -212,20 +203,20 @@ def test_bad_input_in_process(case_dir: Path, name: str, capsys: pytest.CaptureF
     monkeypatch.setenv("GUESTBENCH_CACHE", str(case_dir / "cache"))
     monkeypatch.setenv("GUESTBENCH_TMPDIR", str(case_dir / "tmp"))
     case = CASES[name]
-    status = _main(_args(case.argv, case_dir))
+    status = main_status(_args(case.argv, case_dir))
     out, err = capsys.readouterr()
     _check(case, case_dir, status, out, err)
 
 
 def test_file_errors_name_the_file(case_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for name in BAD_FILES:
-        assert _main(_args(CASES[f"file-{name}"].argv, case_dir)) == 2
+        assert main_status(_args(CASES[f"file-{name}"].argv, case_dir)) == 2
         line = capsys.readouterr().err.strip()
         assert line.startswith(f"guestbench: {case_dir}/{name}.yaml: "), line
 
 
 def test_show_of_a_good_file_works(case_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert _main(["show", str(case_dir / "good.json"), "--json"]) == 0
+    assert main_status(["show", str(case_dir / "good.json"), "--json"]) == 0
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err
     assert isinstance(json.loads(out), dict)
@@ -235,8 +226,7 @@ def test_show_of_a_good_file_works(case_dir: Path, capsys: pytest.CaptureFixture
 
 
 def _run(argv: tuple[str, ...], d: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "guestbench", *_args(argv, d)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return guestbench(*_args(argv, d), env=env, timeout=120)
 
 
 @pytest.fixture(scope="module")

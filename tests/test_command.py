@@ -10,7 +10,8 @@ import pytest
 
 from guestbench.measurements import MEASUREMENTS
 
-from conftest import guestbench, run_scenario_text, socket_dirs, wait_no_leftovers, write_scenario
+from helpers.cli import guestbench, run_scenario_text, write_scenario
+from helpers.leaks import socket_dirs, wait_no_leftovers
 
 VIRT_LS = """name: command-e2e
 backends: [uml]

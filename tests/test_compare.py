@@ -11,17 +11,14 @@ import csv
 import io
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rich.console import Console
 
-from guestbench import cli
 from guestbench.analysis import compare
-from guestbench.host import fingerprint as host
+from guestbench.host.fingerprint import fingerprint as this_host
 from guestbench.analysis import stats
 from guestbench.analysis.compare import CI_METHOD, TEST_METHOD
 from guestbench.output.export.csv import COMPARISON_HEADER as CSV_HEADER
@@ -30,8 +27,8 @@ from guestbench.output.render import terminal
 from guestbench.output.compare_doc import compare_document
 from guestbench.results import ResultsFile, load_results
 from guestbench.results import Run
+from helpers.cli import guestbench, main_in_process
 
-ROOT = Path(__file__).resolve().parent.parent
 BASE8 = [10.0, 10.05, 9.95, 10.1, 9.9, 10.02, 9.98, 9.97]  # median 9.99, no ties
 SLOWER8 = [x * 1.2 for x in BASE8]  # median 12.0, no overlap with BASE8
 OVERLAP8 = [10.1, 9.85, 10.2, 9.9, 10.05, 9.96, 10.12, 9.92]  # interleaved with BASE8
@@ -42,7 +39,7 @@ Cells = dict[tuple[str, str], list[float]]  # (backend, label) -> samples
 @pytest.fixture(scope="module")
 def fingerprint() -> dict[str, Any]:
     """One real fingerprint for the module: it runs a few `--version` commands, no appliance."""
-    return host.fingerprint()
+    return this_host()
 
 
 def write_results(path: Path, cells: Cells, fp: dict[str, Any], *,
@@ -65,9 +62,7 @@ def write_results(path: Path, cells: Cells, fp: dict[str, Any], *,
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
-    status = cli.main(["compare", *map(str, args)])
-    out, err = capsys.readouterr()
-    return status, out, err
+    return main_in_process(capsys, "compare", *args)
 
 
 def flat(text: str) -> str:
@@ -342,8 +337,7 @@ def test_markdown_names_methods_and_regressions(pair: tuple[Path, Path], capsys)
 
 
 def test_subprocess_compare(pair: tuple[Path, Path]) -> None:
-    proc = subprocess.run([sys.executable, "-m", "guestbench", "compare", *map(str, pair), "--fail-above", "10%"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL)
+    proc = guestbench("compare", *map(str, pair), "--fail-above", "10%", timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert "REGRESSION: tcg/host/startup" in flat(proc.stdout)
     assert proc.stderr == ""
@@ -396,7 +390,8 @@ def test_a_workload_cell_is_compared_on_its_own_figures_with_their_direction(tmp
         rf.add_cell({"backend": "uml", "placement": "host", "measurement": "fio", "label": "fio", "status": "done",
                      "metrics": [{"key": "read_bw", "label": "fio read bandwidth", "unit": "MB/s",
                                   "higher_better": True},
-                                 {"key": "read_lat_p99", "label": "fio read p99", "unit": "ms", "higher_better": False}],
+                                 {"key": "read_lat_p99", "label": "fio read p99", "unit": "ms",
+                                  "higher_better": False}],
                      "samples": [{"rep": i + 1, "seconds": 10.0, "metrics": {"read_bw": b, "read_lat_p99": la}}
                                  for i, (b, la) in enumerate(zip(bw, lat))]})
         return rf.run()

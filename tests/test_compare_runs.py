@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import guestbench, write_scenario
+from helpers.cli import guestbench, write_scenario
 
 pytestmark = pytest.mark.launch
 

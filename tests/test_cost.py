@@ -14,7 +14,7 @@ from guestbench.output.render import markdown
 from guestbench.output.export.json import to_summary_json
 from guestbench.analysis.findings import analyze
 from guestbench.scenario import parse_scenario
-from typed import run_of
+from helpers.results import run_of
 
 
 def _doc(prices: dict | None) -> dict:
@@ -51,7 +51,8 @@ def test_unit_prices_give_cost_per_1000_launches_and_per_gb() -> None:
     assert tcg.per_gb is not None and tcg.per_gb.median == pytest.approx((2 * 0.036 + 4 * 0.0072) / 3600 / 0.5)
     md = to_markdown(_doc(prices))
     assert "## what it costs" in md and "USD per 1,000" in md and "0.036 USD per vCPU-hour" in md
-    assert to_summary_json(analyze(run_of(_doc(prices))))["cost"]["rows"][0]["per_1000"]["median"] == pytest.approx(uml.per_1000.median)
+    row = to_summary_json(analyze(run_of(_doc(prices))))["cost"]["rows"][0]
+    assert row["per_1000"]["median"] == pytest.approx(uml.per_1000.median)
 
 
 def test_an_instance_is_paid_for_by_the_resource_that_runs_out_first() -> None:

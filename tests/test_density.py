@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (hypervisor_processes, run_scenario_text, start_guestbench, stop_run, wait_no_leftovers,
-                      write_scenario)
+from helpers.cli import run_scenario_text, start_guestbench, stop_run, write_scenario
+from helpers.leaks import hypervisor_processes, wait_no_leftovers
 
 pytestmark = pytest.mark.launch
 

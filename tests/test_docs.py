@@ -4,11 +4,10 @@ and every relative link in README.md and docs/ points at a file that exists."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from guestbench.output import scenario_reference
+from helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 README_MAX_LINES = 300
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 

@@ -11,14 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, guestbench
+from helpers.cli import guestbench
+from helpers.paths import ROOT
 from guestbench.plan import dryrun
 from guestbench.plan.cells import verdict_names
 from guestbench.scenario import load_scenario
 
 # the scenarios the checkout ships (git's list), not a user's own beside them
-SCENARIOS = sorted(ROOT / p for p in subprocess.run(["git", "ls-files", "scenarios/*.yaml", "scenarios/**/*.yaml"],
-                                                     cwd=ROOT, capture_output=True, text=True, check=True).stdout.split())
+SCENARIOS = sorted(ROOT / p for p in subprocess.run(
+    ["git", "ls-files", "scenarios/*.yaml", "scenarios/**/*.yaml"],
+    cwd=ROOT, capture_output=True, text=True, check=True).stdout.split())
 HISTORY = ROOT / "tests" / "data" / "results"
 HYPERVISORS = ("qemu-system", "/linux", "vmlinux", "libvirtd", "virtqemud", "guestfish", "supermin")
 

@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
@@ -19,8 +18,9 @@ import pytest
 from guestbench.backends.libvirt import guestfs_domains
 from guestbench.storage.image import DATA_DIR, ImageSpec, make_image, sha256
 
-from conftest import (ROOT, guestbench, hypervisor_processes, processes_mentioning, session_tmp_path, socket_dirs,
-                      wait_no_leftovers)
+from helpers.cli import guestbench, start_guestbench
+from helpers.leaks import hypervisor_processes, processes_mentioning, socket_dirs, wait_no_leftovers
+from helpers.session import session_tmp_path
 
 pytestmark = pytest.mark.launch
 
@@ -105,7 +105,8 @@ def _made_fs(tmp_path: Path) -> tuple[Path, Path]:
     return src, made
 
 
-@pytest.mark.long  # more tools on the paths above (read-only overlay, writable drive): 1 min; make soak-tools times virt-cat
+# more tools on the paths above (read-only overlay, writable drive): 1 min; make soak-tools times virt-cat
+@pytest.mark.long
 @pytest.mark.timeout(900)
 def test_more_virt_tools_on_uml(os_image: Path, tmp_path: Path, no_leftovers: None) -> None:
     before = sha256(os_image)
@@ -196,8 +197,7 @@ def test_a_command_past_its_timeout_or_sigterm_is_killed_with_everything_it_star
     assert "did not finish within 15 s on uml" in proc.stderr
     wait_no_leftovers(before)
 
-    p = subprocess.Popen([sys.executable, "-m", "guestbench", "exec", "uml", "--", *hang], cwd=ROOT,
-                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = start_guestbench("exec", "uml", "--", *hang)
     deadline = time.monotonic() + 240
     while not any("con0=fd:0,fd:1" in h for h in hypervisor_processes()) and time.monotonic() < deadline:
         assert p.poll() is None, p.communicate()

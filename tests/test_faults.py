@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,7 +20,10 @@ from guestbench.backends.appliance import APPLIANCES_DIR
 from guestbench.backends import libvirt as libvirt_backend
 from guestbench.backends.libvirt import connect_error, ensure_daemons, guestfs_domains
 
-from conftest import ROOT, processes_mentioning, session_tmp_path, small_tmpfs, stop_run, write_scenario
+from helpers.cli import guestbench, start_guestbench, stop_run, write_scenario
+from helpers.dirs import small_tmpfs
+from helpers.leaks import processes_mentioning
+from helpers.session import session_tmp_path
 
 pytestmark = pytest.mark.launch
 
@@ -37,9 +39,7 @@ def _doc(results: Path) -> dict | None:
 
 
 def _start(sc: Path, results: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--results", str(results),
-                             *args], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    return start_guestbench("scenario", str(sc), "--results", str(results), *args, env={**os.environ, **(env or {})})
 
 
 # qemu's pause seen through QMP (tcg; libvirt's domain state is the same watch's other half, tried by hand: the
@@ -47,13 +47,13 @@ def _start(sc: Path, results: Path, *args: str, env: dict[str, str] | None = Non
 @pytest.mark.parametrize(("backend", "size"), [("tcg", "300m"), ("uml", "1g")])
 def test_a_disk_that_fills_during_an_upload_ends_the_sample_at_once_with_where_and_the_run_goes_on(
         tmp_path: Path, backend: str, size: str) -> None:
-    sc = write_scenario(tmp_path / "s.yaml", f"""
+    sc = write_scenario(tmp_path / "s.yaml", """
 name: full-disk
 repetitions: 1
 warmup: 0
 sample_timeout: 600
 measurements:
-  - {{measurement: upload, size: 100MiB, disk_size: 200MiB, filesystem: ext2}}
+  - {measurement: upload, size: 100MiB, disk_size: 200MiB, filesystem: ext2}
   - startup
 """)
     results = tmp_path / "results"
@@ -221,7 +221,7 @@ def test_a_libvirtd_that_hangs_after_answering_costs_a_deadline_and_the_level1_g
     with _libvirtd_stopped():
         t0 = time.monotonic()
         with pytest.raises(TimeoutError, match="did not answer within 2 s"):
-            libvirt_backend.bounded(lambda: conn.listAllDomains(0), 2.0)
+            libvirt_backend.bounded(lambda: conn.listAllDomains(0), 2.0)  # noqa: F821 (del below)
         assert time.monotonic() - t0 < 4
     del conn  # the listing's thread, answered now, lets it go
     assert ensure_daemons() is None, "libvirtd did not answer again after SIGCONT"
@@ -284,7 +284,7 @@ measurements:
     finally:
         for p in procs:
             stop_run(p)
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
         assert "Traceback" not in err and "internal error" not in err, err[-3000:]
     shared = 0
@@ -296,11 +296,11 @@ measurements:
             shared += sum(1 for s in cell["samples"] if (s.get("load") or {}).get("other_runs", 0) >= 1)
         first = doc["cells"][0]["samples"][0]
         assert first["load"]["other_runs"] == 1, f"run {k}'s first sample was taken beside the other run: {first}"
-        shown = subprocess.run([sys.executable, "-m", "guestbench", "show", str(next((tmp_path / f"r{k}").glob("*.json")))],
-                               capture_output=True, text=True, cwd=ROOT, timeout=120)
+        shown = guestbench("show", str(next((tmp_path / f"r{k}").glob("*.json"))), timeout=120)
         assert "SHARED host" in " ".join(shown.stdout.split()), shown.stdout[-2000:]
     assert shared >= 2
-    # one probe launch: the other run takes its verdict, cached (run/probe.check: waiting for it if it is under way)
+    # one probe launch: the other run takes its verdict, cached (execute/probe.verdict: waiting for it if it is
+    # under way)
     cached = [_doc(tmp_path / f"r{k}")["backends"]["uml"]["details"].get("cached") for k in (1, 2)]
     assert sorted(map(bool, cached)) == [False, True], cached
     # the shared cache: one appliance, one payload with the right checksum, one verdict; no half-made leftovers

@@ -4,6 +4,7 @@ the run, and `guestbench fleet local`."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -17,8 +18,12 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import (ROOT, guestbench, leftover_sockdirs, processes_mentioning, session_tmp_path, socket_dirs,
-                      unreaped_children, write_scenario)
+from helpers.cli import guestbench, start_guestbench, write_scenario
+from helpers.fleet import scheduler_address
+from helpers.leaks import leftover_sockdirs, processes_mentioning, socket_dirs, unreaped_children
+from helpers.paths import ROOT
+from helpers.session import session_tmp_path
+from helpers.waits import wait_for
 
 pytestmark = pytest.mark.launch
 
@@ -26,14 +31,7 @@ TMP = session_tmp_path() / "tmp"
 START_S = 300.0  # a worker probes its backends first (cached verdicts make that quick)
 
 
-def _wait(what: str, check: Any, timeout: float, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+_wait = functools.partial(wait_for, every=0.2)  # a cluster's state is asked over RPC: no more often than this
 
 
 def _zombies(f: "Fleet") -> list[str]:
@@ -70,12 +68,13 @@ class Fleet:
                                            "127.0.0.1", "--port", "0", "--protocol", protocol, "--no-dashboard",
                                            "--scheduler-file", str(sched_file)], stdin=subprocess.DEVNULL,
                                           stderr=open(tmp / "scheduler.log", "wb"))
-        self.address = _wait("the scheduler's address", lambda: _address(sched_file), 60)
+        self.address = _wait("the scheduler's address", lambda: scheduler_address(sched_file), 60)
 
     def start_worker(self, name: str, backend: str, tmpdir: Path | None = None, *, wait: bool = True) -> None:
         env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir else None
         self.procs[name] = subprocess.Popen([sys.executable, "-m", "guestbench", "worker", self.address, "--backend",
-                                             backend, "--name", name, *self.insecure], cwd=ROOT, stdin=subprocess.DEVNULL,
+                                             backend, "--name", name, *self.insecure], cwd=ROOT,
+                                            stdin=subprocess.DEVNULL,
                                             stderr=open(self.tmp / f"{name}.log", "wb"), env=env)
         if wait:
             self.joined(name)
@@ -103,13 +102,6 @@ class Fleet:
                 p.kill()
         self.scheduler.terminate()
         self.scheduler.wait(timeout=30)
-
-
-def _address(path: Path) -> str | None:
-    try:
-        return str(json.loads(path.read_text())["address"])
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 def _tls_settings(tmp: Path) -> dict[str, str]:
@@ -179,9 +171,7 @@ def _start_run(tmp: Path, address: str, reps: int, backends: str = "uml, tcg",
                measurement: str = "startup") -> subprocess.Popen[str]:
     sc = write_scenario(tmp / "s.yaml", SCENARIO.format(reps=reps, backends=backends, measurement=measurement))
     insecure = ["--insecure"] if address.startswith("tcp://") else []  # a plain scheduler, on loopback too
-    return subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--cluster", address,
-                             *insecure, "--results", str(tmp / "r")], cwd=ROOT, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_guestbench("scenario", str(sc), "--cluster", address, *insecure, "--results", str(tmp / "r"))
 
 
 def _in_results(tmp: Path, check: Any) -> bool:
@@ -329,9 +319,7 @@ def test_ctrl_c_of_a_cluster_run_stops_the_hosts_and_keeps_every_sample(fleet: F
 def fleet_local(workers: int) -> tuple[subprocess.Popen[str], str, dict[str, str]]:
     """`guestbench fleet local N --backend uml`: the process, its address (stdout's first line) and the client
     settings its stderr gives in an `export` line."""
-    proc = subprocess.Popen([sys.executable, "-m", "guestbench", "fleet", "local", str(workers), "--backend", "uml"],
-                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = start_guestbench("fleet", "local", str(workers), "--backend", "uml")
     assert proc.stdout is not None and proc.stderr is not None
     try:
         address = proc.stdout.readline().strip()
@@ -359,11 +347,12 @@ def test_bad_cluster_input_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: p
         monkeypatch.delenv(k)
     sc = write_scenario(tmp_path / "s.yaml", SCENARIO.format(reps=1, backends="uml, tcg", measurement="startup"))
     # port 1: nothing listens there, known at once (not after Dask's 20 s of retries: the fleet-security unit test)
-    for args, expect in ((["--cluster", "tcp://127.0.0.1:1", "--insecure"], "cannot reach a Dask scheduler there "
-                                                                             "(nothing listens on that port of this host)"),
+    for args, expect in ((["--cluster", "tcp://127.0.0.1:1", "--insecure"],
+                          "cannot reach a Dask scheduler there (nothing listens on that port of this host)"),
                          (["--cluster", "tcp://127.0.0.1:1"], "plain tcp:// to a scheduler lets any local user"),
                          (["--hosts", "a"], "--hosts: needs --cluster ADDRESS"),
-                         (["--cluster", "tcp://127.0.0.1:1", "--dry-run"], "--dry-run: is not available with --cluster"),
+                         (["--cluster", "tcp://127.0.0.1:1", "--dry-run"],
+                          "--dry-run: is not available with --cluster"),
                          (["--cluster", "tls://127.0.0.1:1"], "a tls:// scheduler needs Dask's TLS settings")):
         proc = guestbench("scenario", str(sc), *args, "--results", str(tmp_path / "r"), timeout=120)
         assert proc.returncode == 2, (args, proc.stderr)

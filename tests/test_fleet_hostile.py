@@ -17,15 +17,18 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import ROOT, guestbench, write_scenario
-from test_fleet import _address, _cluster_workers, _wait
+from helpers.cli import guestbench, write_scenario
+from helpers.fleet import scheduler_address
+from helpers.paths import ROOT
+from test_fleet import _cluster_workers, _wait
 
 HOSTILE = ROOT / "tests/fleet_hostile_worker.py"
 JOIN_S = 120.0
 SCENARIO = "name: {name}\nrepetitions: 5\nwarmup: 1\nbackends: [uml, tcg]\nmeasurements: [startup]\n"
 REAL = ROOT / "tests/data/results/20261121T211449Z-startup.json"
 # The CLI in a Python that writes its own peak resident memory (KiB) as it ends: VmHWM, its own memory's high-water
-# mark, not getrusage's ru_maxrss, which keeps the forking process's when it execs (CI run A7: a pytest worker's 700 MiB)
+# mark, not getrusage's ru_maxrss, which keeps the forking process's when it execs (CI run A7: a pytest worker's
+# 700 MiB)
 PEAK = """import runpy, sys
 peak = sys.argv.pop(1)
 try:
@@ -55,7 +58,7 @@ class Cluster:
             [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
              "--no-dashboard", "--scheduler-file", str(tmp / "scheduler.json")],
             env=dask_env, stdin=subprocess.DEVNULL, stderr=open(tmp / "scheduler.log", "wb")))
-        self.address = _wait("the scheduler's address", lambda: _address(tmp / "scheduler.json"), 60)
+        self.address = _wait("the scheduler's address", lambda: scheduler_address(tmp / "scheduler.json"), 60)
         for name, backend, role in (("alpha", "uml", "hostile"), ("beta", "tcg", "honest")):
             env = {**dask_env, "GUESTBENCH_TEST_ROLE": role, "GUESTBENCH_TEST_DIR": str(self.dir),
                    "GUESTBENCH_TEST_REAL": str(REAL)}

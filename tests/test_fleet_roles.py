@@ -1,8 +1,8 @@
 """Roles by certificate (guestbench.run.fleet.roles): a fleet as `fleet local` makes it — its throw-away CA, a
 certificate per role, the scheduler's command with the roles preload, `guestbench worker`'s Dask worker process
 (guestbench.run.fleet.daskworker) — with two scripted hosts (tests/fleet_hostile_worker.py: no appliance is
-launched). A hostile host, alpha, holds its own worker certificate and key. Before, Dask gave a certificate no role: with
-the workers' certificate a host registered as a client, read every event (the other hosts' messages), ran code
+launched). A hostile host, alpha, holds its own worker certificate and key. Before, Dask gave a certificate no role:
+with the workers' certificate a host registered as a client, read every event (the other hosts' messages), ran code
 on the scheduler and, through it or directly, on every worker, as root, and set a run's cancel event."""
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import ROOT, guestbench, write_scenario
-from test_fleet import _address, _cluster_workers, _wait
+from helpers.cli import guestbench, write_scenario
+from helpers.fleet import scheduler_address
+from helpers.paths import ROOT
+from test_fleet import _cluster_workers, _wait
 from test_fleet_hostile import stop
 
 HOSTILE = ROOT / "tests/fleet_hostile_worker.py"
@@ -56,9 +58,10 @@ class RoleFleet:
         try:
             self._spawn("scheduler", local.scheduler_command(self.tls["scheduler"], tmp / "scheduler.json"),
                         {**clean, **self.tls["scheduler"]})
-            self.address = _wait("the scheduler's address", lambda: _address(tmp / "scheduler.json"), 60)
+            self.address = _wait("the scheduler's address", lambda: scheduler_address(tmp / "scheduler.json"), 60)
             for name, backend, role in (("alpha", "uml", "hostile"), ("beta", "tcg", "honest")):
-                env = {**clean, **self.tls[f"worker.{name}"], "DASK_DISTRIBUTED__WORKER__PRELOAD": json.dumps([str(HOSTILE)]),
+                env = {**clean, **self.tls[f"worker.{name}"],
+                       "DASK_DISTRIBUTED__WORKER__PRELOAD": json.dumps([str(HOSTILE)]),
                        "GUESTBENCH_TEST_ROLE": role, "GUESTBENCH_TEST_DIR": str(self.runs),
                        "GUESTBENCH_TEST_REAL": str(REAL)}
                 self._spawn(name, [sys.executable, "-m", "guestbench.run.fleet.daskworker", self.address, name,
@@ -154,7 +157,7 @@ def test_the_scheduler_loads_no_pickle_a_worker_sends(fleet: RoleFleet, tmp_path
     from distributed.protocol.serialize import ToPickle
 
     marker = tmp_path / "scheduler-unpickled"
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 (however the refusal surfaces; the marker below is the test)
         _call(fleet.address, _security(fleet.tls["worker.alpha"]), "identity", payload=ToPickle(Touch(marker)))
     assert not marker.exists(), "the scheduler unpickled what a worker's certificate sent"
     assert fleet.procs[0].poll() is None
@@ -254,7 +257,8 @@ def test_a_host_sees_the_coordinators_cancel_on_its_own_connection(fleet: RoleFl
 FORGE = """
 from distributed import get_worker
 w = get_worker()
-w.loop.add_callback(w.batched_send, {"op": "log-event", "topic": "worker-get-client", "msg": {"forged": 1}, "worker": OTHER})
+w.loop.add_callback(w.batched_send, {"op": "log-event", "topic": "worker-get-client", "msg": {"forged": 1},
+                                     "worker": OTHER})
 w.loop.add_callback(w.batched_send, {"op": "update-graph", "graph_header": {}, "graph_frames": [], "keys": []})
 """
 
@@ -328,7 +332,7 @@ def test_the_coordinator_takes_no_other_roles_certificate_for_the_scheduler(flee
     and would have handed it every host's share and key. Now it is not reached: one line, exit 2."""
     fake_proc = _impostor(fleet, tmp_path)
     try:
-        fake = _wait("the impostor's address", lambda: _address(tmp_path / "fake.json"), 60)
+        fake = _wait("the impostor's address", lambda: scheduler_address(tmp_path / "fake.json"), 60)
         for k, v in fleet.tls["coordinator"].items():
             monkeypatch.setenv(k, v)
         sc = write_scenario(tmp_path / "s.yaml", SCENARIO.format(name="impostor"))
@@ -350,7 +354,7 @@ def test_a_worker_follows_no_scheduler_that_shows_another_roles_certificate(flee
     clean = {k: v for k, v in os.environ.items() if not k.startswith(TLS)}
     procs = [_impostor(fleet, tmp_path)]
     try:
-        fake = _wait("the impostor's address", lambda: _address(tmp_path / "fake.json"), 60)
+        fake = _wait("the impostor's address", lambda: scheduler_address(tmp_path / "fake.json"), 60)
         procs.append(subprocess.Popen([sys.executable, "-m", "guestbench.run.fleet.daskworker", fake, "beta",
                                        "127.0.0.1", json.dumps({"bench": 1}), str(tmp_path / "w")],
                                       env={**clean, **fleet.tls["worker.beta"]}, cwd=ROOT, stdin=subprocess.DEVNULL,
@@ -463,7 +467,7 @@ def test_a_worker_certificate_that_names_no_host_joins_nowhere(tmp_path: Path) -
                              env={**clean, **tls["scheduler"], "DASK_TEMPORARY_DIRECTORY": str(tmp_path)},
                              stdin=subprocess.DEVNULL, stderr=open(tmp_path / "scheduler.log", "wb"))
     try:
-        address = _wait("the scheduler's address", lambda: _address(tmp_path / "s.json"), 60)
+        address = _wait("the scheduler's address", lambda: scheduler_address(tmp_path / "s.json"), 60)
         for name in ("gamma", ""):
             with pytest.raises(Exception) as e:
                 _call(address, _security(tls["worker"]), "register-worker", name=name, address="tls://127.0.0.1:1")
@@ -471,9 +475,7 @@ def test_a_worker_certificate_that_names_no_host_joins_nowhere(tmp_path: Path) -
         for cert, name, why in (("worker", "gamma", "names no host: a worker's certificate must be "
                                                     "guestbench-worker.gamma"),
                                 ("worker.host1", "gamma", "is host 'host1''s: run it as --name host1")):
-            proc = subprocess.run([sys.executable, "-m", "guestbench", "worker", address, "--name", name], cwd=ROOT,
-                                  env={**clean, **tls[cert]}, capture_output=True, text=True, timeout=120,
-                                  stdin=subprocess.DEVNULL)
+            proc = guestbench("worker", address, "--name", name, env={**clean, **tls[cert]}, timeout=120)
             assert proc.returncode == 2 and why in proc.stderr, proc.stderr[-2000:]
             assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
     finally:

@@ -21,8 +21,12 @@ from typing import Any, Callable
 
 import pytest
 
-from conftest import ROOT, guestbench, processes_mentioning, write_scenario
-from test_fleet import (START_S, _address, _cluster_workers, _tls_settings, _wait, _worker_homes, fleet_local,
+from helpers.cli import guestbench, write_scenario
+from helpers.fleet import scheduler_address
+from helpers.leaks import process_tree, processes_mentioning
+from helpers.paths import ROOT
+from helpers.users import as_nobody
+from test_fleet import (START_S, _cluster_workers, _tls_settings, _wait, _worker_homes, fleet_local,
                         tls_security)
 
 TEST_NET = "192.0.2.1"  # TEST-NET-1 (RFC 5737): no scheduler there; a connection attempt would hang or fail
@@ -36,25 +40,6 @@ def _own_address() -> str | None:
     out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
     found = [a for a in out if ipaddress.ip_address(a).version == 4 and not ipaddress.ip_address(a).is_loopback]
     return found[0] if found else None
-
-
-def _tree(root: int) -> set[int]:
-    """`root` and every process below it."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat[stat.rfind(")") + 2:].split()[1])
-    out = {root}
-    grew = True
-    while grew:
-        below = {pid for pid, ppid in parents.items() if ppid in out} - out
-        grew = bool(below)
-        out |= below
-    return out
 
 
 def _listening(pids: set[int]) -> list[tuple[str, int]]:
@@ -181,7 +166,7 @@ def test_fleet_local_listens_on_loopback_only_and_its_worker_is_unreachable_from
         worker_port = int(next(iter(workers.values()))["address"].rsplit(":", 1)[1])
         # the scheduler's two and each worker's two (its server and its HTTP server, which may start just after
         # it registers): all of them are judged
-        sockets = _wait("the workers' sockets", lambda: (s := _listening(_tree(proc.pid))) and len(s) >= 6 and s,
+        sockets = _wait("the workers' sockets", lambda: (s := _listening(process_tree(proc.pid))) and len(s) >= 6 and s,
                         60)
         assert all(ipaddress.ip_address(host).is_loopback for host, _ in sockets), sockets
         assert worker_port in {port for _, port in sockets}, (worker_port, sockets)
@@ -242,14 +227,14 @@ def test_fleet_local_speaks_tls_only_to_its_own_certificate_kept_private_and_rem
         pems = sorted(private.glob("*.pem"))
         assert len(pems) == 7 and all(stat.S_IMODE(os.lstat(p).st_mode) == 0o600 for p in pems), pems
         key = settings["DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"]  # the coordinator's
-        assert subprocess.run(["runuser", "-u", "nobody", "--", "cat", key], capture_output=True).returncode != 0
+        assert as_nobody("cat", key, check=False, capture=True).returncode != 0
         other = Security(require_encryption=True, **{f"tls_{k}": v for k, v in zip(
             ("ca_file", "client_cert", "client_key"), _other_ca(tmp_path))})
         plain = {"tcp": address.replace("tls://", "tcp://"), "tls": address}
         for scheme, sec in (("tcp", None), ("tls", other)):
-            _refused(f"a {scheme} client of the scheduler", lambda: Client(
+            _refused(f"a {scheme} client of the scheduler", lambda scheme=scheme, sec=sec: Client(
                 plain[scheme], timeout=5, set_as_default=False, security=sec).close())
-            _refused(f"a {scheme} client of the worker", lambda: _identity(
+            _refused(f"a {scheme} client of the worker", lambda scheme=scheme, sec=sec: _identity(
                 worker["address"].replace("tls://", f"{scheme}://"), sec))
     finally:
         proc.send_signal(signal.SIGINT)
@@ -278,7 +263,7 @@ def test_an_insecure_worker_listens_on_the_address_that_reaches_its_scheduler(tm
                               str(sched_file)], stdin=subprocess.DEVNULL, stderr=open(tmp_path / "s.log", "wb"))
     worker = None
     try:
-        address = _wait("the scheduler's address", lambda: _address(sched_file), 60)
+        address = _wait("the scheduler's address", lambda: scheduler_address(sched_file), 60)
         worker = subprocess.Popen([sys.executable, "-m", "guestbench", "worker", address, "--insecure", "--backend",
                                    "uml", "--name", "insecure"], cwd=ROOT, stdin=subprocess.DEVNULL,
                                   stderr=open(tmp_path / "w.log", "wb"))
@@ -287,7 +272,7 @@ def test_an_insecure_worker_listens_on_the_address_that_reaches_its_scheduler(tm
         log = (tmp_path / "w.log").read_text()
         assert worker.poll() is None, log
         assert "warning: --insecure" in log and "run code as root on every worker" in log, log
-        sockets = _wait("the worker's sockets", lambda: len(s := _listening(_tree(worker.pid))) >= 2 and s, 60)
+        sockets = _wait("the worker's sockets", lambda: len(s := _listening(process_tree(worker.pid))) >= 2 and s, 60)
         assert {host for host, _ in sockets} == {own, "127.0.0.1"}, sockets
     finally:
         if worker is not None and worker.poll() is None:
@@ -305,7 +290,8 @@ def test_the_directory_of_a_killed_fleet_local_is_swept_at_the_next_start_and_no
 
     root = tmp_path / "run"
     root.mkdir(mode=0o755)
-    make = f"from guestbench.host import rundirs; from pathlib import Path; print(rundirs.make(Path({str(root)!r}), 'fleet-local-'))"
+    make = ("from guestbench.host import rundirs; from pathlib import Path; "
+            f"print(rundirs.make(Path({str(root)!r}), 'fleet-local-'))")
     dead = Path(subprocess.run([sys.executable, "-c", make], cwd=ROOT, capture_output=True, text=True,
                                check=True).stdout.strip())
     (dead / "key.pem").write_text("secret")

@@ -18,7 +18,7 @@ from guestbench.output.tables import fleet as fleet_report
 from guestbench.analysis.fleet import analyze_fleet
 from guestbench.analysis import compare
 from guestbench.util.errors import UserError
-from guestbench.results import Run, load_results
+from guestbench.results import Cell, Run, load_results
 from guestbench.results.hosts import differences, names, view
 from guestbench.execute import remote
 from guestbench.run.fleet import cluster as fleet_cluster, coordinator
@@ -26,7 +26,7 @@ from guestbench.run.fleet import resources
 from guestbench.run.fleet.inbox import Inbox
 from guestbench.scenario import parse_scenario
 
-from conftest import ROOT
+from helpers.paths import ROOT
 
 REAL = ROOT / "tests/data/results/20261121T211449Z-startup.json"
 
@@ -134,7 +134,7 @@ def test_a_lost_host_keeps_its_samples_and_its_unfinished_iterations_become_fail
     assert saved["hosts"]["beta"]["status"] == "lost" and "left the cluster mid-run" in saved["hosts"]["beta"]["error"]
     (beta,) = [c for c in saved["cells"] if c["host"] == "beta"]
     assert len(beta["samples"]) == 2 and beta["status"] == "interrupted"
-    assert remote.ended_iterations(beta) == remote.planned(run.sc, beta) == planned
+    assert remote.ended_iterations(Cell.from_dict(beta)) == remote.planned(run.sc, Cell.from_dict(beta)) == planned
     assert all(f["reason"].startswith("host beta lost") for f in beta["failures"])
     run.merge("beta", beta_doc)  # a late snapshot from a host written off changes nothing
     assert json.loads((tmp_path / "r.json").read_text()) == saved
@@ -156,8 +156,8 @@ def test_a_hosts_results_that_no_run_writes_are_refused_and_its_host_is_failed_s
 
     run.keys = {"alpha": seal.new_key(), "beta": seal.new_key()}
     run.addresses = {n: h["address"] for n, h in doc["hosts"].items()}
-    run.inbox.put(stamped(seal.seal(run.keys["beta"], "beta", 1, {"doc": hostile, "exit": 0, "stderr": "", "final": True}),
-                          run.addresses["beta"]))
+    final = {"doc": hostile, "exit": 0, "stderr": "", "final": True}
+    run.inbox.put(stamped(seal.seal(run.keys["beta"], "beta", 1, final), run.addresses["beta"]))
     run.host_ended("beta", Done())  # its final message is read first
     saved = load_results(tmp_path / "r.json")  # the file stays one every reader accepts
     assert saved.hosts["beta"].status == "failed"
@@ -209,7 +209,8 @@ def test_a_scheduler_that_stops_answering_costs_its_hosts_after_a_deadline_not_a
     saved = json.loads((tmp_path / "r.json").read_text())
     for name in ("alpha", "beta"):
         host = saved["hosts"][name]
-        assert host["status"] == "lost" and "the scheduler did not answer, or answered only errors, for 0.5 s" in host["error"], host
+        assert host["status"] == "lost", host
+        assert "the scheduler did not answer, or answered only errors, for 0.5 s" in host["error"], host
     assert sorted(client.cancelled) == sorted(f"guestbench-{run.run_id}-{n}" for n in ("alpha", "beta"))
 
 
@@ -234,7 +235,8 @@ def test_show_names_the_fastest_combination_only_when_every_other_ratio_ci_is_ab
     assert t2.fastest is not None and t2.fastest.host == "alpha", t2.caption
     (slow,) = [c for c in t2.combos if c.host == "beta"]
     assert slow.row.ratio == pytest.approx(2.0) and slow.ratio_ci is not None and slow.ratio_ci[0] > 1
-    assert json_export.fleet_tables(analyze_fleet(Run.from_dict(same)))[0]["fastest"] == {"host": "alpha", "backend": "uml"}
+    tables = json_export.fleet_tables(analyze_fleet(Run.from_dict(same)))
+    assert tables[0]["fastest"] == {"host": "alpha", "backend": "uml"}
 
 
 def test_hosts_that_differ_in_what_moves_figures_are_warned_about() -> None:
@@ -253,7 +255,8 @@ def test_compare_matches_two_fleet_runs_host_by_host() -> None:
     keys = set(compare.cells_by_key(base))
     assert keys == {("uml", "host@alpha", "startup"), ("uml", "host@beta", "startup")}
     rows = compare.compare_docs(base, other)
-    assert sorted(f"{r.backend}/{r.placement}/{r.measurement}" for r in rows) == ["uml/host@alpha/startup", "uml/host@beta/startup"]
+    assert sorted(f"{r.backend}/{r.placement}/{r.measurement}" for r in rows) == ["uml/host@alpha/startup",
+                                                                                 "uml/host@beta/startup"]
     assert compare.check_hosts(base, other) == []
     assert compare.software_changes(base, other) == [f"host beta: kernel: {base.host['kernel']!r} vs '6.99'"]
 

@@ -12,8 +12,9 @@ import yaml
 
 from guestbench import cli
 from guestbench.output import formats
+from helpers.cli import main_in_process
+from helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 FRESH = "tests/data/golden/20261127T055027Z-fresh.json"
 OTHER = "tests/data/golden/20261126T083350Z-startup.json"
 
@@ -33,11 +34,12 @@ def yaml_format(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    rc = cli.main(argv)
-    return rc, capsys.readouterr().out
+    rc, out, _ = main_in_process(capsys, *argv)
+    return rc, out
 
 
-def test_a_new_format_is_one_module_and_one_registry_line(yaml_format: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_new_format_is_one_module_and_one_registry_line(yaml_format: None,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     rc, out = _run(["show", FRESH, "--yaml"], capsys)
     assert rc == 0
     rc_json, summary = _run(["show", FRESH, "--json"], capsys)

@@ -6,8 +6,8 @@ fresh run's (tests/data/golden/*-fresh*.json, *-ab-*.json: made on this kind of 
 case runs the command in this process and compares its stdout, its stderr and its exit status; `report` compares
 index.html and report.md whole and every chart by its SHA-256. `doctor` reads this machine, so its case gives it
 the facts recorded in tests/data/golden/doctor-facts.json instead of probing; `scenario` and `ab` are given a
-finished results file instead of running (run_scenario returns it; their run is tested in test_runner, test_ab). Where a change is wanted
-(another issue asks for it), write the goldens again and say why in the commit:
+finished results file instead of running (run_scenario returns it; their run is tested in test_runner, test_ab). Where
+a change is wanted (another issue asks for it), write the goldens again and say why in the commit:
 `GOLDEN_WRITE=1 .venv/bin/python -m pytest tests/test_golden.py`.
 """
 
@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from guestbench import cli
+from helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "data" / "golden"
 WRITE = os.environ.get("GOLDEN_WRITE") == "1"
 FRESH = "tests/data/golden/20261127T055027Z-fresh.json"
@@ -61,10 +61,12 @@ def cases() -> list[Case]:
         for fmt, flags in FORMATS.items():
             out.append(Case(f"show-{_stem(f)}-{fmt}", ["show", f, *flags]))
         out.append(Case(f"export-{_stem(f)}", ["export", f]))
-    pairs = [("tests/data/results/20261121T211449Z-startup.json", "tests/data/results/20261121T203509Z-uml-vs-kvm.json"),
+    pairs = [("tests/data/results/20261121T211449Z-startup.json",
+              "tests/data/results/20261121T203509Z-uml-vs-kvm.json"),
              ("tests/data/golden/20261126T105540Z-sig.json", "tests/data/golden/20261126T105858Z-dsig.json"),
              ("tests/data/golden/20261126T110130Z-fleet.json", "tests/data/golden/20261126T110230Z-fleet.json"),
-             ("tests/data/density/20261124T104911Z-density.json", "tests/data/density/20261124T105408Z-density-upload.json"),
+             ("tests/data/density/20261124T104911Z-density.json",
+              "tests/data/density/20261124T105408Z-density-upload.json"),
              ("tests/data/golden/20261126T083350Z-startup.json", FRESH)]
     for base, other in pairs:
         for fmt, flags in FORMATS.items():
@@ -79,8 +81,8 @@ def cases() -> list[Case]:
     out.append(Case("report-fresh", ["report", FRESH], setup="report"))
     for fmt, flags in FORMATS.items():
         out.append(Case(f"scenario-fresh-{fmt}", ["scenario", "scenarios/startup.yaml", *flags], setup="scenario"))
-        out.append(Case(f"ab-{fmt}", ["ab", "scenarios/startup.yaml", "--a", "cache=writeback", "--b", "cache=unsafe", *flags],
-                        setup="ab"))
+        out.append(Case(f"ab-{fmt}", ["ab", "scenarios/startup.yaml", "--a", "cache=writeback", "--b", "cache=unsafe",
+                                      *flags], setup="ab"))
     out.append(Case("ab-fail-above", ["ab", "scenarios/startup.yaml", "--a", "cache=writeback", "--b", "cache=unsafe",
                                       "--fail-above", "1%", "--gate-resources"], setup="ab"))
     for name in ("doctor", "doctor-json", "doctor-verbose"):
@@ -99,18 +101,18 @@ def cases() -> list[Case]:
 def _doctor_facts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Doctor's four readers of this machine answer what doctor-facts.json recorded."""
     from guestbench.backends import appliance
-    from guestbench.host import fingerprint as host
+    from guestbench.host import fingerprint
     from guestbench.backends.base import Availability
     from guestbench.nested import image
     from guestbench.execute import probe
 
     facts = json.loads((GOLDEN / "doctor-facts.json").read_text())
-    monkeypatch.setattr(host, "fingerprint", lambda: facts["host"])
+    monkeypatch.setattr(fingerprint, "fingerprint", lambda: facts["host"])
 
-    def check_all(names: list[str], **_: Any) -> dict[str, Availability]:
+    def verdicts(names: list[str], **_: Any) -> dict[str, Availability]:
         return {n: Availability(**facts["backends"][n]) for n in names if n in facts["backends"]}
 
-    monkeypatch.setattr(probe, "check_all", check_all)
+    monkeypatch.setattr(probe, "verdicts", verdicts)
     monkeypatch.setattr(image, "status", lambda kvm_usable: facts["nested"])
     monkeypatch.setattr(appliance, "state", lambda f, v="standard": facts["appliances"][f"{f}-{v}"])
 

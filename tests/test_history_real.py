@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import guestbench, write_scenario
+from helpers.cli import guestbench, write_scenario
 from guestbench.backends import BACKENDS
 from guestbench.host.paths import cache_dir
 

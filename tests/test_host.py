@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from guestbench.host import fingerprint as host
+from guestbench.host import checkout, commands, fingerprint
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 
@@ -30,7 +30,7 @@ def _cpuinfo_flags() -> set[str]:
 
 @pytest.fixture(scope="module")
 def fp() -> dict:
-    return host.fingerprint()
+    return fingerprint.fingerprint()
 
 
 def test_fingerprint_is_json_and_matches_basics(fp: dict) -> None:
@@ -39,7 +39,7 @@ def test_fingerprint_is_json_and_matches_basics(fp: dict) -> None:
     assert isinstance(fp["memory_bytes"], int) and fp["memory_bytes"] > 0
     assert fp["kernel"] == platform.release()
     assert fp["arch"] == platform.machine()
-    assert fp["guestbench"]["version"] == host.guestbench.__version__
+    assert fp["guestbench"]["version"] == fingerprint.guestbench.__version__
 
 
 def test_fingerprint_is_cheap() -> None:
@@ -50,12 +50,12 @@ def test_fingerprint_is_cheap() -> None:
         return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
     start = cpu()
-    host.fingerprint()
+    fingerprint.fingerprint()
     assert cpu() - start < 2.0
 
 
 def test_virtualization_agrees_with_cpuinfo_and_sysfs() -> None:
-    v = host.virtualization()
+    v = fingerprint.virtualization()
     flags = _cpuinfo_flags()
     assert v["hypervisor_flag"] == ("hypervisor" in flags)
     assert v["hw_virt_flags"] == sorted({"vmx", "svm"} & flags)
@@ -74,14 +74,14 @@ def test_virtualization_matches_systemd_detect_virt() -> None:
     tool = shutil.which("systemd-detect-virt")
     if tool is None:
         pytest.skip("systemd-detect-virt not installed")
-    v = host.virtualization()
+    v = fingerprint.virtualization()
     for option, key in (("--vm", "vm"), ("--container", "container")):
         out = subprocess.run([tool, option], capture_output=True, text=True, timeout=10).stdout.strip()
         assert v[key] == out
 
 
 def test_kvm_device_agrees_with_dev_and_sys() -> None:
-    k = host.kvm_device()
+    k = fingerprint.kvm_device()
     assert k["present"] == os.path.exists("/dev/kvm")
     assert k["accessible"] == (k["present"] and os.access("/dev/kvm", os.R_OK | os.W_OK))
     assert k["modules"] == sorted(n for n in os.listdir("/sys/module") if n.startswith("kvm"))
@@ -89,7 +89,7 @@ def test_kvm_device_agrees_with_dev_and_sys() -> None:
 
 
 def test_versions_libguestfs_and_qemu() -> None:
-    v = host.versions()
+    v = fingerprint.versions()
     guestfs = pytest.importorskip("guestfs")
     assert v["libguestfs"] is not None and VERSION_RE.match(v["libguestfs"])
     g = guestfs.GuestFS(python_return_dict=True)
@@ -113,31 +113,31 @@ def test_versions_libguestfs_and_qemu() -> None:
 
 
 def test_git_commit_in_this_checkout() -> None:
-    commit = host.git_commit()
+    commit = checkout.git_commit()
     assert commit is not None and re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", commit)
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(host.__file__).parent,
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(fingerprint.__file__).parent,
                           capture_output=True, text=True, timeout=10).stdout.strip()
     assert commit.split("+")[0] == head
 
 
 def test_cpu_and_memory() -> None:
-    c = host.cpu()
+    c = fingerprint.cpu()
     assert c["cores"] == os.cpu_count()
-    assert set(c["flags_of_interest"]) == set(host.FLAGS_OF_INTEREST) & _cpuinfo_flags()
-    mem = host.memory_bytes()
+    assert set(c["flags_of_interest"]) == set(fingerprint.FLAGS_OF_INTEREST) & _cpuinfo_flags()
+    mem = fingerprint.memory_bytes()
     assert mem is not None and mem > 0
 
 
 def test_fingerprint_key_stable_and_sensitive(fp: dict) -> None:
-    assert host.fingerprint_key(fp) == host.fingerprint_key(copy.deepcopy(fp))
-    assert host.fingerprint_key(fp) == host.fingerprint_key(host.fingerprint())
+    assert fingerprint.fingerprint_key(fp) == fingerprint.fingerprint_key(copy.deepcopy(fp))
+    assert fingerprint.fingerprint_key(fp) == fingerprint.fingerprint_key(fingerprint.fingerprint())
     other = copy.deepcopy(fp)
     other["kernel"] = fp["kernel"] + "-other"
-    assert host.fingerprint_key(other) != host.fingerprint_key(fp)
+    assert fingerprint.fingerprint_key(other) != fingerprint.fingerprint_key(fp)
 
 
 def test_run_degrades_instead_of_raising() -> None:
-    assert host.command_output(["/nonexistent/guestbench-no-such-tool"]) is None
+    assert commands.output(["/nonexistent/guestbench-no-such-tool"]) is None
     start = time.monotonic()
-    assert host.command_output(["sleep", "30"], timeout=0.3) is None
+    assert commands.output(["sleep", "30"], timeout=0.3) is None
     assert time.monotonic() - start < 5

@@ -15,38 +15,39 @@ import pytest
 from guestbench.util import errors
 from guestbench.measurements import base as measurements_base
 from guestbench.host.paths import RUN_PREFIX
-from guestbench.storage import host
-from guestbench.storage.host_build import Builder
-from guestbench.storage.host_kinds import KINDS, HostKind, Image
+from guestbench.storage import backing
+from guestbench.storage.backing_build import Builder
+from guestbench.storage.backing_kinds import KINDS, HostKind, Image
 
 MIB = 2**20
 
 
 def test_the_registry_is_what_host_exports() -> None:
-    assert host.HOST_KINDS == tuple(KINDS) == ("file", "loop", "qemu-nbd", "nbdkit", "lvm")
-    assert host.NBD_KINDS == ("qemu-nbd", "nbdkit")
+    assert backing.HOST_KINDS == tuple(KINDS) == ("file", "loop", "qemu-nbd", "nbdkit", "lvm")
+    assert backing.NBD_KINDS == ("qemu-nbd", "nbdkit")
     assert all(kind.name == name and kind.label and "qemu-img" in kind.programs for name, kind in KINDS.items())
     assert {name for name, kind in KINDS.items() if kind.formats == ("raw",)} == {"loop", "lvm", "nbdkit"}
     assert [name for name, kind in KINDS.items() if kind.delay] == ["nbdkit"]
 
 
 def test_format_problems_name_the_kinds_that_take_the_format() -> None:
-    assert host.format_problem("nbdkit", "raw") is None and host.format_problem("qemu-nbd", "qcow2") is None
-    assert host.format_problem("nbdkit", "qcow2") == "nbdkit serves raw images here; allowed with qcow2: file, qemu-nbd"
-    assert host.format_problem("loop", "qcow2") == "loop serves raw images here; allowed with qcow2: file, qemu-nbd"
+    assert backing.format_problem("nbdkit", "raw") is None and backing.format_problem("qemu-nbd", "qcow2") is None
+    assert backing.format_problem("nbdkit", "qcow2") == ("nbdkit serves raw images here; allowed with qcow2: file, "
+                                                         "qemu-nbd")
+    assert backing.format_problem("loop", "qcow2") == "loop serves raw images here; allowed with qcow2: file, qemu-nbd"
 
 
 def test_one_unavailable() -> None:
-    assert host.Unavailable is errors.Unavailable and not hasattr(measurements_base, "Unavailable")
+    assert backing.Unavailable is errors.Unavailable and not hasattr(measurements_base, "Unavailable")
     assert issubclass(errors.Unavailable, RuntimeError)
 
 
 def test_host_image_sizes_are_units_sizes_in_whole_numbers() -> None:
-    assert host.parse_size("64MiB") == 64 * MIB and host.parse_size("64MB") == 64 * 10**6
+    assert backing.parse_size("64MiB") == 64 * MIB and backing.parse_size("64MB") == 64 * 10**6
     with pytest.raises(ValueError, match=r"bad image size '1.5G'; a whole number"):
-        host.parse_size("1.5G")
+        backing.parse_size("1.5G")
     with pytest.raises(ValueError, match="bad image size 'lots'"):
-        host.parse_size("lots")
+        backing.parse_size("lots")
 
 
 def test_one_line_escapes_or_squeezes() -> None:
@@ -63,15 +64,15 @@ class Copy(HostKind):
     def problem(self, delay: bool) -> str | None:
         return "copies are off today" if delay else None
 
-    def present(self, b: Builder, image: Image, as_file: bool, delay_ms: int | None) -> host.Drive:
-        return host.Drive(filename=str(image.path), format=image.format, kind=self.name, name=image.name,
+    def present(self, b: Builder, image: Image, as_file: bool, delay_ms: int | None) -> backing.Drive:
+        return backing.Drive(filename=str(image.path), format=image.format, kind=self.name, name=image.name,
                           describe=f"{image.describe}, copied")
 
 
 def test_a_new_kind_is_one_class_and_one_registry_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setitem(KINDS, "copy", Copy())
-    assert host.availability("copy") is None
-    with host.HostStorage(tmp_path / "w") as hs:
+    assert backing.availability("copy") is None
+    with backing.Backings(tmp_path / "w") as hs:
         drive = hs.add("copy", "c", "1M", fmt="qcow2")
         assert drive.kind == "copy" and drive.describe.startswith("qcow2 image (preallocation=off) on the host's ")
         assert Path(drive.filename) == hs.image_path(drive) and Path(drive.filename).exists()
@@ -84,12 +85,12 @@ def test_a_new_kind_is_one_class_and_one_registry_line(monkeypatch: pytest.Monke
 
 def test_a_failing_kind_leaves_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     class Broken(Copy):
-        def present(self, b: Builder, image: Image, as_file: bool, delay_ms: int | None) -> host.Drive:
+        def present(self, b: Builder, image: Image, as_file: bool, delay_ms: int | None) -> backing.Drive:
             b.path(image.name, ".extra").write_text("x")
             raise RuntimeError("broken")
 
     monkeypatch.setitem(KINDS, "copy", Broken())
-    with host.HostStorage(tmp_path) as hs:
+    with backing.Backings(tmp_path) as hs:
         with pytest.raises(RuntimeError, match="broken"):
             hs.add("copy", "c", "1M")
         assert sorted(p.name for p in tmp_path.iterdir()) == ["host-storage.json"]
@@ -103,5 +104,5 @@ def test_the_sweep_removes_a_half_written_state_file(tmp_path: Path) -> None:
     state: dict[str, Any] = {"owner": {"pid": 2**22 + 1, "start": 1}, "resources": []}
     (workdir / "host-storage.json").write_text(json.dumps(state))
     (workdir / ".host-storage.json.k3x9.tmp").write_text("{")
-    log = host.sweep_stale(tmp_path)
+    log = backing.sweep_stale(tmp_path)
     assert not workdir.exists() and log == [f"removed empty {workdir}"]

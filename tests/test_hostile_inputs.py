@@ -34,8 +34,9 @@ from guestbench.scenario import limits
 from guestbench.util import bounded
 from guestbench.util.errors import UserError, clip, one_line
 from guestbench.scenario import load_scenario, parse_scenario
+from helpers.cli import guestbench
+from helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 MIN = "measurements: [startup]\n"
 LINE_MAX = 300  # characters of the one stderr line
 DEADLINE_S = 20.0  # per process, on a loaded 2-core machine; each takes a second or two alone
@@ -91,7 +92,8 @@ NEEDLES: dict[str, str] = {
     "samples": "more than 1000000 per backend", "matrix-14k": "80000000 combinations; allowed: at most 1000",
     "cells": f"measurements[{limits.MAX_CELLS}]: makes more than {limits.MAX_CELLS} cells",
     "digits-5000": "a number of 5000 characters", "hex-5000": "a number of 5002 characters",
-    "base60": "a number of 8999 characters", "size-5000-digits": "too large", "size-4000-digits": "a number of 4000 characters",
+    "base60": "a number of 8999 characters", "size-5000-digits": "too large",
+    "size-4000-digits": "a number of 4000 characters",
     "int-param-huge": "too large", "smp-huge": "too large", "memsize-huge": "too large",
     "name-300": "has 300 characters; allowed: at most 100", "name-900k": "has 900000 characters",
     "name-esc": "holds a control character", "key-esc": "unknown key", "label-300": "at most 64",
@@ -286,7 +288,8 @@ def test_a_symlink_to_a_scenario_is_read(tmp_path: Path) -> None:
 
 def test_a_command_matrix_value_with_escape_sequences_labels_its_cell_escaped() -> None:
     """A matrix of commands labels each cell with its words; an ESC among them is shown, never sent raw."""
-    doc = {"name": "x", "measurements": [{"measurement": "command", "matrix": {"argv": [["echo", "\x1b[2J"], ["true"]]}}]}
+    doc = {"name": "x",
+           "measurements": [{"measurement": "command", "matrix": {"argv": [["echo", "\x1b[2J"], ["true"]]}}]}
     labels = [m.label for m in parse_scenario(doc, "src").measurements]
     assert labels == ["command.echo '\\x1b[2J'", "command.true"]
 
@@ -298,8 +301,7 @@ def test_a_lone_surrogate_escape_is_refused_wherever_it_stands(tmp_path: Path) -
                  'name: s\nmeasurements: [{measurement: command, argv: ["true", "a\\ud800"], env: {A: "\\udc00"}}]\n'):
         sc = tmp_path / "s.yaml"
         sc.write_text(body)
-        done = subprocess.run([sys.executable, "-m", "guestbench", "scenario", str(sc), "--dry-run", "--results",
-                               str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        done = guestbench("scenario", str(sc), "--dry-run", "--results", str(tmp_path), timeout=60)
         line = done.stderr.rstrip("\n")
         assert done.returncode == 2 and "\n" not in line and "lone surrogate" in line, done.stderr[-2000:]
 

@@ -8,28 +8,28 @@ unprivileged user nobody where the file's origin matters, built from the results
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers.cli import guestbench
+from helpers.paths import ROOT
+from helpers.users import as_nobody
+
 SHIPPED = ROOT / "tests" / "data" / "results" / "20261121T211449Z-startup.json"
 HOSTILE_LABEL = "evil\x1b]0;pwned\x07\x1b[31mred\x9b<script>alert(1)</script>"
 DIGITS = "9" * 5000
 
 
-def _guestbench(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "guestbench", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+_guestbench = functools.partial(guestbench, timeout=30)  # a refusal takes well under a second: a hang fails
 
 
 def _refused(done: subprocess.CompletedProcess[str], *expected: str) -> str:
@@ -42,22 +42,6 @@ def _refused(done: subprocess.CompletedProcess[str], *expected: str) -> str:
     return line
 
 
-@pytest.fixture
-def shared() -> Iterator[Path]:
-    """A directory any user may write in, like /tmp, where nobody plants files (in /tmp itself: pytest's
-    tmp_path is under a 0700 directory nobody cannot reach)."""
-    d = Path(tempfile.mkdtemp(prefix="guestbench-test-shared-", dir="/tmp"))
-    d.chmod(0o1777)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d)
-
-
-def _as_nobody(*cmd: str) -> None:
-    subprocess.run(["runuser", "-u", "nobody", "--", *cmd], check=True, timeout=30)
-
-
 def _shipped() -> dict[str, Any]:
     return json.loads(SHIPPED.read_text())  # type: ignore[no-any-return]
 
@@ -65,7 +49,7 @@ def _shipped() -> dict[str, Any]:
 @pytest.mark.parametrize("command", ["show", "compare", "report", "import", "export"])
 def test_a_fifo_planted_by_another_user_is_refused_at_once(shared: Path, tmp_path: Path, command: str) -> None:
     fifo = shared / "results.json"
-    _as_nobody("mkfifo", "-m", "0666", str(fifo))
+    as_nobody("mkfifo", "-m", "0666", str(fifo))
     args = {"show": ["show", str(fifo)], "compare": ["compare", str(SHIPPED), str(fifo)],
             "report": ["report", "-o", str(tmp_path / "report"), str(fifo)],
             "import": ["import", str(fifo), "-o", str(tmp_path / "out.json")],
@@ -82,7 +66,7 @@ def test_a_device_is_refused_at_once(device: str, command: str, tmp_path: Path) 
 
 def test_an_oversized_file_is_refused_without_reading_it(shared: Path) -> None:
     big = shared / "big.json"
-    _as_nobody("truncate", "-s", "100G", str(big))  # sparse: costs no disk
+    as_nobody("truncate", "-s", "100G", str(big))  # sparse: costs no disk
     _refused(_guestbench("show", str(big)), "more than a results file may be; allowed: at most 64MiB")
 
 
@@ -185,7 +169,7 @@ def test_a_label_that_looks_like_mathtext_is_drawn_as_text(tmp_path: Path) -> No
 
 def test_a_dry_run_passes_over_a_fifo_among_the_results_it_reads(shared: Path) -> None:
     """--dry-run reads every results file of the results directory for its time estimates."""
-    _as_nobody("mkfifo", "-m", "0666", str(shared / "20261121T000000Z-upload.json"))
+    as_nobody("mkfifo", "-m", "0666", str(shared / "20261121T000000Z-upload.json"))
     shutil.copy(SHIPPED, shared / SHIPPED.name)
     done = _guestbench("scenario", "scenarios/startup.yaml", "--dry-run", "--backend", "tcg", "--results",
                        str(shared))

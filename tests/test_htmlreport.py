@@ -3,10 +3,10 @@
 Inputs are real: the results files in tests/data/results were written by `guestbench scenario` on the
 project's machine (copied from results/, which git ignores), and the boot-phase document is written with the
 real `ResultsFile` from the two real verbose launches in tests/data/phases, cut by `markers.split` (one launch
-per backend, so n = 1 there). Host vs nested: a real nested run (uml start-up on the host and inside the level-1 guest, n=1
-each) is among the stored files; a second document is the real E1 run (uml, tcg) with placement-nested cells added as
-a nested run merges them, their samples the host's scaled by fixed factors (so every measurement and a backend
-unusable inside are covered), tcg skipped for one measurement. Nothing launches an appliance.
+per backend, so n = 1 there). Host vs nested: a real nested run (uml start-up on the host and inside the level-1
+guest, n=1 each) is among the stored files; a second document is the real E1 run (uml, tcg) with placement-nested
+cells added as a nested run merges them, their samples the host's scaled by fixed factors (so every measurement and a
+backend unusable inside are covered), tcg skipped for one measurement. Nothing launches an appliance.
 
 The must-hold: every number in every table of index.html is recomputed here from the results JSON, with
 numpy/scipy rather than guestbench.analysis.stats, and must agree to the digits shown.
@@ -18,8 +18,6 @@ import base64
 import json
 import math
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -31,7 +29,6 @@ import pytest
 from scipy import stats as scipy_stats
 
 from guestbench import cli
-from guestbench.analysis import phases
 from guestbench.instruments import markers
 from guestbench.analysis import stats
 from guestbench.output import results_doc
@@ -41,8 +38,8 @@ from guestbench.results import ResultsFile
 
 from test_phases import replay
 from guestbench.results import Run
+from helpers.cli import guestbench, main_status
 
-ROOT = Path(__file__).resolve().parent.parent
 REAL = sorted((Path(__file__).parent / "data" / "results").glob("*.json"))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -373,7 +370,8 @@ def test_every_figure_in_the_placement_table_is_recomputed_from_the_results(writ
                     and (c["label"], c["backend"]) not in {(h["label"], h["backend"]) for h, _ in sampled}]
         assert sorted((r[0], r[1]) for r in table.rows[len(sampled):]) == \
             sorted((c["label"], c["backend"]) for c in one_side)
-        assert all(r[5] == "–" and ("(see below)" in r[3]) != ("(see below)" in r[4]) for r in table.rows[len(sampled):])
+        assert all(r[5] == "–" and ("(see below)" in r[3]) != ("(see below)" in r[4])
+                   for r in table.rows[len(sampled):])
         for (host_cell, nested_cell), row in zip(sampled, table.rows):
             host, nested = sample_seconds(host_cell), sample_seconds(nested_cell)
             assert row[2] == (host_cell["cache_mode"] or "–")
@@ -499,10 +497,7 @@ def bad(tmp_path: Path) -> Path:
 def test_bad_input_is_one_line_and_exit_status_2(bad: Path, args: list[str], message: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["report", *(a.format(d=bad, real=REAL[0]) for a in args)]
-    try:
-        status = cli.main(argv)
-    except SystemExit as e:  # argparse usage errors exit from the parser
-        status = e.code  # type: ignore[assignment]
+    status = main_status(argv)  # argparse usage errors exit from the parser
     err = capsys.readouterr().err
     assert status == 2
     assert err.count("\n") == 1 and err.startswith("guestbench: ")
@@ -511,8 +506,7 @@ def test_bad_input_is_one_line_and_exit_status_2(bad: Path, args: list[str], mes
 
 
 def test_bad_input_from_a_real_process_has_no_traceback(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "guestbench", "report", str(tmp_path / "nope.json"), "--output",
-                           str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    proc = guestbench("report", str(tmp_path / "nope.json"), "--output", str(tmp_path / "out"), timeout=60)
     assert proc.returncode == 2
     assert proc.stderr == f"guestbench: {tmp_path / 'nope.json'}: no such results file\n"
     assert proc.stdout == ""

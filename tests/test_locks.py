@@ -19,7 +19,8 @@ import pytest
 from guestbench.host import locks
 from guestbench.host import neighbours
 
-from conftest import ROOT, session_tmp_path
+from helpers.paths import ROOT
+from helpers.session import session_tmp_path
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="another user's flock needs root to run as nobody")
 
@@ -284,7 +285,8 @@ ROOT_TAKES_NOBODY_KEEPS = """
 import fcntl, os, subprocess, sys
 fd = os.open(sys.argv[1], os.O_RDONLY)
 fcntl.flock(fd, fcntl.LOCK_EX)
-kept = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--", "/usr/bin/python3", "-c",
+kept = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--",
+                         "/usr/bin/python3", "-c",
                          "import sys; print('kept', flush=True); sys.stdin.read()"],
                         pass_fds=[fd], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 os.close(fd)

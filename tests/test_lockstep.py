@@ -9,8 +9,8 @@ from pathlib import Path
 from guestbench.execute import lockstep
 
 
-def step(tmp_path: Path, guest: int, guests: int = 2, wait_s: float = 30.0) -> lockstep.Step:
-    return lockstep.Step(str(tmp_path), guest, guests, wait_s)
+def rendezvous(tmp_path: Path, guest: int, guests: int = 2, wait_s: float = 30.0) -> lockstep.Rendezvous:
+    return lockstep.Rendezvous(str(tmp_path), guest, guests, wait_s)
 
 
 def test_no_one_starts_before_everyone_has_arrived(tmp_path: Path) -> None:
@@ -20,7 +20,7 @@ def test_no_one_starts_before_everyone_has_arrived(tmp_path: Path) -> None:
     def guest(k: int, late_s: float) -> None:
         time.sleep(late_s)
         arrived[k] = time.monotonic()
-        assert lockstep.wait(step(tmp_path, k, 3), 4) is not None
+        assert lockstep.wait(rendezvous(tmp_path, k, 3), 4) is not None
         started[k] = time.monotonic()
 
     threads = [threading.Thread(target=guest, args=(k, late)) for k, late in ((1, 0.0), (2, 0.3), (3, 0.6))]
@@ -33,20 +33,20 @@ def test_no_one_starts_before_everyone_has_arrived(tmp_path: Path) -> None:
 
 
 def test_a_guest_that_gave_up_or_left_holds_no_one(tmp_path: Path) -> None:
-    lockstep.arrive(step(tmp_path, 2), 0)  # guest 2 failed iteration 0 before its timed operation
-    assert lockstep.wait(step(tmp_path, 1), 0) is not None
+    lockstep.arrive(rendezvous(tmp_path, 2), 0)  # guest 2 failed iteration 0 before its timed operation
+    assert lockstep.wait(rendezvous(tmp_path, 1), 0) is not None
     lockstep.leave(tmp_path, 2)  # guest 2's cell ended
-    assert lockstep.wait(step(tmp_path, 1), 1) is not None
-    assert lockstep.wait(step(tmp_path, 1), 7) is not None
+    assert lockstep.wait(rendezvous(tmp_path, 1), 1) is not None
+    assert lockstep.wait(rendezvous(tmp_path, 1), 7) is not None
 
 
 def test_a_missing_guest_is_waited_for_only_so_long(tmp_path: Path) -> None:
-    assert lockstep.wait(step(tmp_path, 1, wait_s=0.2), 0) is None  # the sample then runs out of step
+    assert lockstep.wait(rendezvous(tmp_path, 1, wait_s=0.2), 0) is None  # the sample then runs out of step
     # another iteration's marker is not this one's
-    lockstep.arrive(step(tmp_path, 2), 1)
-    assert lockstep.wait(step(tmp_path, 1, wait_s=0.2), 2) is None
+    lockstep.arrive(rendezvous(tmp_path, 2), 1)
+    assert lockstep.wait(rendezvous(tmp_path, 1, wait_s=0.2), 2) is None
 
 
-def test_step_round_trips_through_a_request() -> None:
-    s = lockstep.Step("/tmp/x", 2, 3, 99.0)
-    assert lockstep.Step.from_dict({**s.to_dict(), "indexes": [0, 1]}) == s
+def test_a_rendezvous_round_trips_through_a_request() -> None:
+    s = lockstep.Rendezvous("/tmp/x", 2, 3, 99.0)
+    assert lockstep.Rendezvous.from_dict({**s.to_dict(), "indexes": [0, 1]}) == s

@@ -6,9 +6,7 @@ Nothing may be left: no level-1 domain, no run directory, no overlay.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -19,8 +17,11 @@ import pytest
 from guestbench.nested import guest, image
 from guestbench.nested.console import LINE_MAX
 
-from conftest import ROOT, guestbench, host_path_lock, run_dirs, session_tmp_path, stop_run
-from test_owned import as_nobody, planted, tree
+from helpers.cli import guestbench, stop_run
+from helpers.dirs import sticky_dir, tree
+from helpers.paths import ROOT
+from helpers.session import host_path_lock, run_dirs, session_tmp_path
+from helpers.users import as_nobody, planted
 from test_untrusted_text import OBEYED, placement  # noqa: F401  (placement: a fixture, the nested run's printer)
 
 TMP = session_tmp_path()
@@ -36,10 +37,8 @@ def built() -> Iterator[image.Image]:
         pytest.skip(why)
     # where level-1 images were kept before (/var/tmp, anyone's): nobody plants one for today's inputs there, whose
     # kernel would leave a marker if booted; the build must neither take nor touch it
-    drop = Path(tempfile.mkdtemp(prefix="drop-", dir=TMP))
-    os.chmod(drop, 0o1777)
     old = Path("/var/tmp/guestbench-nested")
-    with host_path_lock("old-paths"):  # test_owned plants the same path
+    with sticky_dir("drop-", TMP) as drop, host_path_lock("old-paths"):  # test_owned plants the same path
         plant = not old.exists()
         try:
             if plant:
@@ -51,7 +50,6 @@ def built() -> Iterator[image.Image]:
         finally:
             if plant:
                 shutil.rmtree(old, ignore_errors=True)
-            shutil.rmtree(drop, ignore_errors=True)
     yield img
 
 
@@ -79,7 +77,7 @@ HOSTILE_JOB = ("printf 'title\\033]0;pwned\\007\\n\\033[2Jcleared\\n\\033[31mred
 
 
 def test_job_runs_inside_and_its_output_and_exit_status_come_back(built: image.Image, tmp_path: Path,
-                                                                  placement: Any) -> None:
+                                                                  placement: Any) -> None:  # noqa: F811 (a fixture)
     """The job's files and exit status cross back; guestbench and libguestfs inside are the end-to-end test's.
     What the job writes to the console reaches the terminal as a nested run shows it (NestedPlacement's console
     printer): shown, never obeyed, and a long line cut."""
@@ -105,7 +103,8 @@ def test_job_runs_inside_and_its_output_and_exit_status_come_back(built: image.I
     assert any(image.OUTPUT_WRITTEN == ln.strip() for ln in lines), lines[-5:]
     if any("had not powered off" in ln for ln in lines):  # an emulated power-off that stalls (seen here and in CI)
         warnings.warn("the level-1 guest did not power itself off after its output; destroyed after the grace "
-                      "period (tested by test_a_guest_that_does_not_power_off_after_its_output_is_destroyed...)")
+                      "period (tested by test_a_guest_that_does_not_power_off_after_its_output_is_destroyed...)",
+                      stacklevel=2)
     assert guest.leftover_domains(TMP) == []
     assert run_dirs() == []
 
@@ -176,7 +175,7 @@ def test_kvm_inside_the_level1_guest_is_decided_by_its_own_probe(built: image.Im
         assert details["earlier_attempts"] == [details["failure"]] * (EMULATED_KVM_PROBE_ATTEMPTS - 1), details
         assert details["last_output"] and len(details["earlier_last_output"]) == EMULATED_KVM_PROBE_ATTEMPTS - 1
         warnings.warn(f"kvm inside the level-1 guest: every probe attempt stalled; where each stopped: "
-                      f"{details['earlier_last_output'] + [details['last_output']]}")
+                      f"{details['earlier_last_output'] + [details['last_output']]}", stacklevel=2)
     assert guest.leftover_domains(TMP) == []
     assert run_dirs() == []
 

@@ -18,7 +18,7 @@ import pytest
 
 from guestbench.nested import live
 
-from conftest import ROOT
+from helpers.paths import ROOT
 
 
 def _disk(tmp_path: Path) -> Path:

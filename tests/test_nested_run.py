@@ -23,7 +23,7 @@ from guestbench.run.nested import Merger
 from guestbench.results import ResultsFile
 from guestbench.scenario import Scenario, load_scenario, parse_scenario
 
-from conftest import ROOT
+from helpers.paths import ROOT
 from guestbench.results import SCHEMA, SCHEMA_VERSION, Run, load_results
 
 SCENARIO = """name: n

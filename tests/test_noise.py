@@ -16,8 +16,8 @@ from guestbench.instruments import load as noise
 from guestbench.instruments import usage
 from guestbench.host import tuning
 
-from conftest import run_scenario_text
-from typed import run_of
+from helpers.cli import run_scenario_text
+from helpers.results import run_of
 
 HOG = [sys.executable, "-c", "while True: pass"]
 

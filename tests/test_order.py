@@ -19,8 +19,8 @@ from guestbench.execute import turns
 from guestbench.plan.schedule import INTERLEAVED, RANDOM, SEQUENTIAL, Order, Turnstile, rounds
 from guestbench.scenario import ab as scenario_ab, apply_overrides, parse_scenario
 
-from conftest import guestbench, run_scenario_text
-from typed import run_of
+from helpers.cli import guestbench, run_scenario_text
+from helpers.results import run_of
 from guestbench.results import Cell
 
 
@@ -264,7 +264,7 @@ def test_blocks_span_an_items_backends_and_variants_but_a_workloads_variants_one
         {"measurement": "startup", "matrix": {"cache": ["writeback", "unsafe"]}},
         {"measurement": "fio", "matrix": {"filesystem": ["ext4", "xfs"]}},
         {"measurement": "durability", "cache": "unsafe"}]}, "s.yaml")
-    got = [[(g.cells[0]["label"], g.backend) for g in b.groups] for b in blocks(plan(sc, ["uml", "tcg"]), True)]
+    got = [[(g.cells[0].label, g.backend) for g in b.groups] for b in blocks(plan(sc, ["uml", "tcg"]), True)]
     assert got[0] == [("startup.writeback", "uml"), ("startup.writeback", "tcg"), ("startup.unsafe", "uml"),
                       ("startup.unsafe", "tcg")]
     assert got[1] == [("fio.ext4", "uml"), ("fio.ext4", "tcg")] and got[2] == [("fio.xfs", "uml"), ("fio.xfs", "tcg")]
@@ -277,7 +277,7 @@ def test_ab_sides_of_a_workload_variant_take_turns_in_one_block() -> None:
 
     sc = scenario_ab.ab_scenario(parse_scenario({"name": "w", "repetitions": 1, "measurements": [
         {"measurement": "fio", "matrix": {"filesystem": ["ext4", "xfs"]}}]}, "s.yaml"), {}, {"cache": "unsafe"})
-    got = [[g.cells[0]["label"] for g in b.groups] for b in blocks(plan(sc, ["uml"]), True)]
+    got = [[g.cells[0].label for g in b.groups] for b in blocks(plan(sc, ["uml"]), True)]
     assert got == [["fio.ext4.A", "fio.ext4.B"], ["fio.xfs.A", "fio.xfs.B"]]
 
 
@@ -285,7 +285,8 @@ def test_a_workloads_precision_is_its_least_precise_figure() -> None:
     from guestbench.results.figures import figures
     from guestbench.run.block import worst_precision
 
-    cell = {"backend": "uml", "label": "fio", "metrics": [{"key": "bw", "label": "bandwidth", "unit": "MB/s", "higher_better": True},
+    cell = {"backend": "uml", "label": "fio", "metrics": [{"key": "bw", "label": "bandwidth", "unit": "MB/s",
+                                                           "higher_better": True},
                         {"key": "lat", "label": "latency", "unit": "ms", "higher_better": False}],
             "samples": [{"rep": i + 1, "seconds": 10.0, "metrics": {"bw": bw, "lat": lat}}
                         for i, (bw, lat) in enumerate([(100, 1.0), (101, 2.0), (99, 3.0)])]}
@@ -307,7 +308,7 @@ def test_a_large_item_takes_turns_in_parts_that_keep_a_variants_backends_togethe
     assert block_cap(None, 3, total_bytes=24 * gib) == 6  # whole rows of three backends
     assert block_cap(4096, 2, total_bytes=24 * gib) == 2  # 12 GiB holds three 4 GiB appliances: one row of two
     assert block_cap(4096, 5, total_bytes=8 * gib) == 2  # never fewer than two cells taking turns
-    got = [[(g.cells[0]["label"], g.backend) for g in b.groups]
+    got = [[(g.cells[0].label, g.backend) for g in b.groups]
            for b in blocks(plan(sc, ["uml", "tcg"]), True, cap=block_cap(None, 2, total_bytes=24 * gib))]
     assert [len(b) for b in got] == [8, 2]
     assert got[1] == [("upload.5MiB", "uml"), ("upload.5MiB", "tcg")]

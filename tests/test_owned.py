@@ -26,43 +26,23 @@ from guestbench.host import paths
 from guestbench.backends.uml import write_hv_wrapper
 from guestbench.nested import image
 
-from conftest import ROOT, host_path_lock, run_dirs, session_tmp_path, write_scenario
+from helpers.cli import guestbench, write_scenario
+from helpers.dirs import tree
+from helpers.paths import ROOT
+from helpers.session import host_path_lock, run_dirs, session_tmp_path
+from helpers.users import as_nobody, planted
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's files needs root (CI is root)")
 
-NOBODY = "nobody"
 OLD_APPLIANCES, OLD_NESTED, OLD_RUNS = (Path("/var/tmp/guestbench-appliances"), Path("/var/tmp/guestbench-nested"),
                                         Path("/tmp/guestbench-runs"))
 
 
-def as_nobody(*argv: str) -> None:
-    subprocess.run(["runuser", "-u", NOBODY, "--", *argv], check=True, timeout=30, stdin=subprocess.DEVNULL)
-
-
-def tree(path: Path) -> dict[str, tuple[int, int, int, bytes | str | None]]:
-    """What is at and below `path` (never following links): {relative name: (uid, mode, mtime_ns, content)}."""
-    out: dict[str, tuple[int, int, int, bytes | str | None]] = {}
-    for p in [path, *sorted(path.rglob("*"))] if path.is_dir() and not path.is_symlink() else [path]:
-        st = os.lstat(p)
-        content: bytes | str | None = None
-        if stat.S_ISREG(st.st_mode):
-            content = p.read_bytes()
-        elif stat.S_ISLNK(st.st_mode):
-            content = os.readlink(p)
-        out[str(p.relative_to(path))] = (st.st_uid, st.st_mode, st.st_mtime_ns, content)
-    return out
-
-
 @pytest.fixture
-def drop() -> Iterator[Path]:
-    """A sticky directory anyone may write in (as /tmp) on the session's filesystem: nobody makes things there that
-    a test then moves where guestbench keeps its own (where nobody could not write himself)."""
-    d = Path(tempfile.mkdtemp(prefix="drop-", dir=session_tmp_path()))
-    os.chmod(d, 0o1777)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+def drop(shared: Path) -> Path:
+    """The sticky directory anyone may write in (conftest's `shared`, on the session's filesystem): nobody makes
+    things there that a test then moves where guestbench keeps its own (where nobody could not write himself)."""
+    return shared
 
 
 @pytest.fixture
@@ -74,17 +54,6 @@ def home(drop: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return d
 
 
-def planted(drop: Path, name: str, kernel_marker: Path | None = None) -> Path:
-    """A directory made by nobody in `drop`, holding a whole 'appliance' whose kernel would leave
-    `kernel_marker` if anyone ran it."""
-    d = drop / name
-    as_nobody("mkdir", "-p", str(d))
-    if kernel_marker is not None:
-        as_nobody("sh", "-c", f"printf '#!/bin/sh\\ntouch {kernel_marker}\\n' > {d}/kernel && chmod 755 {d}/kernel"
-                  f" && for f in initrd root README.fixed uuid data.img inputs.json; do echo x > {d}/$f; done")
-    return d
-
-
 def test_a_home_another_user_made_is_refused_in_one_line_and_left_alone(drop: Path, tmp_path: Path) -> None:
     marker = drop / "ran"
     home = planted(drop, "home")
@@ -92,9 +61,8 @@ def test_a_home_another_user_made_is_refused_in_one_line_and_left_alone(drop: Pa
     planted(home / "guestbench-appliances" / "uml-standard", appliance.inputs_key(appliance.inputs("uml")), marker)
     before = tree(home)
     sc = write_scenario(tmp_path / "s.yaml", "name: t\nrepetitions: 1\nwarmup: 0\nmeasurements: [startup]\n")
-    proc = subprocess.run([sys.executable, "-m", "guestbench", "scenario", str(sc), "--backend", "uml", "--results",
-                           str(tmp_path / "r")], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          stdin=subprocess.DEVNULL, env={**os.environ, owned.STATE_ENV: str(home)})
+    proc = guestbench("scenario", str(sc), "--backend", "uml", "--results", str(tmp_path / "r"), timeout=120,
+                      env={**os.environ, owned.STATE_ENV: str(home)})
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1] == (
         f"guestbench: the temp root (GUESTBENCH_TMPDIR) {home} is owned by nobody, not root; use a directory of your "
@@ -437,7 +405,8 @@ sys.exit(status)
 def test_a_run_doctor_exec_and_fleet_local_work_beside_every_old_path_another_user_made(old_paths: Path,
                                                                                         drop: Path) -> None:
     # the scenario and results live in the session's directory: /tmp is the namespace's own
-    sc = write_scenario(drop / "s.yaml", "name: beside\nrepetitions: 1\nwarmup: 0\ncold: false\nmeasurements: [startup]\n")
+    sc = write_scenario(drop / "s.yaml",
+                        "name: beside\nrepetitions: 1\nwarmup: 0\ncold: false\nmeasurements: [startup]\n")
     gb = [sys.executable, "-m", "guestbench"]
     commands = [[*gb, "scenario", str(sc), "--backend", "uml", "--results", str(drop / "r")],
                 [*gb, "doctor", "--backend", "uml", "--json"],

@@ -3,7 +3,8 @@ real start-up runs with --phases on tcg and uml whose phases must sum to the sta
 
 The logs in tests/data/phases were captured on this machine from real verbose launches (libguestfs 1.48,
 qemu 7.2 TCG through the direct and the libvirt backend, qemu 7.2 KVM inside the level-1 guest
-(tools/capture_launch_log.py, run there), and UML 6.1), one event callback per line: arrival time, source, repr of the chunk.
+(tools/capture_launch_log.py, run there), and UML 6.1), one event callback per line: arrival time, source, repr of the
+chunk.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from guestbench.analysis.findings import analyze
 from guestbench.analysis import phases
 from guestbench.instruments import markers
 
-from conftest import guestbench, write_scenario
+from helpers.cli import guestbench, write_scenario
 from guestbench.util.units import fmt_seconds
 from guestbench.results import Cell, Run, Sample
 

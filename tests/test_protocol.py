@@ -21,7 +21,7 @@ from guestbench.execute.protocol import Message, Msg, Request, WorkerExit
 from guestbench.run.runner import RunOptions, exit_status, run_scenario
 from guestbench.scenario import parse_scenario
 
-from conftest import ROOT
+from helpers.paths import ROOT
 from test_supervisor import HV, ScriptBackend
 from guestbench.results import Run
 
@@ -35,7 +35,7 @@ def _request(**changes: Any) -> Request:
 
 
 def test_a_request_survives_json_both_ways_and_ignores_keys_it_does_not_know() -> None:
-    req = _request(step={"dir": "/x", "guest": 1, "guests": 2, "wait_s": 3.0, "indexes": [0, 1]}, instance=2)
+    req = _request(rendezvous={"dir": "/x", "guest": 1, "guests": 2, "wait_s": 3.0, "indexes": [0, 1]}, instance=2)
     back = Request.from_dict(json.loads(json.dumps(req.to_dict())))
     assert back == req
     old = {**req.to_dict(), "cachedir": "/old"}  # a key older workers were sent and never read

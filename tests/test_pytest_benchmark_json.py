@@ -21,21 +21,16 @@ from guestbench import cli
 from guestbench.results import pytest_benchmark as pbj
 from guestbench.analysis.compare import cells_by_key
 from guestbench.results import Run, load_results
+from helpers.cli import main_in_process as _main
+from helpers.paths import ROOT
 
 pytest_plugins = ["pytester"]
 
-ROOT = Path(__file__).resolve().parent.parent
 # real results files written by `guestbench scenario` on this project's machines, kept for tests (not
 # results/: what a user's runs leave there, possibly mid-run, must not change what the tests check)
 REAL = sorted((ROOT / "tests" / "data" / "results").glob("*.json"))
 assert REAL, "no real results files in tests/data/results"
 PYTEST_BENCHMARK = str(Path(sys.executable).with_name("pytest-benchmark"))
-
-
-def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    rc = cli.main(list(args))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13])
@@ -72,8 +67,9 @@ def test_round_trip_of_real_results_is_lossless(path: Path) -> None:
     for key in doc:
         if key != "cells":
             assert back[key] == doc[key], key
-    strip = lambda cells: {k: {f: v for f, v in c.to_dict().items() if f != "pytest_benchmark"}
-                           for k, c in cells.items()}
+    def strip(cells: dict[Any, Any]) -> dict[Any, Any]:
+        return {k: {f: v for f, v in c.to_dict().items() if f != "pytest_benchmark"} for k, c in cells.items()}
+
     assert strip(cells_by_key(Run.from_dict(back))) == strip(cells_by_key(run))
 
 

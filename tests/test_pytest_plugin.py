@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import socket_dirs, wait_no_leftovers
+from helpers.leaks import socket_dirs, wait_no_leftovers
 
 pytest_plugins = ["pytester"]
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from guestbench.nested import job
-from guestbench.results import SCHEMA, SCHEMA_VERSION, ResultsFile, limits, load_results
+from guestbench.results import SCHEMA, SCHEMA_VERSION, FleetHost, Placement, ResultsFile, limits, load_results
 from guestbench.run.fleet.coordinator import HOST_FIELDS
 from guestbench.run.nested import Merger
 from guestbench.execute.remote import KEPT_BELOW, Remote
@@ -23,7 +23,8 @@ SC = parse_scenario({"name": "s", "repetitions": 3, "warmup": 1, "measurements":
 
 
 def _remote_doc(samples: int) -> dict[str, Any]:
-    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "status": "running", "host": {"cpu_model": "elsewhere"}, "backends": {"uml": {"usable": True}},
+    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "status": "running", "host": {"cpu_model": "elsewhere"},
+            "backends": {"uml": {"usable": True}},
             "cells": [{"backend": "uml", "placement": "host", "measurement": "startup", "label": "startup",
                        "cold_s": 9.0, "samples": [{"rep": i + 1, "seconds": 5.0} for i in range(samples)],
                        "warmups": [{"rep": 1, "seconds": 5.5}], "failures": [], "status": "running"},
@@ -40,8 +41,10 @@ def _file(tmp_path: Path, name: str) -> ResultsFile:
 
 def test_nested_and_fleet_merge_a_snapshot_and_count_its_progress_alike(tmp_path: Path) -> None:
     nested_rf, fleet_rf = _file(tmp_path, "n.json"), _file(tmp_path, "f.json")
-    nested = Remote(nested_rf, {}, ("placement", "nested"), ("host", "status"))
-    fleet = Remote(fleet_rf, {}, ("host", "beta"), ("host", "status"))
+    nested_rf.set_placement("nested", Placement())  # each remote run's record, where its fields go
+    fleet_rf.add_hosts({"beta": FleetHost()})
+    nested = Remote(nested_rf, ("placement", "nested"), ("host", "status"))
+    fleet = Remote(fleet_rf, ("host", "beta"), ("host", "status"))
     for samples in (1, 2):  # a newer snapshot replaces the last one, never adds to it
         assert nested.take(_remote_doc(samples)) and fleet.take(_remote_doc(samples))
     assert not nested.take_bytes(b'{"cells": [half a file')
@@ -50,15 +53,18 @@ def test_nested_and_fleet_merge_a_snapshot_and_count_its_progress_alike(tmp_path
     saved = json.loads(nested_rf.path.read_text())
     assert [(c.get("placement"), len(c["samples"])) for c in saved["cells"]] == [("host", 1), ("nested", 2),
                                                                                   ("nested", 0)]
-    assert nested.info == fleet.info == {"host": {"cpu_model": "elsewhere"}, "status": "running"}
+    kept = {"host": {"cpu_model": "elsewhere"}, "status": "running"}
+    assert json.loads(nested_rf.path.read_text())["placements"]["nested"] == kept
+    assert json.loads(fleet_rf.path.read_text())["hosts"]["beta"] == kept
     assert [c.get("host") for c in json.loads(fleet_rf.path.read_text())["cells"]] == [None, "beta", "beta"]
 
 
 def test_a_written_off_run_takes_no_late_snapshot(tmp_path: Path) -> None:
     rf = _file(tmp_path, "f.json")
-    info = {"status": "lost"}
-    assert not Remote(rf, info, ("host", "beta"), ("status",)).take(_remote_doc(3))
-    assert len(json.loads(rf.path.read_text())["cells"]) == 1 and info == {"status": "lost"}
+    rf.add_hosts({"beta": FleetHost.laid_out(status="lost")})
+    assert not Remote(rf, ("host", "beta"), ("status",)).take(_remote_doc(3))
+    saved = json.loads(rf.path.read_text())
+    assert len(saved["cells"]) == 1 and saved["hosts"]["beta"] == {"status": "lost"}
 
 
 # ---- issue 46: a document nested ~988 deep crashed the run (nested) or every later save (fleet)
@@ -86,7 +92,7 @@ def _remotes(tmp_path: Path) -> dict[str, Remote]:
     fleet_rf = _file(tmp_path, "f.json")
     fleet_rf.doc["hosts"] = {"beta": {"address": None, "resources": {}, "status": "starting"}}  # as the coordinator
     return {"nested": Merger(_file(tmp_path, "n.json"), job.plan(SC, False, None), "image"),
-            "fleet": Remote(fleet_rf, fleet_rf.doc["hosts"]["beta"], ("host", "beta"), HOST_FIELDS)}
+            "fleet": Remote(fleet_rf, ("host", "beta"), HOST_FIELDS)}
 
 
 def _on_a_fresh_stack(call: Callable[[], Any]) -> Any:

@@ -392,7 +392,7 @@ def expected_comparisons() -> list[tuple[str, str, list[float], list[float]]]:
 def test_placement_table_ratios_and_cis_are_recomputed(tmp_path: Path) -> None:
     (table,) = placement_tables(nested_results(tmp_path))
     assert table.header[:3] == ["measurement", "backend", "cache"]
-    assert [(r.label, r.backend) for r in table.comparisons] == [(l, b) for l, b, _, _ in expected_comparisons()]
+    assert [(r.label, r.backend) for r in table.comparisons] == [(lab, b) for lab, b, _, _ in expected_comparisons()]
     for r, text, (label, backend, host, nested) in zip(table.comparisons, table.rows, expected_comparisons()):
         host_median, nested_median = float(np.median(host)), float(np.median(nested))
         assert r.host.median == pytest.approx(host_median) and r.nested.median == pytest.approx(nested_median)
@@ -554,13 +554,13 @@ def test_partial_nested_documents_render(tmp_path: Path, placements: Any) -> Non
                          "samples": [{"rep": 1, "seconds": 4.0}]})
     doc["cells"].append({"backend": "kvm", "placement": "host", "measurement": "startup", "label": "startup"})
     (table,) = placement_tables(doc)
-    assert [(r.label, r.backend) for r in table.comparisons] == [(l, b) for l, b, _, _ in expected_comparisons()]
+    assert [(r.label, r.backend) for r in table.comparisons] == [(lab, b) for lab, b, _, _ in expected_comparisons()]
     assert ("startup", "kvm", "nested", "host") in [(g.label, g.backend, g.present, g.missing) for g in table.gaps]
     render_text(doc)
     to_markdown(doc)
     to_csv(doc)
     json.dumps(to_summary_json(doc), allow_nan=False)
-    findings(doc).unusable
+    _ = findings(doc).unusable
 
 
 @pytest.mark.parametrize("placements, key", [

@@ -13,14 +13,14 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, guestbench
+from helpers.cli import guestbench
+from helpers.paths import ROOT
 
 DATA = ROOT / "tests" / "data"
 FILES = [DATA / "results" / "20261121T211449Z-startup.json", DATA / "workloads" / "20261124T221938Z-workloads.json"]
@@ -66,8 +66,7 @@ def render(path: Path, tmp: Path) -> dict[str, str]:
     if path in _RENDERED:
         return _RENDERED[path]
     out = tmp / "report"
-    shown = subprocess.run([sys.executable, "-m", "guestbench", "show", str(path)], capture_output=True, text=True,
-                           cwd=ROOT, env={**os.environ, "COLUMNS": "400"}, timeout=120, stdin=subprocess.DEVNULL)
+    shown = guestbench("show", str(path), env={**os.environ, "COLUMNS": "400"}, timeout=120)
     assert shown.returncode == 0, shown.stderr
     made = guestbench("report", str(path), "--output", str(out))
     assert made.returncode == 0, made.stderr

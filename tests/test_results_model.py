@@ -26,8 +26,8 @@ from guestbench.results import (CELL_STATUSES, SCHEMA, SCHEMA_VERSION, BackendVe
                                 ResultsFile, Run, Sample, SchemaViolation, load_results, utc_now)
 from guestbench.results import validate
 from guestbench.results.model import ModelError
+from helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 # the files the tests ship, never the user's results/ (an interrupted or hand-edited run there is theirs)
 SHIPPED = sorted((ROOT / "tests" / "data" / "results").glob("*.json"))
 assert SHIPPED, "no results files in tests/data/results"
@@ -407,10 +407,9 @@ def test_every_key_the_shipped_and_fresh_runs_wrote_is_in_the_model() -> None:
     results file made by guestbench is left to `extra`."""
     import glob
 
-    root = Path(__file__).resolve().parent.parent
     seen = 0
-    for name in sorted(glob.glob(str(root / "tests/data/**/*.json"), recursive=True)) + \
-            sorted(glob.glob(str(root / "results/*.json"))):
+    for name in sorted(glob.glob(str(ROOT / "tests/data/**/*.json"), recursive=True)) + \
+            sorted(glob.glob(str(ROOT / "results/*.json"))):
         if "hand-edited" in name or "truncated" in name:  # the hostile files: refused elsewhere
             continue
         doc = json.loads(Path(name).read_text())

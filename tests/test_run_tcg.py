@@ -15,7 +15,7 @@ import pytest
 from guestbench.instruments import markers
 from guestbench.output.export.csv import CSV_HEADER
 
-from conftest import guestbench, write_scenario
+from helpers.cli import guestbench, write_scenario
 from test_phases import check_printed_phase_tables
 
 pytestmark = pytest.mark.launch

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,7 +16,9 @@ from guestbench.backends import BACKENDS
 from guestbench.run.runner import RunOptions, exit_status, run_scenario
 from guestbench.scenario import parse_scenario
 
-from conftest import ROOT, hypervisor_processes, processes_mentioning, session_tmp_path, stop_run, write_scenario
+from helpers.cli import start_guestbench, stop_run, write_scenario
+from helpers.leaks import hypervisor_processes, processes_mentioning
+from helpers.session import session_tmp_path
 from test_supervisor import HV, ScriptBackend
 from guestbench.results import Run
 
@@ -110,9 +110,7 @@ measurements:
   - {measurement: upload, size: 48MiB, disk_size: 128MiB}
 """)
     results = tmp_path / "results"
-    proc = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--backend", backend,
-                             "--results", str(results), "--json"], cwd=ROOT, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_guestbench("scenario", str(sc), "--backend", backend, "--results", str(results), "--json")
     killed = None
     try:
         deadline = time.monotonic() + 400

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import stat
 import subprocess
 import sys
 import tarfile
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, guestbench
+from helpers.cli import guestbench
+from helpers.paths import ROOT
+from helpers.users import as_nobody
 from guestbench.nested.guest import GuestError, extract_output
 from guestbench.results import results_path
 from guestbench.host.safe_write import UnsafeOutput, replace_file
@@ -30,21 +30,6 @@ CLI_TIMEOUT = 120  # seconds: a refusal takes well under one; a hang on a FIFO w
 NOBODY = 65534
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="plants files as another user: needs root")
-
-
-def as_nobody(*cmd: str) -> None:
-    subprocess.run(["runuser", "-u", "nobody", "--", *cmd], check=True, stdin=subprocess.DEVNULL)
-
-
-@pytest.fixture()
-def shared() -> Iterator[Path]:
-    """A sticky directory everyone may write to, as /tmp is (pytest's tmp_path is root's alone)."""
-    d = Path(tempfile.mkdtemp(prefix="gb-shared-", dir="/tmp"))
-    os.chmod(d, 0o1777)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d)
 
 
 def refused(proc: subprocess.CompletedProcess[str], *words: str) -> None:

@@ -15,8 +15,8 @@ from guestbench.scenario import (DEFAULT_SAMPLE_TIMEOUT_S, DEFAULT_TIMEOUT_S, Me
                                  apply_overrides, load_scenario, parse_scenario)
 from guestbench.scenario.model import DEFAULT_REPETITIONS, DEFAULT_WARMUP, TOP_KEYS
 from guestbench.util.units import SIZE_HELP
+from helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 # the scenarios the checkout ships (git's list), not a user's own beside them
 SHIPPED = sorted(ROOT / p for p in subprocess.run(["git", "ls-files", "scenarios/*.yaml", "scenarios/**/*.yaml"],
                                                    cwd=ROOT, capture_output=True, text=True, check=True).stdout.split())
@@ -62,7 +62,7 @@ def test_shipped_scenarios_exist() -> None:
 
 def test_seed_scenarios_cover_the_issue_dimensions() -> None:
     """E2-E4: every host-side kind, guest layout and filesystem appears in some shipped seed scenario."""
-    from guestbench.storage import guest, host
+    from guestbench.storage import backing, guest
 
     seen: dict[str, set[object]] = {"host": set(), "layout": set(), "filesystem": set(), "concurrency": set()}
     for path in SHIPPED:
@@ -71,7 +71,7 @@ def test_seed_scenarios_cover_the_issue_dimensions() -> None:
                 for k in seen:
                     if k in m.params:
                         seen[k].add(m.params[k])
-    assert seen["host"] == set(host.HOST_KINDS)
+    assert seen["host"] == set(backing.HOST_KINDS)
     assert seen["layout"] == set(guest.LAYOUTS)
     assert seen["filesystem"] == set(guest.FILESYSTEMS)
     assert 2 in seen["concurrency"]
@@ -161,9 +161,9 @@ def test_cold_false_skips_a_start_up_cells_cold_launch_and_says_so(tmp_path: Pat
     assert warm.iterations(True) == ["warmup", "rep", "rep"] and warm.iterations(False) == sc.iterations(False)
     startup, upload = plan(warm, ["uml"])
     assert startup.iterations == ["warmup", "rep", "rep"]
-    assert "no cold launch was taken" in startup.cells[0]["timed"] and "reported once as 'cold'" not in \
-        startup.cells[0]["timed"]
-    assert plan(sc, ["uml"])[1].cells[0]["timed"] == upload.cells[0]["timed"]  # a launch-once measurement: as ever
+    assert "no cold launch was taken" in startup.cells[0].timed and "reported once as 'cold'" not in \
+        startup.cells[0].timed
+    assert plan(sc, ["uml"])[1].cells[0].timed == upload.cells[0].timed  # a launch-once measurement: as ever
     assert warm.to_file()["cold"] is False and "cold" not in sc.to_file()
     assert parse_scenario(warm.to_file(), "again.yaml").cold is False
     assert "no cold first launch" in " ".join(p.text for p in document(DryRun(warm, {}, [])).intro)
@@ -383,7 +383,8 @@ def test_placement_and_nested_keys(tmp_path: Path) -> None:
     sc = scenario_from(MIN + "placement: [nested, host]\nnested:\n  memory: 2GiB\n  vcpus: 1\n"
                        "  timeout_scale: 10\n  timeout: 2h\n", tmp_path)
     assert sc.placements == ("host", "nested")  # host first: the reference for nested/host ratios
-    assert (sc.nested.memory_mib, sc.nested.vcpus, sc.nested.timeout_scale, sc.nested.timeout) == (2048, 1, 10.0, 7200.0)
+    nested = sc.nested
+    assert (nested.memory_mib, nested.vcpus, nested.timeout_scale, nested.timeout) == (2048, 1, 10.0, 7200.0)
     assert scenario_from(MIN, tmp_path).placements == ("host",)
     assert apply_overrides(sc, placement="nested").placements == ("nested",)
     assert scenario_from(MIN + "placement: nested, host\n", tmp_path).placements == ("host", "nested")

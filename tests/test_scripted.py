@@ -24,7 +24,7 @@ from guestbench.measurements import durability
 from guestbench.results import load_results
 from guestbench.execute.protocol import Request
 from guestbench.run.runner import RunOptions, run_scenario
-from helpers.scripted import ScriptedExecutor, Step
+from helpers.scripted import ScriptedExecutor, Cue
 from guestbench.scenario import parse_scenario
 from guestbench.util.errors import Interrupted
 
@@ -48,11 +48,11 @@ def _probe_or(seconds: Any) -> Any:
     `seconds(cache, n)`."""
     counts: Counter[tuple[str, str]] = Counter()
 
-    def script(backend: str, req: Request, i: int) -> Step:
+    def script(backend: str, req: Request, i: int) -> Cue:
         if "probe-" in req.workdir:
-            return Step(seconds=1.0)
+            return Cue(seconds=1.0)
         if req.iterations[i] == "cold":  # a start-up's first launch: reported, never sampled
-            return Step(seconds=5.0)
+            return Cue(seconds=5.0)
         cache = str(req.params.get("cache"))
         counts[(backend, cache)] += 1
         return seconds(cache, counts[(backend, cache)])
@@ -63,8 +63,9 @@ def test_cells_of_a_block_take_turns_and_each_stops_at_its_target_or_its_cap(tmp
     steady = [2.0, 2.01, 1.99, 2.0, 2.0, 2.01]
     noisy = [1.0, 3.0, 0.5, 4.0, 1.5, 3.5, 0.7, 2.9]
     doc, ex = _run(tmp_path, {"repetitions": 3, "precision": "2%", "max_repetitions": 8,
-                              "measurements": [{"measurement": "startup", "matrix": {"cache": ["writeback", "unsafe"]}}]},
-                   _probe_or(lambda cache, n: Step(seconds=(steady if cache == "writeback" else noisy)[n - 1])))
+                              "measurements": [{"measurement": "startup",
+                                                "matrix": {"cache": ["writeback", "unsafe"]}}]},
+                   _probe_or(lambda cache, n: Cue(seconds=(steady if cache == "writeback" else noisy)[n - 1])))
     assert doc["status"] == "complete"
     cells = {c["params"]["cache"]: c for c in doc["cells"]}
     assert [s["seconds"] for s in cells["writeback"]["samples"]] == steady[:3]
@@ -79,8 +80,8 @@ def test_cells_of_a_block_take_turns_and_each_stops_at_its_target_or_its_cap(tmp
 
 
 def test_a_failed_probe_leaves_the_backend_unusable_and_its_cells_unmeasured(tmp_path: Path) -> None:
-    def script(backend: str, req: Request, i: int) -> Step:
-        return Step(fail="could not create appliance: qemu exited (scripted)")
+    def script(backend: str, req: Request, i: int) -> Cue:
+        return Cue(fail="could not create appliance: qemu exited (scripted)")
     doc, ex = _run(tmp_path, {"repetitions": 2, "measurements": ["startup"]}, script)
     assert doc["backends"]["tcg"]["usable"] is False
     assert "qemu exited (scripted)" in doc["backends"]["tcg"]["reason"]
@@ -89,8 +90,8 @@ def test_a_failed_probe_leaves_the_backend_unusable_and_its_cells_unmeasured(tmp
 
 
 def test_a_deferred_probe_decided_by_the_first_launch_skips_the_backends_other_cells(tmp_path: Path) -> None:
-    def script(backend: str, req: Request, i: int) -> Step:
-        return Step(hang="launch")
+    def script(backend: str, req: Request, i: int) -> Cue:
+        return Cue(hang="launch")
     doc, _ = _run(tmp_path, {"repetitions": 2, "measurements": ["startup", {"measurement": "upload", "size": "1MiB"}]},
                   script, defer_probe=True)
     assert doc["backends"]["tcg"]["usable"] is False
@@ -102,11 +103,11 @@ def test_a_deferred_probe_decided_by_the_first_launch_skips_the_backends_other_c
 def test_a_worker_that_dies_mid_cell_is_replaced_and_the_iteration_fails(tmp_path: Path) -> None:
     calls = Counter()
 
-    def script(backend: str, req: Request, i: int) -> Step:
+    def script(backend: str, req: Request, i: int) -> Cue:
         if "probe-" in req.workdir:
-            return Step(seconds=1.0)
+            return Cue(seconds=1.0)
         calls["n"] += 1
-        return Step(crash="segfault (scripted)") if calls["n"] == 2 else Step(seconds=0.5)
+        return Cue(crash="segfault (scripted)") if calls["n"] == 2 else Cue(seconds=0.5)
     doc, ex = _run(tmp_path, {"repetitions": 3, "measurements": [{"measurement": "upload", "size": "1MiB"}]}, script)
     cell = doc["cells"][0]
     assert len(cell["samples"]) == 2 and len(cell["failures"]) == 1
@@ -115,10 +116,10 @@ def test_a_worker_that_dies_mid_cell_is_replaced_and_the_iteration_fails(tmp_pat
 
 
 def test_power_cut_trials_are_cut_on_the_workers_word_and_judged_from_the_image(tmp_path: Path) -> None:
-    def script(backend: str, req: Request, i: int) -> Step:
+    def script(backend: str, req: Request, i: int) -> Cue:
         if "probe-" in req.workdir:
-            return Step(seconds=1.0)
-        return Step(seconds=0.2, metrics={"write_s": 0.1}, powercut=True)  # nothing written: the data is lost
+            return Cue(seconds=1.0)
+        return Cue(seconds=0.2, metrics={"write_s": 0.1}, powercut=True)  # nothing written: the data is lost
     doc, ex = _run(tmp_path, {"repetitions": 2, "measurements": [{"measurement": "durability", "cache": "unsafe"}]},
                    script)
     cell = doc["cells"][0]
@@ -134,9 +135,9 @@ def test_each_power_cut_is_judged_from_what_reached_the_disk_honoured_lost_or_pa
     plans = iter([1.0, 0.0, 0.5])  # the share of the pattern fsynced before the rest is written
     held: list[int] = []
 
-    def script(backend: str, req: Request, i: int) -> Step:
+    def script(backend: str, req: Request, i: int) -> Cue:
         if "probe-" in req.workdir:
-            return Step(seconds=1.0)
+            return Cue(seconds=1.0)
         while held:
             with contextlib.suppress(OSError):  # the last trial's file: its server killed, its mount gone
                 os.close(held.pop())
@@ -147,10 +148,10 @@ def test_each_power_cut_is_judged_from_what_reached_the_disk_honoured_lost_or_pa
             assert os.pwrite(fd, want[:synced], durability.OFFSET) == synced
             os.fsync(fd)
         assert os.pwrite(fd, want[synced:], durability.OFFSET + synced) == len(want) - synced
-        return Step(seconds=0.2, metrics={"write_s": 0.1}, powercut=True)
+        return Cue(seconds=0.2, metrics={"write_s": 0.1}, powercut=True)
     try:
-        doc, _ = _run(tmp_path, {"repetitions": 3, "measurements": [{"measurement": "durability", "cache": "writeback"}]},
-                      script)
+        doc, _ = _run(tmp_path, {"repetitions": 3,
+                                 "measurements": [{"measurement": "durability", "cache": "writeback"}]}, script)
     finally:
         for fd in held:
             with contextlib.suppress(OSError):
@@ -170,8 +171,8 @@ def test_a_signal_mid_block_stops_every_cell_and_keeps_what_was_sampled(tmp_path
             sent.set()
             os.kill(os.getpid(), signal.SIGINT)
 
-    def seconds(cache: str, n: int) -> Step:
-        return Step(seconds=1.0, then=interrupt if (cache, n) == ("unsafe", 2) else None)
+    def seconds(cache: str, n: int) -> Cue:
+        return Cue(seconds=1.0, then=interrupt if (cache, n) == ("unsafe", 2) else None)
     with pytest.raises(Interrupted):
         _run(tmp_path, {"repetitions": 5, "measurements": [{"measurement": "startup",
                                                             "matrix": {"cache": ["writeback", "unsafe"]}}]},
@@ -188,10 +189,11 @@ def test_figures_no_sample_can_hold_are_recorded_as_a_failure_and_the_file_stays
     """A worker's figure the results model would refuse (a NaN from a tool's output) never enters the file: that
     iteration is a failure saying why, and every reader still accepts the file."""
     doc, _ = _run(tmp_path, {"repetitions": 3, "measurements": ["startup"]},
-                  _probe_or(lambda cache, n: Step(seconds=2.0, metrics={"x": float("nan")} if n == 2 else None)))
+                  _probe_or(lambda cache, n: Cue(seconds=2.0, metrics={"x": float("nan")} if n == 2 else None)))
     (cell,) = doc["cells"]
     assert [s["rep"] for s in cell["samples"]] == [1, 3]
     (failure,) = cell["failures"]
     assert failure["rep"] == 2 and failure["reason"] == (
-        "its figures cannot be recorded as a sample: metrics.x: NaN is not finite; allowed: a finite number or a string")
+        "its figures cannot be recorded as a sample: metrics.x: NaN is not finite; allowed: a finite number or a "
+        "string")
     assert sorted([*(s["seq"] for s in cell["samples"]), failure["seq"]]) == [1, 2, 3]  # its place kept

@@ -7,8 +7,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -18,8 +16,9 @@ import pytest
 
 from guestbench.backends.libvirt import connect_error, guestfs_domains
 
-from conftest import (ROOT, hypervisor_processes, run_dirs, session_tmp_path, socket_dirs, stop_run, wait_no_leftovers,
-                      write_scenario)
+from helpers.cli import start_guestbench, stop_run, write_scenario
+from helpers.leaks import hypervisor_processes, socket_dirs, wait_no_leftovers
+from helpers.session import run_dirs, session_tmp_path
 
 pytestmark = pytest.mark.launch
 
@@ -36,12 +35,11 @@ def interrupt_mid_run(tmp_path: Path, backend: str, sig: int, *, samples_before:
                       under_way: Callable[[], object] = hypervisor_processes) -> tuple[int, float, dict]:
     """Start a 20-sample start-up run, wait for `samples_before` samples and then for a launch `under_way`
     (a hypervisor process by default), then send `sig`."""
-    sc = write_scenario(tmp_path / "s.yaml", "name: sig\nrepetitions: 20\nwarmup: 0\ncold: false\nmeasurements: [startup]\n")
+    sc = write_scenario(tmp_path / "s.yaml",
+                        "name: sig\nrepetitions: 20\nwarmup: 0\ncold: false\nmeasurements: [startup]\n")
     results = tmp_path / "results"
     # a deferred probe: the first launch under way is a cell's, never the backend's probe
-    proc = subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--backend", backend,
-                             "--defer-probe", "--results", str(results)], cwd=ROOT, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_guestbench("scenario", str(sc), "--backend", backend, "--defer-probe", "--results", str(results))
     try:
         deadline = time.monotonic() + 400
         while samples_before:

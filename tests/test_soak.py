@@ -13,8 +13,9 @@ from guestbench.backends.libvirt import guestfs_domains
 from guestbench.run.leaks import KEPT, HostReading, soak
 from guestbench.execute.supervisor import socket_dirs_of
 
-from conftest import (descendants, hypervisor_processes, lasting, session_tmp_path, socket_dirs, strangers,
-                      write_scenario)
+from helpers.cli import write_scenario
+from helpers.leaks import descendants, hypervisor_processes, lasting, socket_dirs, strangers
+from helpers.session import session_tmp_path
 
 pytestmark = pytest.mark.launch  # beside other workers: it reads what is its own on the host (_ours)
 

@@ -4,8 +4,6 @@ here launches an appliance; the faults during a sample are in test_faults.py).""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +11,8 @@ import pytest
 from guestbench.host import space
 from guestbench.util.errors import Unavailable
 
-from conftest import ROOT, small_tmpfs, write_scenario
+from helpers.cli import guestbench, write_scenario
+from helpers.dirs import small_tmpfs
 
 
 def fill(mnt: Path, leave: int = 0) -> None:
@@ -53,10 +52,8 @@ def test_a_full_cache_is_one_line_naming_it_and_exit_2(tmp_path: Path) -> None:
     sc = write_scenario(tmp_path / "s.yaml", "name: full\nrepetitions: 1\nwarmup: 0\nmeasurements: [startup]\n")
     with small_tmpfs("4m") as mnt:
         fill(mnt)
-        proc = subprocess.run([sys.executable, "-m", "guestbench", "scenario", str(sc), "--backend", "tcg",
-                               "--results", str(tmp_path / "r")], cwd=ROOT, capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, timeout=300,
-                              env={**os.environ, "GUESTBENCH_CACHE": str(mnt / "cache")})
+        proc = guestbench("scenario", str(sc), "--backend", "tcg", "--results", str(tmp_path / "r"), timeout=300,
+                          env={**os.environ, "GUESTBENCH_CACHE": str(mnt / "cache")})
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert last == (f"guestbench: No space left on device: host filesystem full at {mnt} (0B free), which holds "

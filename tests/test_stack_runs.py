@@ -19,7 +19,8 @@ import yaml
 from guestbench.host import cgroups
 from guestbench.results import load_results
 
-from conftest import ROOT, guestbench
+from helpers.cli import guestbench
+from helpers.paths import ROOT
 
 pytestmark = pytest.mark.launch
 NAME = f"t{os.getpid()}"  # a stack of this test file's own

@@ -22,7 +22,7 @@ from guestbench.stacks.backend import upstream
 from guestbench.stacks.store import Stack
 from guestbench.util.errors import UserError
 
-from conftest import guestbench
+from helpers.cli import guestbench
 
 
 def _root(tmp_path: Path) -> Stack:
@@ -151,7 +151,7 @@ def test_cells_are_planned_per_stack_and_per_uml_mode_the_item_names(tmp_path: P
     usable = plan.verdict_names(sc)
     assert usable == [n for b in ("tcg", "kvm", "libvirt-tcg", "libvirt-kvm", "uml") for n in (b, f"{b}@sid")]
     groups = plan.plan(sc, ["tcg", "tcg@sid", "uml", "uml@sid"])
-    names = [plan.system_of(g.cells[0]) + " " + g.cells[0]["label"] for g in groups]
+    names = [plan.system_of(g.cells[0]) + " " + g.cells[0].label for g in groups]
     assert names == ["tcg startup", "tcg@sid startup", "uml+seccomp startup", "uml+ptrace startup",
                      "uml+seccomp@sid startup", "uml+ptrace@sid startup", "tcg upload-no-write",
                      "tcg@sid upload-no-write", "uml upload-no-write", "uml@sid upload-no-write"]

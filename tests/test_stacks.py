@@ -18,7 +18,9 @@ import pytest
 from guestbench.stacks import sandbox, sources, store
 from guestbench.util.errors import UserError
 
-from conftest import ROOT, guestbench, session_tmp_path
+from helpers.cli import guestbench
+from helpers.paths import ROOT
+from helpers.session import session_tmp_path
 
 STACKS = session_tmp_path() / "tmp" / "stacks"  # the session's temp root (GUESTBENCH_TMPDIR), as the CLI's
 
@@ -54,7 +56,8 @@ Enabled: yes
 def _lists(tmp: Path) -> Path:
     """apt's copies of the Release files: Debian's archives and a mirror of them, and two vendors' (review: a
     vendor's archive that names the machine's suite has no trixie; it was taken and the build failed)."""
-    origins = {"deb.debian.org_debian_dists_bookworm": "Debian", "deb.debian.org_debian_dists_bookworm-updates": "Debian",
+    origins = {"deb.debian.org_debian_dists_bookworm": "Debian",
+               "deb.debian.org_debian_dists_bookworm-updates": "Debian",
                "deb.debian.org_debian_dists_bookworm-backports": "Debian",
                "deb.debian.org_debian-security_dists_bookworm-security": "Debian",
                "mirror.example_debian_dists_bookworm": "Debian", "local.example_debian_dists_bookworm": "Debian",
@@ -78,7 +81,8 @@ def test_a_suites_sources_are_the_machines_debian_ones_with_the_suite_replaced(t
     trixie = [s.line() for s in sources.for_suite("trixie", found, "bookworm", lists)]
     assert trixie == [
         "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main",
-        "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie-updates main",
+        "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian "
+        "trixie-updates main",
         "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian-security "
         "trixie-security main contrib",
         "deb [signed-by=/k.gpg] http://mirror.example/debian trixie main non-free",
@@ -182,7 +186,8 @@ def test_a_lean_stack_is_built_listed_used_and_removed_and_a_killed_build_leaves
     # read-only: nothing written beside it); without libguestfs there, the set-up says so
     st = store.load(name)
     py = sandbox.python(st)
-    script = f"{py} -c 'import guestbench.execute.worker, guestbench.backends.uml.hv' && {py} -m guestbench.stacks.inside uml"
+    script = (f"{py} -c 'import guestbench.execute.worker, guestbench.backends.uml.hv' && "
+              f"{py} -m guestbench.stacks.inside uml")
     inside = subprocess.run(sandbox.command(st, ["sh", "-c", script]), capture_output=True, text=True, timeout=120)
     answer = json.loads(inside.stdout.splitlines()[-1]) if inside.stdout.strip() else {}
     assert answer.get("python", "").startswith("3.13."), inside.stderr[-2000:]

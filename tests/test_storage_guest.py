@@ -19,9 +19,10 @@ import pytest
 
 import guestbench.host.paths
 from guestbench.storage import guest
-from guestbench.storage.guest import LAYOUTS, Stack, StorageError
+from guestbench.storage.guest import Stack, StorageError
 
-from conftest import processes_mentioning, session_tmp_path
+from helpers.leaks import processes_mentioning
+from helpers.session import session_tmp_path
 
 pytestmark = pytest.mark.launch
 
@@ -241,9 +242,10 @@ def exercise(g: Any, layout: str, fs: str, size_mib: int | None = None) -> tuple
 # and FUSE drives in test_storage_host, whose TCG appliance also builds raid1 on two of them (with exercise()
 # below); raid1-mixed and lvm-snapshot on TCG's own drives, and fio on raid1 over host loop devices
 # (test_workload_run), in make test-long (a TCG launch and its set-up writes cost 40-60 s each here).
-TCG_LAYOUTS = (pytest.param("raid1-mixed", marks=pytest.mark.long), pytest.param("lvm-snapshot", marks=pytest.mark.long))
-# Under UML what differs is the device naming (/dev/vdX; /dev/ubdX on ubd) each layout builds on: partitions, LVM (with a
-# snapshot: plain LVM is its first half, in test_sized_layouts_on_uml; the snapshot with ext4 in
+TCG_LAYOUTS = (pytest.param("raid1-mixed", marks=pytest.mark.long),
+               pytest.param("lvm-snapshot", marks=pytest.mark.long))
+# Under UML what differs is the device naming (/dev/vdX; /dev/ubdX on ubd) each layout builds on: partitions, LVM (with
+# a snapshot: plain LVM is its first half, in test_sized_layouts_on_uml; the snapshot with ext4 in
 # test_ext4_snapshot_ages_on_uml), md over a disk and a partition, stacked loops (loop2 in
 # test_sized_layouts_on_uml; disk in test_workload_run), and raid1 with xfs below
 UML_LAYOUTS = ("partition", "raid1-mixed", "loop3")

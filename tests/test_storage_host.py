@@ -20,9 +20,11 @@ from typing import Iterator
 import pytest
 
 from guestbench.host.paths import RUN_PREFIX
-from guestbench.storage.host import HOST_KINDS, Drive, HostStorage, Unavailable, availability, parse_size, sweep_stale
-from guestbench.storage.host_sys import device_mapper_problem
-from conftest import ROOT, processes_mentioning, session_tmp_path
+from guestbench.storage.backing import HOST_KINDS, Drive, Backings, Unavailable, availability, parse_size, sweep_stale
+from guestbench.storage.backing_sys import device_mapper_problem
+from helpers.leaks import processes_mentioning
+from helpers.paths import ROOT
+from helpers.session import session_tmp_path
 
 MIB = 2**20
 TIMEOUT = 60
@@ -56,7 +58,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def server_pids(hs: HostStorage) -> list[int]:
+def server_pids(hs: Backings) -> list[int]:
     state = json.loads(hs.state_path.read_text())
     return [r["pid"] for r in state["resources"] if r["type"] == "server"]
 
@@ -131,7 +133,7 @@ def test_missing_programs_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "qemu-nbd" in (availability("qemu-nbd") or "")
     d = Path(tempfile.mkdtemp(prefix=RUN_PREFIX, dir=_root()))
     try:
-        with HostStorage(d) as hs, pytest.raises(Unavailable, match="needs qemu-img"):
+        with Backings(d) as hs, pytest.raises(Unavailable, match="needs qemu-img"):
             hs.add("file", "d", "1M")
         assert list(d.iterdir()) == []
     finally:
@@ -146,7 +148,7 @@ def test_sizes() -> None:
 
 
 def test_invalid_requests_fail_before_anything_is_created(workdir: Path) -> None:
-    with HostStorage(workdir) as hs:
+    with Backings(workdir) as hs:
         bad = [
             (dict(kind="file", fmt="raw", preallocation="metadata"), "metadata is for qcow2 only"),
             (dict(kind="file", fmt="vmdk"), "image format"),
@@ -176,7 +178,7 @@ def test_invalid_requests_fail_before_anything_is_created(workdir: Path) -> None
 
 def test_file_formats_and_preallocation(workdir: Path) -> None:
     size = 16 * MIB
-    with HostStorage(workdir) as hs:
+    with Backings(workdir) as hs:
         for fmt, prealloc in (("raw", "off"), ("raw", "falloc"), ("raw", "full"), ("qcow2", "off"),
                               ("qcow2", "metadata"), ("qcow2", "falloc"), ("qcow2", "full")):
             drive = hs.add("file", f"{fmt}-{prealloc}", size, fmt=fmt, preallocation=prealloc)
@@ -204,7 +206,7 @@ def test_file_formats_and_preallocation(workdir: Path) -> None:
 
 def test_loop_device(workdir: Path) -> None:
     data = os.urandom(MIB)
-    with HostStorage(workdir) as hs:
+    with Backings(workdir) as hs:
         drive = hs.add("loop", "l", 8 * MIB)
         assert drive.filename.startswith("/dev/loop") and drive.format == "raw" and drive.protocol == "file"
         assert drive.filename in drive.describe
@@ -225,7 +227,7 @@ def test_loop_device(workdir: Path) -> None:
 
 @pytest.mark.parametrize("kind,fmt", [("qemu-nbd", "raw"), ("qemu-nbd", "qcow2"), ("nbdkit", "raw")])
 def test_nbd_servers(workdir: Path, kind: str, fmt: str) -> None:
-    with HostStorage(workdir) as hs:
+    with Backings(workdir) as hs:
         drive = hs.add(kind, "n", 8 * MIB, fmt=fmt)
         uri = nbd_uri(drive)
         pids = server_pids(hs)
@@ -246,7 +248,7 @@ def test_nbd_servers(workdir: Path, kind: str, fmt: str) -> None:
 
 @pytest.mark.parametrize("kind", ["qemu-nbd", "nbdkit"])
 def test_nbd_as_a_plain_file(workdir: Path, kind: str) -> None:
-    with HostStorage(workdir) as hs:
+    with Backings(workdir) as hs:
         drive = hs.add(kind, "f", 8 * MIB, as_file=True)
         assert drive.protocol == "file" and drive.format == "raw" and "nbdfuse" in drive.describe
         path = Path(drive.filename)
@@ -262,7 +264,7 @@ def test_nbd_as_a_plain_file(workdir: Path, kind: str) -> None:
 
 
 def test_nbdkit_delay_filter_makes_a_slow_disk(workdir: Path) -> None:
-    with HostStorage(workdir) as hs:
+    with Backings(workdir) as hs:
         slow = hs.add("nbdkit", "slow", MIB, delay_ms=100)
         assert "delay filter (+100 ms" in slow.describe
         reads = [f"read {i * 4}k 4k" for i in range(10)]
@@ -272,7 +274,7 @@ def test_nbdkit_delay_filter_makes_a_slow_disk(workdir: Path) -> None:
 
 
 def test_lvm_reports_the_missing_device_mapper_or_works(workdir: Path) -> None:
-    with HostStorage(workdir) as hs:
+    with Backings(workdir) as hs:
         problem = device_mapper_problem()
         if problem is not None:
             with pytest.raises(Unavailable) as e:
@@ -302,7 +304,7 @@ def test_lvm_reports_the_missing_device_mapper_or_works(workdir: Path) -> None:
 # ------------------------------------------------------------------ the durability rig
 
 def test_volatile_disk_loses_exactly_the_unflushed_writes(workdir: Path) -> None:
-    with HostStorage(workdir) as hs:
+    with Backings(workdir) as hs:
         drive = hs.volatile("v", 4 * MIB)
         assert drive.kind == "volatile" and drive.protocol == "file" and "writeback" in drive.describe
         # the "guest": A then flush, then B without flush, then it keeps the file open (a running VM)
@@ -329,8 +331,8 @@ def test_volatile_disk_loses_exactly_the_unflushed_writes(workdir: Path) -> None
 CHILD = """
 import sys, time
 from pathlib import Path
-from guestbench.storage.host import HostStorage
-hs = HostStorage(Path(sys.argv[1]), die_with_owner=sys.argv[2] == "1")
+from guestbench.storage.backing import Backings
+hs = Backings(Path(sys.argv[1]), die_with_owner=sys.argv[2] == "1")
 hs.add("loop", "l", "4M")
 hs.add("qemu-nbd", "q", "4M", fmt="qcow2")
 hs.add("nbdkit", "n", "4M", as_file=True)
@@ -360,7 +362,7 @@ def test_sweep_stale_removes_what_a_killed_run_left(workdir: Path, die_with_owne
         assert all(alive(p) for p in pids)
     assert len(_loops_of(workdir)) == 1 and len(_mounts_of(workdir)) == 1
 
-    with tempfile.TemporaryDirectory(prefix=RUN_PREFIX, dir=root) as live_dir, HostStorage(Path(live_dir)) as live:
+    with tempfile.TemporaryDirectory(prefix=RUN_PREFIX, dir=root) as live_dir, Backings(Path(live_dir)) as live:
         live_drive = live.add("loop", "mine", "1M")  # a live owner's storage: the sweep must not touch it
         log = sweep_stale(root)
         assert _loops_of(Path(live_dir)) == [f"{live_drive.filename} {live.image_path(live_drive)}"]
@@ -400,10 +402,10 @@ def test_sweep_never_kills_a_process_that_only_reuses_a_recorded_pid(workdir: Pa
 # ------------------------------------------------------------------ a real appliance sees the drives
 
 @pytest.fixture(scope="module")
-def appliance() -> Iterator[tuple[object, HostStorage, list[tuple[Drive, int]]]]:
+def appliance() -> Iterator[tuple[object, Backings, list[tuple[Drive, int]]]]:
     guestfs = pytest.importorskip("guestfs", reason="the libguestfs Python bindings (python3-guestfs)")
     d = Path(tempfile.mkdtemp(prefix=RUN_PREFIX, dir=_root()))
-    hs = HostStorage(d)
+    hs = Backings(d)
     g = guestfs.GuestFS(python_return_dict=True)
     try:
         drives = [(hs.add("loop", "loop", 32 * MIB), 32 * MIB),
@@ -431,7 +433,7 @@ def appliance() -> Iterator[tuple[object, HostStorage, list[tuple[Drive, int]]]]
 @pytest.mark.launch
 @pytest.mark.timeout(900)
 def test_a_tcg_appliance_sees_loop_nbd_and_fuse_drives_and_builds_a_layout_on_them(
-        appliance: tuple[object, HostStorage, list[tuple[Drive, int]]]) -> None:
+        appliance: tuple[object, Backings, list[tuple[Drive, int]]]) -> None:
     g, hs, drives = appliance
     devices = g.list_devices()  # type: ignore[attr-defined]
     assert devices == ["/dev/sda", "/dev/sdb", "/dev/sdc"]

@@ -19,7 +19,7 @@ from guestbench.host.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.execute.protocol import Request
 from guestbench.execute.supervisor import Supervisor
 
-from conftest import hypervisor_processes
+from helpers.leaks import hypervisor_processes
 
 HV = Path(__file__).parent / "hv"
 pytestmark = pytest.mark.launch

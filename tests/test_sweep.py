@@ -17,35 +17,27 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
 from guestbench.host import rundirs
 from guestbench.host.paths import RUN_PREFIX, WORKER_PREFIX
 from guestbench.run.fleet.keeper import sweep_dead_workers
-from guestbench.storage import host_sys as hs
-from guestbench.storage.host import sweep_stale
-from conftest import ROOT, session_tmp_path, small_tmpfs
+from guestbench.storage import backing_sys as bs
+from guestbench.storage.backing import sweep_stale
+from helpers.cli import start_guestbench, stop_run
+from helpers.dirs import small_tmpfs
+from helpers.fleet import scheduler_address
+from helpers.paths import ROOT
+from helpers.session import session_tmp_path
+from helpers.users import as_nobody
+from helpers.waits import wait_for
 from guestbench.host import procs
 
 TIMEOUT = 60
 NOBODY = pwd.getpwnam("nobody")
-
-
-def wait_for(what: str, cond: Callable[[], Any], timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (got := cond()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.1)
-    return got
-
-
-def as_nobody(script: str) -> None:
-    subprocess.run(["runuser", "-u", "nobody", "--", "sh", "-c", script], check=True, timeout=TIMEOUT)
 
 
 def victim(tmp_path: Path) -> Path:
@@ -68,17 +60,6 @@ def dead_owner() -> dict[str, int]:
     return {"pid": p.pid, "start": start}
 
 
-@pytest.fixture
-def shared() -> Iterator[Path]:
-    """A shared sticky directory like /tmp, that `nobody` can reach and write in."""
-    d = Path(tempfile.mkdtemp(prefix="shared-", dir=session_tmp_path()))
-    os.chmod(d, 0o1777)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
 # ------------------------------------------------------------------ another user's state files
 
 @pytest.mark.parametrize("where", ["shared-tmpdir", "legacy-var-tmp"])
@@ -92,9 +73,9 @@ def test_a_state_file_planted_by_another_user_removes_nothing(tmp_path: Path, sh
     planted = base / f"{RUN_PREFIX}evil{os.getpid()}"
     noisy = base / f"{RUN_PREFIX}\x1b]0;owned\x07{os.getpid()}"  # an OSC sequence, for the log line
     state = {"owner": {"pid": 2**22 + 1, "start": 1}, "resources": [{"type": "image", "path": str(target)}]}
-    as_nobody(f"mkdir {planted} {planted}/cell && printf '%s' '{json.dumps(state)}' | tee {planted}/host-storage.json"
-              f" > {planted}/cell/host-storage.json")
-    subprocess.run(["runuser", "-u", "nobody", "--", "mkdir", str(noisy)], check=True, timeout=TIMEOUT)
+    as_nobody("sh", "-c", f"mkdir {planted} {planted}/cell && printf '%s' '{json.dumps(state)}'"
+              f" | tee {planted}/host-storage.json > {planted}/cell/host-storage.json", timeout=TIMEOUT)
+    as_nobody("mkdir", str(noisy), timeout=TIMEOUT)
     try:
         if where == "shared-tmpdir":
             monkeypatch.setenv("GUESTBENCH_TMPDIR", str(shared))
@@ -127,7 +108,7 @@ def bystanders(tmp_path: Path) -> Iterator[dict[str, Any]]:
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait(timeout=TIMEOUT)
-        if hs.loop_backing(loop) == str(image):  # still ours (a broken sweep may have detached it)
+        if bs.loop_backing(loop) == str(image):  # still ours (a broken sweep may have detached it)
             subprocess.run(["losetup", "-d", loop], check=False, timeout=TIMEOUT)
 
 
@@ -171,8 +152,8 @@ def test_a_dead_runs_state_is_acted_on_only_for_what_that_run_could_have_made(
     assert any("'important' is not named guestbench-<pid>-<n>" in line for line in refused), refused
     assert any(f"process {server.pid} is not a server" in line for line in refused), refused
     assert b["file"].read_text() == "root's own"
-    assert hs.loop_backing(b["loop"]) == str(b["image"])
-    assert str(b["mount"]) in hs.mounts()
+    assert bs.loop_backing(b["loop"]) == str(b["image"])
+    assert str(b["mount"]) in bs.mounts()
     assert server.poll() is None, "a server that only shares a program name was killed"
     assert not own.exists()
     if recorded:
@@ -224,9 +205,7 @@ def private_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dic
 def _start(tmp_path: Path, name: str, argv: str, env: dict[str, str]) -> subprocess.Popen[str]:
     sc = tmp_path / f"{name}.yaml"
     sc.write_text(WAITER.format(name=name, argv=argv))
-    return subprocess.Popen([sys.executable, "-m", "guestbench", "scenario", str(sc), "--results",
-                             str(tmp_path / f"r-{name}")], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_guestbench("scenario", str(sc), "--results", str(tmp_path / f"r-{name}"), env=env)
 
 
 def _waiting_on(release: Path) -> list[int]:
@@ -255,16 +234,6 @@ def _descendants(pid: int) -> list[tuple[int, int | None]]:
 def _new_run_dir(tmp: Path, known: set[Path]) -> Path:
     (d,) = wait_for("a new run directory", lambda: [p for p in tmp.glob(f"{RUN_PREFIX}*") if p not in known])
     return d
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
 
 
 @pytest.mark.timeout(600)
@@ -307,20 +276,13 @@ def test_a_sigkilled_runs_directory_is_swept_at_the_next_start_and_a_live_runs_i
         live_release.touch()
         for p in (killed, live, quick):
             if p is not None:
-                _stop(p)
+                stop_run(p)
         for pid, start in orphans:
             if procs.same_process(pid, start):
                 os.kill(pid, signal.SIGKILL)
 
 
 # ------------------------------------------------------------------ what a SIGKILLed fleet worker leaves
-
-def _address(path: Path) -> str | None:
-    try:
-        return str(json.loads(path.read_text())["address"])
-    except (OSError, ValueError, KeyError):
-        return None
-
 
 @pytest.mark.timeout(600)
 def test_a_sigkilled_workers_directory_is_swept_at_the_next_worker_start_and_another_users_is_not(
@@ -329,7 +291,7 @@ def test_a_sigkilled_workers_directory_is_swept_at_the_next_worker_start_and_ano
     theirs = tmp / f"{WORKER_PREFIX}theirs"
     theirs.mkdir()
     os.chown(theirs, NOBODY.pw_uid, NOBODY.pw_gid)
-    as_nobody(f"mkdir {theirs}/dask && echo mine > {theirs}/dask/file")
+    as_nobody("sh", "-c", f"mkdir {theirs}/dask && echo mine > {theirs}/dask/file", timeout=TIMEOUT)
     sched_file = tmp_path / "scheduler.json"
     scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
                                   "--port", "0", "--no-dashboard", "--scheduler-file", str(sched_file)],
@@ -345,7 +307,7 @@ def test_a_sigkilled_workers_directory_is_swept_at_the_next_worker_start_and_ano
         return w
 
     try:
-        address = wait_for("the scheduler's address", lambda: _address(sched_file), 60)
+        address = wait_for("the scheduler's address", lambda: scheduler_address(sched_file), 60)
         first = start("first")
         home = wait_for("the first worker's Dask scratch space",
                         lambda: [d for d in tmp.glob(f"{WORKER_PREFIX}*") if d != theirs and (d / "dask").is_dir()])[0]
@@ -353,7 +315,8 @@ def test_a_sigkilled_workers_directory_is_swept_at_the_next_worker_start_and_ano
         assert orphans, "the worker's Dask worker is its child"
         first.kill()
         first.wait(timeout=TIMEOUT)
-        wait_for("the killed worker's Dask worker to end", lambda: not any(procs.same_process(p, s) for p, s in orphans),
+        wait_for("the killed worker's Dask worker to end",
+                 lambda: not any(procs.same_process(p, s) for p, s in orphans),
                  90)
         assert home.is_dir()
 

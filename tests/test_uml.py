@@ -21,8 +21,9 @@ from guestbench.backends.appliance import APPLIANCES_DIR, appliance_dir, uml_ker
 from guestbench.backends import BACKENDS
 from guestbench.host.paths import cache_dir
 
-from conftest import (guestbench, processes_mentioning, session_tmp_path, socket_dirs, wait_no_leftovers,
-                      write_scenario)
+from helpers.cli import guestbench, write_scenario
+from helpers.leaks import processes_mentioning, socket_dirs, wait_no_leftovers
+from helpers.session import session_tmp_path
 
 pytestmark = pytest.mark.launch
 
@@ -146,7 +147,7 @@ def test_serial_channel_stalls_once_the_guest_tty_throttles(uml_env: dict[str, s
         g.launch()
         hv_pid = g.get_pid()  # asked now: a stalled call holds the handle's lock, and get_pid would wait on it
         t0 = time.monotonic()
-        for i in range(50):
+        for _ in range(50):
             g.debug("sh", ["true"])  # small requests: each fits in the tty buffer
         small = time.monotonic() - t0
         g.debug("sh", ["mount -t tmpfs tmpfs /sysroot"])

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from guestbench.host import cgroups
-from guestbench.storage.host import sweep_stale
+from guestbench.storage.backing import sweep_stale
 
-from conftest import (hypervisor_processes, run_dirs, socket_dirs, start_guestbench, stop_run, wait_no_leftovers,
-                      write_scenario)
+from helpers.cli import start_guestbench, stop_run, write_scenario
+from helpers.leaks import hypervisor_processes, socket_dirs, wait_no_leftovers
+from helpers.session import run_dirs
 
 pytestmark = pytest.mark.launch
 

@@ -63,7 +63,8 @@ def test_serial_command_line(tmp_path: Path) -> None:
 
 def _overlay_args(overlay: Path) -> list[str]:
     """QEMU_ARGS with the data drive spelled as libguestfs spells its overlay of a read-only drive."""
-    spelled = f"file.file.filename={overlay},file.driver=qcow2,file.backing.file.locking=off,cache=unsafe,id=hd0,if=none"
+    spelled = (f"file.file.filename={overlay},file.driver=qcow2,file.backing.file.locking=off,cache=unsafe,id=hd0,"
+               "if=none")
     return [spelled if a.startswith("file=/work/a") else a for a in QEMU_ARGS]
 
 
@@ -98,8 +99,8 @@ def test_drives_take_vhost_user_blk_unless_ubd_is_asked_for(tmp_path: Path) -> N
     assert [d.route for d in _chosen(QEMU_ARGS, UBD).drives] == [UBD, UBD]
     standalone = tmp_path / "own.qcow2"
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(standalone), "16M"], check=True, timeout=60)
-    args = [a.replace("file=/work/a,,b/disk.raw", f"file={standalone}").replace("format=raw,id=hd0", "format=qcow2,id=hd0")
-            for a in QEMU_ARGS]
+    args = [a.replace("file=/work/a,,b/disk.raw", f"file={standalone}")
+            .replace("format=raw,id=hd0", "format=qcow2,id=hd0") for a in QEMU_ARGS]
     with pytest.raises(TranslateError, match="cannot take .*own.qcow2 \\(qcow2 with no backing file\\)"):
         _chosen(args, UBD)
     with pytest.raises(TranslateError, match="cannot take /work/a,b/disk.raw \\(vmdk, not raw\\)"):
@@ -124,8 +125,8 @@ def test_a_formatless_writable_raw_drive_is_warned_of_and_a_label_or_write_throu
     cache modes cannot reach UML's disks: refused, saying why."""
     raw = tmp_path / "noformat.img"
     raw.write_bytes(bytes(2**20))
-    formatless = _chosen([a.replace("file=/work/a,,b/disk.raw,cache=writeback,format=raw", f"file={raw},cache=writeback")
-                          for a in QEMU_ARGS])
+    formatless = _chosen([a.replace("file=/work/a,,b/disk.raw,cache=writeback,format=raw",
+                                    f"file={raw},cache=writeback") for a in QEMU_ARGS])
     assert [d.route for d in formatless.drives] == [VHOST_USER_BLK, UBD]
     [warning] = unguarded(formatless.drives)
     assert warning.startswith(f"drive {raw} was added without a format and probes as raw") and "format=raw" in warning
@@ -163,7 +164,8 @@ def test_storage_daemon_opens_each_drive_as_qemu_would(tmp_path: Path) -> None:
                                                "export": "disk", "cache": {"direct": True, "no-flush": False},
                                                "read-only": False, "auto-read-only": True}
     iscsi = drive(kv("file=iscsi://h/iqn.x/0,format=raw,id=hd0,if=none"))
-    with pytest.raises(TranslateError, match="the iscsi drive iscsi://h/iqn.x/0 cannot reach UML: guestbench serves file, nbd, http"):
+    with pytest.raises(TranslateError,
+                       match="the iscsi drive iscsi://h/iqn.x/0 cannot reach UML: guestbench serves file, nbd, http"):
         nodes(iscsi, 0, tmp_path)
 
 

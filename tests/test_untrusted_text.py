@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import copy
 import csv
+import functools
 import io
 import json
-import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -24,21 +23,22 @@ import pytest
 from rich.console import Console
 
 from guestbench.nested import job as nested_job
-from guestbench.results import ResultsFile
 from guestbench.plan.gate import Gate
 from guestbench.run.nested import Merger, NestedPlacement
 from guestbench.run.record import progress_display
 from guestbench.scenario import parse_scenario
 from guestbench.util.errors import one_line, printable
 
-from conftest import ROOT
+from helpers.cli import guestbench
+from helpers.paths import ROOT
 from test_fleet_units import fleet_doc, fleet_run, stamped
 from test_nested_run import _doc, _guest_doc
 
 SHIPPED = ROOT / "tests" / "data" / "results" / "20261121T211449Z-startup.json"
 HOSTILE = ["title\x1b]0;pwned\x07", "\x1b[2Jcleared", "\x1b[31mred\x1b[0m", "admin\u202eexe.txt", "\u2066iso\u2069",
            "c1\x9b31m", "del\x7f", "[/]", "[link=http://evil.example]click[/link]", "[bold]loud"]
-OBEYED = ("\x1b]", "\x1b[2J", "\x1b[31m", "\u202e", "\u2066", "\x9b", "\x7f", "\x07", "\x1b]8;")  # what a terminal acts on
+# what a terminal acts on
+OBEYED = ("\x1b]", "\x1b[2J", "\x1b[31m", "\u202e", "\u2066", "\x9b", "\x7f", "\x07", "\x1b]8;")
 
 
 def _terminal() -> tuple[Console, io.StringIO]:
@@ -46,9 +46,7 @@ def _terminal() -> tuple[Console, io.StringIO]:
     return Console(file=out, force_terminal=True, color_system="truecolor", width=240), out
 
 
-def _guestbench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "guestbench", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=90)
+_guestbench = functools.partial(guestbench, timeout=90)
 
 
 # ------------------------------------------------------------------------------------------------ the sanitiser

@@ -16,7 +16,8 @@ from guestbench.host import procs
 from guestbench.host import cgroups
 from guestbench.instruments import usage
 
-from conftest import run_scenario_text, wait_no_leftovers
+from helpers.cli import run_scenario_text
+from helpers.leaks import wait_no_leftovers
 
 BURN = Path(__file__).parent / "hv" / "burn.py"
 BURN_S, BURN_MIB = 1.0, 256

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, guestbench
+from helpers.cli import guestbench
+from helpers.paths import ROOT
 from guestbench.results import pytest_benchmark as pbj
 from guestbench.results import store
 from guestbench.results.model import Run

@@ -17,8 +17,9 @@ import pytest
 from guestbench.measurements import MEASUREMENTS
 from guestbench.workloads import TOO_FAST
 
-from conftest import (guestbench, processes_mentioning, run_dirs, session_tmp_path, start_guestbench,
-                      wait_no_leftovers, write_scenario)
+from helpers.cli import guestbench, start_guestbench, write_scenario
+from helpers.leaks import processes_mentioning, wait_no_leftovers
+from helpers.session import run_dirs, session_tmp_path
 
 pytestmark = pytest.mark.launch
 
@@ -142,7 +143,8 @@ def test_unavailable_host_storage_is_reported_in_its_cell(run: tuple[subprocess.
 @pytest.mark.timeout(2700)
 def test_durability_verdicts_per_backend_and_cache_mode(run: tuple[subprocess.CompletedProcess[str], dict]) -> None:
     proc, doc = run
-    verdicts = {(c["backend"], c["cache_mode"]): c["samples"][0]["metrics"]["verdict"] for c in cells(doc, "fsync.writeback")
+    verdicts = {(c["backend"], c["cache_mode"]): c["samples"][0]["metrics"]["verdict"]
+                for c in cells(doc, "fsync.writeback")
                 + cells(doc, "fsync.unsafe")}
     # on tcg, where the cache mode decides (UML's verdict is always "lost", docs/experiments/durability.md; its
     # hypervisor killed mid-sample: tests/test_runner.py)

@@ -287,7 +287,7 @@ def test_tartree_extract_verify_create(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     count = tartree.parse_verify(r.stdout)
     assert count == tartree.TreeCount(200, tree.total_bytes, tree.manifest_sha256)
-    tartree.check(tree, count)
+    tartree.confirm(tree, count)
 
     out = work / "out.tar"
     r = sh(tartree.create_command(str(target), str(out)), timeout=60)
@@ -305,11 +305,11 @@ def test_tartree_extract_verify_create(tmp_path: Path) -> None:
     victim.write_bytes(victim.read_bytes()[:-1] + b"x")
     damaged = tartree.parse_verify(sh(tartree.verify_command(str(target), contents=True)).stdout)
     with pytest.raises(ValueError, match="contents differ"):
-        tartree.check(tree, damaged)
+        tartree.confirm(tree, damaged)
     victim.unlink()
     missing = tartree.parse_verify(sh(tartree.verify_command(str(target))).stdout)
     with pytest.raises(ValueError, match="199 files, expected 200"):
-        tartree.check(tree, missing)
+        tartree.confirm(tree, missing)
 
 
 def test_tartree_command_errors() -> None:

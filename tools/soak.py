@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from guestbench.host import fingerprint as host
+from guestbench.host import fingerprint
 from guestbench.run.leaks import WINDOW, soak
 
 WARMUP = 4  # samples of a cell before its baseline: caches filled, allocator settled
@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     results = Path("results") / f"soak-{stamp}"
     print(f"soak: {scenario} (results and the run's log in {results}/; over an hour on TCG)", flush=True)
     g = soak(scenario, results, *rest, warmup=WARMUP)
-    fp = host.fingerprint()
+    fp = fingerprint.fingerprint()
     doc = {"scenario": str(scenario), "machine": {k: fp.get(k) for k in ("hostname", "cpu_model", "cores", "kernel")},
            **g.to_dict(), "problems": g.problems()}  # g's own "host" is what the host kept
     (results / "soak.json").write_text(json.dumps(doc, indent=1) + "\n")

@@ -96,7 +96,7 @@ class Backend:
     # the limit for its probe launch: a working backend launches in seconds with KVM, in under a minute with TCG
     probe_timeout_s: float = 240.0
     # its hypervisor opens an NBD export itself; when not (UML opens only files), an NBD kind reaches it as a
-    # file through nbdfuse (guestbench.storage.host, as_file)
+    # file through nbdfuse (guestbench.storage.backing, as_file)
     opens_nbd: bool = True
     # the durability trials' volatile disk (nbdkit's write-back cache) is handed to it as a file by nbdfuse, as a
     # disk image normally is; libvirt cannot take a FUSE file (it chowns every disk to its qemu user): NBD then

@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from guestbench.host import fingerprint as host
+from guestbench.host import fingerprint
 from guestbench.backends.base import (Availability, Backend, HandleConfig, common_preconditions, hv_path,
                                       install_script, qemu_path)
 
@@ -32,7 +32,7 @@ class Tcg(Backend):
                             env=self.workload_env(workload))
 
     def probe_key(self) -> dict[str, Any]:
-        v = host.versions()
+        v = fingerprint.versions()
         return {"libguestfs": v.get("libguestfs"), "qemu": v.get("qemu"), "kernel": v.get("kernel")}
 
 
@@ -53,10 +53,10 @@ class Kvm(Backend):
             return missing
         qemu = qemu_path()
         assert qemu is not None
-        dev = host.kvm_device()
+        dev = fingerprint.kvm_device()
         details: dict[str, Any] = {"qemu": qemu, "kvm": dev}
         if not dev["present"]:
-            virt = host.virtualization()
+            virt = fingerprint.virtualization()
             hint = ("this is a VM whose hypervisor offers no nested virtualization"
                     if virt.get("nested_level") else "load kvm_intel or kvm_amd, and enable VT-x/AMD-V in firmware")
             return Availability(False, f"/dev/kvm does not exist: {hint}", details)
@@ -77,9 +77,9 @@ class Kvm(Backend):
         return HandleConfig("direct", ["force_kvm"], hv=str(hv), env=self.workload_env(workload))
 
     def probe_key(self) -> dict[str, Any]:
-        v = host.versions()
+        v = fingerprint.versions()
         return {"libguestfs": v.get("libguestfs"), "qemu": v.get("qemu"), "kernel": v.get("kernel"),
-                "kvm": host.kvm_device().get("flavour")}
+                "kvm": fingerprint.kvm_device().get("flavour")}
 
     def explain(self, reason: str, timed_out: bool) -> str:
         return explain_kvm_failure(reason, timed_out)
@@ -94,7 +94,7 @@ EMULATED_KVM_PROBE_ATTEMPTS = 3
 def kvm_probe_timeout(hardware_s: float) -> float:
     """A KVM backend's probe limit: short on hardware (a PVM host's hang is found in a minute), long where the
     CPU that offers KVM is emulated."""
-    return EMULATED_KVM_PROBE_TIMEOUT_S if host.cpu_is_emulated() else hardware_s
+    return EMULATED_KVM_PROBE_TIMEOUT_S if fingerprint.cpu_is_emulated() else hardware_s
 
 
 def kvm_probe_attempts() -> int:
@@ -102,12 +102,12 @@ def kvm_probe_attempts() -> int:
     (12 of 12 by hand), but CI runs saw one launch never finish, another fail at once with no console output,
     and once every attempt of one level-1 boot stall; one bad launch there says little about the backend. On
     hardware a hang is the host's nature (PVM), and the first attempt decides."""
-    return EMULATED_KVM_PROBE_ATTEMPTS if host.cpu_is_emulated() else 1
+    return EMULATED_KVM_PROBE_ATTEMPTS if fingerprint.cpu_is_emulated() else 1
 
 
 def explain_kvm_failure(reason: str, timed_out: bool) -> str:
     """Say why KVM failed in terms a user can act on, using what /dev/kvm really is."""
-    flavour = host.kvm_device().get("flavour")
+    flavour = fingerprint.kvm_device().get("flavour")
     if "MSR 0x10a" in reason:
         return (f"{reason} (qemu aborts when setting IA32_ARCH_CAPABILITIES, MSR 0x10a, which /dev/kvm here "
                 f"({flavour}) rejects; the direct 'kvm' backend drops that CPU feature with a wrapper, "

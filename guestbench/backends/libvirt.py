@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar, cast
 
 from guestbench.host import daemons, procs
-from guestbench.host import fingerprint as host
+from guestbench.host import fingerprint
 from guestbench.backends.base import Availability, Backend, HandleConfig, common_preconditions
 from guestbench.backends.direct import explain_kvm_failure, kvm_probe_attempts, kvm_probe_timeout
 
@@ -280,9 +280,9 @@ class _LibvirtBackend(Backend):
                             env={"LIBGUESTFS_BACKEND": f"libvirt:{URI}", **self.workload_env(workload)})
 
     def probe_key(self) -> dict[str, Any]:
-        v = host.versions()
+        v = fingerprint.versions()
         return {"libguestfs": v.get("libguestfs"), "qemu": v.get("qemu"), "libvirt": v.get("libvirt"),
-                "kernel": v.get("kernel"), "kvm": host.kvm_device().get("flavour")}
+                "kernel": v.get("kernel"), "kvm": fingerprint.kvm_device().get("flavour")}
 
     def cleanup(self, workdir: Path) -> list[str]:
         removed = destroy_domains(guestfs_domains(workdir))
@@ -313,7 +313,7 @@ class LibvirtKvm(_LibvirtBackend):
         return kvm_probe_attempts()
 
     def preconditions(self) -> Availability:
-        dev = host.kvm_device()
+        dev = fingerprint.kvm_device()
         if not dev["present"]:
             return Availability(False, "/dev/kvm does not exist, so libvirt cannot run a kvm domain",
                                 {"kvm": dev})

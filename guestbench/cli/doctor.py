@@ -8,7 +8,7 @@ from typing import Any
 
 from guestbench.backends import BACKENDS, appliance
 from guestbench.cli.common import check_probe_timeout
-from guestbench.host import fingerprint as host
+from guestbench.host import fingerprint
 from guestbench.results.model import system_name
 from guestbench.execute import probe
 from guestbench.scenario import Checker
@@ -35,9 +35,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             if (problem := store.load(s).problem) is not None:
                 raise UserError(f"stack {s}: {problem}", source="command line", key="--stack")
         names = [system_name(n, s) for n in names for s in ("host", *stacks)]
-    fp = host.fingerprint()
+    fp = fingerprint.fingerprint()
     with rich_console.Console(stderr=True).status("") as status:
-        checked = probe.check_all(names, refresh=args.refresh, timeout=args.probe_timeout, verbose=args.verbose,
+        checked = probe.verdicts(names, refresh=args.refresh, timeout=args.probe_timeout, verbose=args.verbose,
                                   on_checking=lambda name: status.update(f"checking {name}"))
     verdicts: dict[str, Any] = {name: av.to_dict() for name, av in checked.items()}
     from guestbench.nested import image as nested_image

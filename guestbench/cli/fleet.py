@@ -22,9 +22,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     check_probe_timeout(args)
     where = f"guestbench worker {args.address}"
     err = rich_console.Console(stderr=True)
-    address.check(args.address, args.insecure, "command line", where,
+    address.refuse_plain(args.address, args.insecure, "command line", where,
                   lambda line: err.print(line, style="yellow", highlight=False, markup=False))
-    tls.check(args.address, "worker", "command line", where)
+    tls.require(args.address, "worker", "command line", where)
     listen = address.listen_host(args.address, "command line", where)
     import socket
 
@@ -36,7 +36,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         names = list(Checker("command line").backends("--backend", args.backend))
     with err.status("") as status:
-        checked = probe.check_all(names, refresh=args.refresh, timeout=args.probe_timeout, verbose=args.verbose,
+        checked = probe.verdicts(names, refresh=args.refresh, timeout=args.probe_timeout, verbose=args.verbose,
                                   on_checking=lambda name: status.update(f"checking {name}"))
     for name, av in checked.items():
         err.print("[green]✓[/] " if av.usable else "[yellow]–[/] ", inert(f"{name}: {short_reason(av.reason or '')}"),
@@ -48,9 +48,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def roles_problem(address: str, name: str, where: str) -> None:
     """One line and exit 2 before a worker starts whose Dask release the roles were not made for, or, on a tls://
     scheduler, that the scheduler's roles would refuse."""
-    from distributed.security import Security
-
-    from guestbench.run.fleet import roles
+    from guestbench.run.fleet import roles, tls
 
     try:
         roles.check_dask()
@@ -58,7 +56,7 @@ def roles_problem(address: str, name: str, where: str) -> None:
         raise UserError(str(e), source="installation", key="distributed") from None
     if not address.startswith("tls://"):
         return
-    why = roles.worker_problem(Security().tls_worker_cert, name)
+    why = roles.worker_problem(tls.configured("worker_cert"), name)
     if why is not None:
         raise UserError(why, source="command line", key=where)
 

@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"guestbench {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    s = sub.add_parser("scenario", help="run a YAML scenario file", formatter_class=argparse.RawDescriptionHelpFormatter,
+    s = sub.add_parser("scenario", help="run a YAML scenario file",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Run every measurement of a scenario on every selected, usable backend, save "
                        "every sample in results/, and print the comparison.", epilog=help_text())
     s.add_argument("file", help="scenario YAML file, e.g. scenarios/startup.yaml")

@@ -14,17 +14,12 @@ import os
 import platform
 import re
 import shutil
-import signal
 import socket
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import guestbench
-from guestbench.host import tuning
-
-COMMAND_TIMEOUT_S = 10.0
-"""Upper bound for any external command; a hung tool must not hang the fingerprint."""
+from guestbench.host import checkout, commands, tuning
 
 UML_TIMEOUT_S = 5.0
 """UML's `--version` returns at once; anything longer means it tried to boot."""
@@ -48,39 +43,6 @@ _VERSION_RE = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
 
 
 # --- small helpers ---------------------------------------------------------------------------
-
-def command_output(argv: list[str], timeout: float = COMMAND_TIMEOUT_S,
-                   cwd: str | os.PathLike[str] | None = None) -> tuple[int, str] | None:
-    """Run a command, returning (exit status, stdout), or None if it cannot run or times out.
-
-    It runs in its own session so a timeout kills helpers it spawned too (UML forks).
-    """
-    try:
-        proc = subprocess.Popen(
-            argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
-        )
-    except (OSError, ValueError):
-        return None
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        return None
-    return proc.returncode, out
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    """Kill a timed-out command and everything in its session, then reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        proc.kill()
-    try:
-        proc.communicate(timeout=2)
-    except (subprocess.TimeoutExpired, OSError, ValueError):
-        pass
-
 
 def _read_text(path: Path) -> str | None:
     """Read a small text file; None when it is absent or unreadable (e.g. no DMI in containers)."""
@@ -146,7 +108,7 @@ def kvm_device() -> dict[str, Any]:
 
 def _detect_virt(option: str) -> str | None:
     """`systemd-detect-virt <option>`: its answer, "none", or None when it cannot tell."""
-    result = command_output(["systemd-detect-virt", option])
+    result = commands.output(["systemd-detect-virt", option])
     if result is None:
         return None
     status, out = result
@@ -233,7 +195,7 @@ def virtualization() -> dict[str, Any]:
 def _libguestfs_version() -> str | None:
     """libguestfs's version from the Python bindings (creating a handle launches nothing)."""
     try:
-        import guestfs  # type: ignore[import-not-found]
+        import guestfs
         g = guestfs.GuestFS(python_return_dict=True)
     except Exception:
         return None
@@ -252,7 +214,7 @@ def _libguestfs_version() -> str | None:
 def _libvirt_version() -> str | None:
     """libvirt's library version: getVersion() encodes it as major*1e6 + minor*1e3 + release."""
     try:
-        import libvirt  # type: ignore[import-not-found]
+        import libvirt
         n = int(libvirt.getVersion())
     except Exception:
         return None
@@ -264,7 +226,7 @@ def _qemu() -> tuple[str | None, str | None]:
     path = shutil.which("qemu-system-x86_64")
     if path is None:
         return None, None
-    result = command_output([path, "--version"])
+    result = commands.output([path, "--version"])
     if result is None or result[0] != 0:
         return None, path
     first = result[1].splitlines()[0] if result[1] else ""
@@ -272,9 +234,9 @@ def _qemu() -> tuple[str | None, str | None]:
     return (m.group(1) if m else _first_version(first)), path
 
 
-def _tool_version(argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> str | None:
+def _tool_version(argv: list[str], timeout: float = commands.FACT_TIMEOUT_S) -> str | None:
     """The version number a tool prints for `--version`, or None."""
-    result = command_output(argv, timeout=timeout)
+    result = commands.output(argv, timeout=timeout)
     if result is None or result[0] != 0:
         return None
     return _first_version(result[1])
@@ -308,21 +270,6 @@ def _versions() -> dict[str, str | None]:
         "python": platform.python_version(),
         "guestbench": guestbench.__version__,
     }
-
-
-def git_commit() -> str | None:
-    """The guestbench checkout's commit, "+dirty" if it has local changes; None if not a checkout."""
-    tree = Path(guestbench.__file__).resolve().parent.parent
-    head = command_output(["git", "rev-parse", "HEAD"], cwd=tree)
-    if head is None or head[0] != 0:
-        return None
-    commit = head[1].strip()
-    if not re.fullmatch(r"[0-9a-f]{40}", commit):
-        return None
-    status = command_output(["git", "status", "--porcelain"], cwd=tree)
-    if status is not None and status[0] == 0 and status[1].strip():
-        commit += "+dirty"
-    return commit
 
 
 # --- CPU, memory, OS -------------------------------------------------------------------------
@@ -383,7 +330,7 @@ def fingerprint() -> dict[str, Any]:
         "arch": platform.machine(),
         "virtualization": virtualization(),
         "versions": versions(),
-        "guestbench": {"version": guestbench.__version__, "git_commit": git_commit()},
+        "guestbench": checkout.identity(),
         "noise": tuning.settings(),  # what makes figures move: governor, boost, THP, SMT, mitigations, other runs
     }
 

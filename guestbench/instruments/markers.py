@@ -52,7 +52,8 @@ LIBRARY = Phase("library set-up", r"", "libguestfs",
 # backend: the domain is created right after this line.
 HYPERVISOR = Phase("hypervisor start", r"finished testing qemu features|launch libvirt guest", "libguestfs",
                    "hypervisor started: command line (direct) or domain created through libvirt", True)
-FIRMWARE = Phase("firmware", r"SeaBIOS \(version", "appliance", "firmware (SeaBIOS) until it boots the Linux loader", True)
+FIRMWARE = Phase("firmware", r"SeaBIOS \(version", "appliance", "firmware (SeaBIOS) until it boots the Linux loader",
+                 True)
 LOADER = Phase("kernel load, early boot", r"Booting from ROM", "appliance",
                "loading kernel and initrd, decompression, early kernel boot until the kernel console is up", False)
 UML_EARLY = Phase("kernel early boot", r"Checking that (ptrace can change system call numbers|seccomp filters can be "

@@ -208,7 +208,7 @@ class Measurement:
 
     def host_drives(self, storage: Any, params: dict[str, Any], *, opens_nbd: bool,
                     instance: int = 0) -> list[dict[str, Any]]:
-        """Disks the runner makes on the host for a workload cell (guestbench.storage.host); none otherwise."""
+        """Disks the runner makes on the host for a workload cell (guestbench.storage.backing); none otherwise."""
         return []
 
     # ---- worker side (run inside guestbench.execute.worker, one appliance at a time) ----

@@ -2,9 +2,10 @@
 
 The command runs exactly as under `guestbench exec BACKEND` (guestbench.run.command): the worker launches no
 appliance itself, the command launches its own. A disk image is made once per cell from the scenario's keys
-(guestbench.storage.image: on one host, the same keys give the same bytes) and copied fresh before every sample; `{image}` and `{workdir}` in the command are
-replaced by its path and the cell's work dir. The deadline is the sample's: when it passes the supervisor kills
-the worker's whole process tree, the command and every hypervisor it started with it.
+(guestbench.storage.image: on one host, the same keys give the same bytes) and copied fresh before every sample;
+`{image}` and `{workdir}` in the command are replaced by its path and the cell's work dir. The deadline is the
+sample's: when it passes the supervisor kills the worker's whole process tree, the command and every hypervisor it
+started with it.
 """
 
 from __future__ import annotations

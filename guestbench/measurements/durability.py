@@ -2,7 +2,7 @@
 
 A power cut is simulated with a disk that has a volatile write cache, like a real drive's: the image is
 served by nbdkit, whose writeback cache keeps writes from the image until its client flushes
-(guestbench.storage.host, `volatile`); a hypervisor opens it as a plain file (nbdfuse), or over NBD where it
+(guestbench.storage.backing, `volatile`); a hypervisor opens it as a plain file (nbdfuse), or over NBD where it
 cannot be handed a FUSE file (libvirt's qemu). Each trial is one fresh appliance: it writes
 `size` bytes of a pattern unique to the trial to the disk and fsyncs (dd conv=fsync: the same block-layer
 flush a filesystem's fsync ends in), the disk's cache and then the hypervisor are killed at once (the disk
@@ -69,7 +69,7 @@ class Durability(Measurement):
 
     # ---- worker side ----
     def add_drives(self, g: Any, ctx: CellContext) -> None:
-        from guestbench.storage.host import Drive
+        from guestbench.storage.backing import Drive
 
         (d,) = ctx.drives
         g.add_drive(**Drive.from_dict(d).add_drive_kwargs(), cachemode=ctx.params["cache"])

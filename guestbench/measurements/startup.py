@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from guestbench.measurements.base import CACHE, FORMAT, CellContext, Measurement, create_disk, size_param
+from guestbench.measurements.base import CACHE, FORMAT, CellContext, Measurement, Param, create_disk, size_param
 
 
 _LAUNCH = ("wall time of launch() on a fresh libguestfs handle with one scratch disk, plus one daemon round trip "
@@ -16,7 +16,7 @@ class Startup(Measurement):
     summary = "launch a fresh appliance with one scratch disk until its daemon answers"
     timed = _LAUNCH + ("; the first launch of each backend (appliance cache check/build, cold host caches) is "
                        "reported once as 'cold' and not sampled")
-    params = (size_param("disk_size", "64MiB", "size of the scratch disk image"), FORMAT, CACHE)
+    params: tuple[Param, ...] = (size_param("disk_size", "64MiB", "size of the scratch disk image"), FORMAT, CACHE)
     times_launch = True
 
     def timed_text(self, cold: bool) -> str:

@@ -2,7 +2,7 @@
 appliance on a disk stack that the scenario describes from the host side (image format, preallocation,
 cache mode, how the image reaches the hypervisor) to the guest side (layout, filesystem).
 
-Host-side disks are made by the runner (guestbench.storage.host), not by the worker: the runner outlives a
+Host-side disks are made by the runner (guestbench.storage.backing), not by the worker: the runner outlives a
 killed worker, so loop devices and NBD servers are always removed. The guest side is built once per launch
 (guestbench.storage.guest) and the filesystem made fresh before every sample (not timed).
 """
@@ -14,16 +14,16 @@ from typing import Any
 from guestbench.util.errors import Unavailable
 from guestbench.measurements.base import CACHE, CellContext, Measurement, Param, choice_param, int_param, size_param
 from guestbench.storage import guest as guest_storage
-from guestbench.storage import host as host_storage
+from guestbench.storage import backing
 from guestbench.util.units import format_size
 
 WORKDIR = "/sysroot/guestbench"  # where a tool works, inside the filesystem under test
 
 DISK_SIZE = size_param("disk_size", "1GiB", "size of each disk image made on the host")
-FORMAT = choice_param("format", "raw", host_storage.FORMATS, "disk image format on the host")
-PREALLOCATION = choice_param("preallocation", "off", host_storage.PREALLOCATIONS,
+FORMAT = choice_param("format", "raw", backing.FORMATS, "disk image format on the host")
+PREALLOCATION = choice_param("preallocation", "off", backing.PREALLOCATIONS,
                              "qemu-img preallocation of the image (metadata: qcow2 only)")
-HOST = choice_param("host", "file", host_storage.HOST_KINDS,
+HOST = choice_param("host", "file", backing.HOST_KINDS,
                     "how the image reaches the hypervisor: a file on the host fs, a host loop device, an NBD "
                     "server (qemu-nbd or nbdkit), or an LV of a loop-backed host VG")
 LAYOUT = choice_param("layout", "disk", guest_storage.LAYOUTS,
@@ -36,7 +36,7 @@ STORAGE_PARAMS: tuple[Param, ...] = (DISK_SIZE, FORMAT, PREALLOCATION, CACHE, HO
 
 def stack_text(params: dict[str, Any]) -> str:
     """The disk stack in one phrase, host side first, for table captions."""
-    host = host_storage.KINDS[params["host"]].label
+    host = backing.KINDS[params["host"]].label
     prealloc = f", preallocation={params['preallocation']}" if params["preallocation"] != "off" else ""
     return (f"{params['filesystem']} on {params['layout']} · {params['format']}{prealloc} via {host} · "
             f"cache={params['cache']} · disks {format_size(params['disk_size'])}")
@@ -66,7 +66,7 @@ class StorageWorkload(Measurement):
         problems = []
         if params["preallocation"] == "metadata" and params["format"] != "qcow2":
             problems.append(("preallocation", "metadata is for qcow2 only; allowed with raw: off, falloc, full"))
-        if (why := host_storage.format_problem(params["host"], params["format"])) is not None:
+        if (why := backing.format_problem(params["host"], params["format"])) is not None:
             problems.append(("host", why))
         return problems
 
@@ -74,13 +74,13 @@ class StorageWorkload(Measurement):
         return params["disk_size"] * guest_storage.disks_needed(params["layout"]) * params["concurrency"]
 
     # ---- host side (runner) ----
-    def host_drives(self, storage: host_storage.HostStorage, params: dict[str, Any], *, opens_nbd: bool,
+    def host_drives(self, storage: backing.Backings, params: dict[str, Any], *, opens_nbd: bool,
                     instance: int = 0) -> list[dict[str, Any]]:
         """Make this cell's disks on the host; a hypervisor that cannot open NBD (`opens_nbd`, a Backend
         property: UML opens only files) gets NBD exports as files (nbdfuse). Raises Unavailable
         when the host cannot do it."""
-        as_file = not opens_nbd and params["host"] in host_storage.NBD_KINDS
-        why = host_storage.availability(params["host"], as_file=as_file)
+        as_file = not opens_nbd and params["host"] in backing.NBD_KINDS
+        why = backing.availability(params["host"], as_file=as_file)
         if why is not None:
             raise Unavailable(why)
         return [storage.add(params["host"], f"i{instance}-disk{k}", params["disk_size"], fmt=params["format"],
@@ -90,7 +90,7 @@ class StorageWorkload(Measurement):
     # ---- worker side ----
     def add_drives(self, g: Any, ctx: CellContext) -> None:
         for d in ctx.drives:
-            g.add_drive(**host_storage.Drive.from_dict(d).add_drive_kwargs(), cachemode=ctx.params["cache"])
+            g.add_drive(**backing.Drive.from_dict(d).add_drive_kwargs(), cachemode=ctx.params["cache"])
 
     def after_launch(self, g: Any, ctx: CellContext) -> dict[str, Any] | None:
         try:

@@ -20,7 +20,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from guestbench.backends import appliance
-from guestbench.host import locks
+from guestbench.host import commands, locks
 from guestbench.host import owned
 from guestbench.host.paths import temp_root
 
@@ -76,7 +75,8 @@ else
 fi
 # libvirtd inside (guestbench starts it as on a host): the image has no user database (no package scripts ran),
 # and libvirt's qemu driver will not start without its build's default user; its domains run as root here
-[ -e /etc/passwd ] || printf 'root:x:0:0:root:/root:/bin/sh\nlibvirt-qemu:x:64055:64055::/var/lib/libvirt:/bin/false\n' > /etc/passwd
+[ -e /etc/passwd ] || printf '%s\n' root:x:0:0:root:/root:/bin/sh \\
+    libvirt-qemu:x:64055:64055::/var/lib/libvirt:/bin/false > /etc/passwd
 [ -e /etc/group ] || printf 'root:x:0:\nkvm:x:64054:\nlibvirt-qemu:x:64055:\n' > /etc/group
 mkdir -p /var/lib/libvirt/qemu /var/cache/libvirt/qemu /var/log/libvirt/qemu
 printf 'user = "root"\ngroup = "root"\nnamespaces = []\n' >> /etc/libvirt/qemu.conf 2>/dev/null
@@ -97,7 +97,7 @@ sleep 30 2>/dev/null  # the power-off is under way; sleep may fail as the disks 
 """
 
 
-class ImageError(Exception):
+class BuildError(Exception):
     """The image could not be built: the message says why."""
 
 
@@ -127,10 +127,10 @@ class Image:
 
 
 def _package_versions() -> dict[str, str]:
-    proc = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Status}\\n", *PACKAGES],
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    said = commands.output(["dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Status}\\n", *PACKAGES],
+                           timeout=60)  # exit 1 when a package is unknown: what it listed still counts
     found = {}
-    for line in proc.stdout.splitlines():
+    for line in (said[1] if said else "").splitlines():
         name, version, status = (line.split() + ["", "", ""])[:3]
         if status == "installed":
             found[name] = version
@@ -166,13 +166,14 @@ def inputs() -> dict[str, object]:
     packages = _package_versions()  # once: dpkg-query is a process (it ran once per package, issue 49)
     missing = [p for p in PACKAGES if p not in packages]
     if missing:
-        raise ImageError(f"host packages missing for the level-1 guest: {', '.join(missing)} (make setup installs them)")
+        raise BuildError(f"host packages missing for the level-1 guest: {', '.join(missing)} "
+                         "(make setup installs them)")
     venv = venv_prefix()
     freeze = _installed() if venv is not None else ""
     try:  # the appliances the data disk carries
         appliances = {f"{f}-{v}": appliance.inputs(f, v) for f in appliance.FLAVOURS for v in appliance.VARIANTS}
     except appliance.ApplianceError as e:
-        raise ImageError(str(e)) from None
+        raise BuildError(str(e)) from None
     return {"packages": packages, "init": INIT, "root_size": ROOT_SIZE,
             "appliances": {name: appliance.inputs_key(ins) for name, ins in appliances.items()},
             "venv": str(venv) if venv else None, "pip_freeze": hashlib.sha256(freeze.encode()).hexdigest()}
@@ -203,21 +204,13 @@ def cached() -> Image | None:
     """The image for the current inputs if it is built (no build)."""
     try:
         out = images_dir() / key(inputs())
-    except ImageError:
+    except BuildError:
         return None
     return Image(out) if built(out) else None
 
 
 def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> str:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, env=env,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise ImageError(f"{what} did not finish within {BUILD_TIMEOUT_S} s") from None
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ImageError(f"{what} failed (exit {proc.returncode}): {last}")
-    return proc.stdout
+    return commands.checked(argv, what, BUILD_TIMEOUT_S, env=env, error=BuildError, missing="to build the image")
 
 
 def _stage(src: Path, dest: Path, what: str) -> None:
@@ -225,14 +218,15 @@ def _stage(src: Path, dest: Path, what: str) -> None:
     file once either way; a copy of gigabytes only to be read and removed cost a build most of a minute on a busy
     machine), else a copy that keeps holes. The staging tree is the build's own and removed after it."""
     def link(source: str, target: str) -> None:
-        os.link(source, target, follow_symlinks=False)  # a file swapped for a symlink meanwhile: the link, not its target
+        # a file swapped for a symlink meanwhile: the link, not its target
+        os.link(source, target, follow_symlinks=False)
 
     try:
         shutil.copytree(src, dest, symlinks=True, copy_function=link)
     except (OSError, shutil.Error):  # another filesystem (EXDEV), or links refused
         shutil.rmtree(dest, ignore_errors=True)
         if dest.exists():
-            raise ImageError(f"{dest} could not be cleared to copy {what} there") from None
+            raise BuildError(f"{dest} could not be cleared to copy {what} there") from None
         _run(["cp", "-aT", "--sparse=always", str(src), str(dest)], f"copying {what}")
 
 
@@ -269,7 +263,7 @@ def build(say: Callable[[str], None] = lambda s: None, force: bool = False) -> I
                 return Image(out)
             return _build(ins, base, out, say)
     except locks.LockTimeout as e:
-        raise ImageError(str(e)) from None
+        raise BuildError(str(e)) from None
 
 
 def _build(ins: dict[str, Any], base: Path, out: Path, say: Callable[[str], None]) -> Image:
@@ -295,7 +289,7 @@ def _build(ins: dict[str, Any], base: Path, out: Path, say: Callable[[str], None
             appliance.build_to(staging / "appliance", appliance.inputs("qemu"))
             uml = appliance.appliance_dir("uml")
         except appliance.ApplianceError as e:
-            raise ImageError(str(e)) from None
+            raise BuildError(str(e)) from None
         say("adding the UML appliance")
         _stage(uml, staging / "uml-appliance", "the UML appliance")
         for flavour, name in WORKLOAD_APPLIANCES.items():  # fio, bonnie++, dbench ... for workload measurements
@@ -303,7 +297,7 @@ def _build(ins: dict[str, Any], base: Path, out: Path, say: Callable[[str], None
             try:
                 src = appliance.appliance_dir(flavour, "workload")
             except appliance.ApplianceError as e:
-                raise ImageError(str(e)) from None
+                raise BuildError(str(e)) from None
             _stage(src, staging / name, f"the {flavour} workload appliance")
         venv = venv_prefix()
         if venv is not None:
@@ -338,7 +332,7 @@ def status(kvm_usable: bool) -> dict[str, object]:
 
     try:
         ins = inputs()
-    except ImageError as e:
+    except BuildError as e:
         return {"possible": False, "reason": str(e), "image": None}
     out = images_dir() / key(ins)
     try:

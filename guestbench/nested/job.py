@@ -60,10 +60,12 @@ class Level1:
 
     def describe(self) -> str:
         accel = "KVM" if self.kvm else "qemu TCG (no usable KVM here: the guest is emulated)"
-        return (f"nested: level-1 guest on {accel}, {self.vcpus} vCPU{'s' if self.vcpus > 1 else ''}, {self.memory_mib} MiB; every time-out "
-                f"inside is ×{self.timeout_scale:g}: launch {self.launch_timeout_s:.0f} s, timed step "
+        return (f"nested: level-1 guest on {accel}, {self.vcpus} vCPU{'s' if self.vcpus > 1 else ''}, "
+                f"{self.memory_mib} MiB; every time-out inside is ×{self.timeout_scale:g}: "
+                f"launch {self.launch_timeout_s:.0f} s, timed step "
                 f"{self.sample_timeout_s:.0f} s, backend probe {self.probe_timeout_s:.0f} s; the whole level-1 run "
-                f"is stopped after {format_duration(self.deadline_s)}, or after {SILENCE_S:.0f} s without a word from it")
+                f"is stopped after {format_duration(self.deadline_s)}, or after {SILENCE_S:.0f} s without a word "
+                "from it")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,7 +114,7 @@ def guestbench_job(command: str) -> dict[str, bytes | Path]:
     command is the virtualenv's python."""
     venv = nested_image.venv_prefix()
     if venv is None:
-        raise nested_image.ImageError("nested runs need guestbench installed in a virtualenv (make setup makes one)")
+        raise nested_image.BuildError("nested runs need guestbench installed in a virtualenv (make setup makes one)")
     package, src = _source()
     files: dict[str, bytes | Path] = {}
     unpack = ""

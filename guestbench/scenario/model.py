@@ -44,7 +44,8 @@ TOP_KEYS: dict[str, str] = {
               "Python: docs/stacks.md); each backend's cells on each stack take turns like any other cells; default "
               "[host]",
     "nested": "mapping for placement nested: memory (the level-1 VM's RAM, MiB or a size; default "
-              f"{DEFAULT_NESTED_MEMORY_MIB}), vcpus (default {DEFAULT_NESTED_VCPUS}), timeout_scale (factor > 0 applied "
+              f"{DEFAULT_NESTED_MEMORY_MIB}), vcpus (default {DEFAULT_NESTED_VCPUS}), "
+              "timeout_scale (factor > 0 applied "
               "to every time-out inside it; default 3 when the level-1 VM runs on KVM, 25 on TCG), timeout "
               "(limit for the whole level-1 run; default: the worst case of all time-outs inside)",
     "order": "interleaved (round-robin over one measurement's cells, one repetition at a time, so every backend "
@@ -65,7 +66,8 @@ TOP_KEYS: dict[str, str] = {
                     "optional 'matrix' (parameter: [values...]; one cell per combination, labelled "
                     "label.value1.value2...), an optional 'env' (NAME: value for its workers and the programs "
                     "they run; LIBGUESTFS_HV, LIBGUESTFS_BACKEND_SETTINGS replace the backend's), an optional "
-                    "'appliance' ({memsize: ...} over the scenario's), an optional 'uml_mode' (UML's userspace mode or a list of "
+                    "'appliance' ({memsize: ...} over the scenario's), an optional 'uml_mode' "
+                    "(UML's userspace mode or a list of "
                     "them, seccomp or ptrace: one uml cell each; default the fastest each UML offers), an optional "
                     "'drive_path' (how libguestfs's drives reach UML, ubd or vhost-user-blk, or a list: one uml cell "
                     "each; default vhost-user-blk, docs/backends.md) and an optional "
@@ -80,7 +82,8 @@ LABEL = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_LABEL - 1}}}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SIDE = "ab"  # the variant key and item key of `guestbench ab`'s two configurations (A and B of one item)
 SIDES = ("A", "B")
-ITEM_KEYS = ("measurement", "label", "matrix", "env", "appliance", "uml_mode", "drive_path", SIDE)  # an item's keys that are not parameters
+# an item's keys that are not parameters
+ITEM_KEYS = ("measurement", "label", "matrix", "env", "appliance", "uml_mode", "drive_path", SIDE)
 APPLIANCE_KEYS = {"memsize": "appliance RAM: an integer in MiB or a size (e.g. 2GiB)",
                   "smp": "integer >= 1: appliance vCPUs"}
 

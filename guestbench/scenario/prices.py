@@ -39,6 +39,7 @@ class Prices:
 
     def describe(self) -> str:
         if self.instance:
+            assert self.memory_mib is not None
             return (f"an instance of {self.vcpus} vCPUs and {self.memory_mib / MIB_PER_GIB:g} GiB at "
                     f"{self.instance_hour:g} {self.currency}/hour; an appliance pays for the larger of its CPU share "
                     "(core-s / vCPUs) and its memory share (GiB-s / GiB) of it")

@@ -6,8 +6,8 @@ and installs them in one go, where debootstrap installs a minimal base and apt t
 here a whole trixie stack (libguestfs, qemu, UML, supermin, a kernel) took 51 s and a sid one 74 s, against 77 s for
 debootstrap's minimal trixie base alone. Debian 12's mmdebstrap (1.3.5) builds both.
 
-A build runs in its own PID and mount namespaces (unshare), under PDEATHSIG (DIE_WITH_PARENT): when guestbench dies, even
-by SIGKILL, every process of the build dies with it, and the mounts mmdebstrap makes for its chroot go with its
+A build runs in its own PID and mount namespaces (unshare), under PDEATHSIG (DIE_WITH_PARENT): when guestbench dies,
+even by SIGKILL, every process of the build dies with it, and the mounts mmdebstrap makes for its chroot go with its
 namespace. It builds into a directory of its own (guestbench.host.rundirs) renamed into place when whole; a build
 whose owner died is swept by the next. The suite's Release files are not checked for expiry (this archive is served
 as a snapshot: sid's expired weeks ago); their signatures are.
@@ -75,7 +75,8 @@ def versions(root: Path) -> dict[str, str]:
         wanted["python"] = target
     try:
         proc = subprocess.run(["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f",
-                               r"${Package}\t${Version}\n", *wanted.values()], capture_output=True, text=True, timeout=60)
+                               r"${Package}\t${Version}\n", *wanted.values()], capture_output=True, text=True,
+                              timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return {}
     found = dict(line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)

@@ -173,8 +173,8 @@ def command(stack: Stack, argv: list[str], *, rw: list[str] = (), ro: list[str] 
         args += ["--dev-bind" if _is_block(p) else "--bind", p, p]
     for p in ro:
         args += ["--ro-bind", p, p]
-    inside = environment({**(env or {}), STACK_ENV: stack.name})
-    args += ["--clearenv", *[a for k, v in inside.items() for a in ("--setenv", k, v)]]
+    variables = environment({**(env or {}), STACK_ENV: stack.name})
+    args += ["--clearenv", *[a for k, v in variables.items() for a in ("--setenv", k, v)]]
     args += ["--chdir", "/", "--", *argv]
     return args
 

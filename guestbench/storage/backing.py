@@ -2,13 +2,13 @@
 optionally shown as a plain file through nbdfuse), or an LV of a loop-backed volume group.
 
 The experiments compare how the *host* presents the same bytes to the hypervisor. Each way is a kind in
-the registry guestbench.storage.host_kinds.KINDS (one module each); this module is what the rest of
-guestbench uses: `HostStorage` makes drives of any kind, `availability` says whether this host can.
+the registry guestbench.storage.backing_kinds.KINDS (one module each); this module is what the rest of
+guestbench uses: `Backings` makes drives of any kind, `availability` says whether this host can.
 
 Nothing may leak. Everything is recorded in a state file in the work dir (with the owner's pid and start
-time) before, or right after, it exists (guestbench.storage.host_build). Servers die with the process
+time) before, or right after, it exists (guestbench.storage.backing_build). Servers die with the process
 that made them; loop devices, VGs and FUSE mounts outlive it: `sweep_stale` removes those of dead owners
-on the next run (guestbench.storage.host_teardown).
+on the next run (guestbench.storage.backing_teardown).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from pathlib import Path
 
 from guestbench.util.errors import Unavailable
 from guestbench.storage.drive import Drive
-from guestbench.storage.host_build import Builder, Resources
-from guestbench.storage.host_kinds import FORMATS, KINDS, Image, nbdkit
-from guestbench.storage.host_sys import fs_type, fuse_problem, nbdkit_has, which
-from guestbench.storage.host_sweep import owner_alive, read_state, sweep_stale, sweep_workdir
-from guestbench.storage.host_teardown import STATE_FILE, stop_server, unmount
+from guestbench.storage.backing_build import Builder, Resources
+from guestbench.storage.backing_kinds import FORMATS, KINDS, Image, nbdkit
+from guestbench.storage.backing_sys import fs_type, fuse_problem, nbdkit_has, which
+from guestbench.storage.backing_sweep import owner_alive, read_state, sweep_stale, sweep_workdir
+from guestbench.storage.backing_teardown import STATE_FILE, stop_server, unmount
 from guestbench.util.units import parse_size as _parse_size
 
 HOST_KINDS = tuple(KINDS)
@@ -34,7 +34,7 @@ PREALLOCATIONS = ("off", "metadata", "falloc", "full")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 # what the rest of guestbench and the tests import from here
-__all__ = ["FORMATS", "HOST_KINDS", "KINDS", "NBD_KINDS", "PREALLOCATIONS", "STATE_FILE", "Drive", "HostStorage",
+__all__ = ["FORMATS", "HOST_KINDS", "KINDS", "NBD_KINDS", "PREALLOCATIONS", "STATE_FILE", "Drive", "Backings",
            "Unavailable", "availability", "format_problem", "parse_size", "sweep_stale",
            "volatile_availability"]
 
@@ -61,7 +61,7 @@ def availability(kind: str, as_file: bool = False, delay: bool = False) -> str |
 
 
 def volatile_availability() -> str | None:
-    """None when `HostStorage.volatile` can work here; else why not."""
+    """None when `Backings.volatile` can work here; else why not."""
     if reason := availability("nbdkit", as_file=True):
         return reason
     if not nbdkit_has("filter", "cache"):
@@ -71,7 +71,7 @@ def volatile_availability() -> str | None:
 
 def format_problem(kind: str, fmt: str) -> str | None:
     """None when `kind` can present an image of format `fmt`; else one line saying which kinds can, for a
-    scenario check (HostStorage.add would refuse it with the reason at run time)."""
+    scenario check (Backings.add would refuse it with the reason at run time)."""
     if fmt in KINDS[kind].formats:
         return None
     takes = [name for name, k in KINDS.items() if fmt in k.formats]
@@ -110,7 +110,7 @@ def _validate(kind: str, name: str, fmt: str, preallocation: str, as_file: bool,
             raise ValueError(f"delay_ms must be a positive whole number of milliseconds, got {delay_ms!r}")
 
 
-class HostStorage:
+class Backings:
     """The host-side disks of one run (or cell), all under `workdir`; a context manager.
 
     `die_with_owner=False` lets servers outlive this process: only for testing `sweep_stale` and debugging.
@@ -137,7 +137,7 @@ class HostStorage:
         """What close()/power_cut() did, in order."""
         return self._res.actions
 
-    def __enter__(self) -> HostStorage:
+    def __enter__(self) -> Backings:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -251,7 +251,7 @@ class HostStorage:
 
     def _check_open(self) -> None:
         if self._res.closed:
-            raise RuntimeError("this HostStorage is closed")
+            raise RuntimeError("this Backings is closed")
 
     def _check_new(self, name: str) -> None:
         if name in self._build.drives:

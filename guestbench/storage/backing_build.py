@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from guestbench.results import atomic_write_json
-from guestbench.storage import host_sys as hs
-from guestbench.storage.host_teardown import STATE_FILE, teardown
+from guestbench.storage import backing_sys as bs
+from guestbench.storage.backing_teardown import STATE_FILE, teardown
 from guestbench.host import procs
 
 READY_TIMEOUT_S = 30.0
@@ -24,7 +24,7 @@ FULL_PREALLOC_BYTES_PER_S = 20 * 2**20  # a slow shared disk: the timeout for wr
 
 
 class Resources:
-    """What one HostStorage made, oldest first, kept in its state file so that `sweep_stale` can undo it
+    """What one Backings made, oldest first, kept in its state file so that `sweep_stale` can undo it
     when the owner dies before undoing it itself."""
 
     def __init__(self, workdir: Path) -> None:
@@ -84,10 +84,10 @@ class Builder:
             raise ValueError(f"{image} already exists")
         self.drives[name] = {"image": str(image)}
         self.res.record({"type": "image", "path": str(image)})
-        timeout = hs.COMMAND_TIMEOUT_S
+        timeout = bs.COMMAND_TIMEOUT_S
         if preallocation in ("full", "falloc"):
             timeout += nbytes / FULL_PREALLOC_BYTES_PER_S
-        hs.check([hs.exe("qemu-img"), "create", "-q", "-f", fmt, "-o", f"preallocation={preallocation}", str(image),
+        bs.checked([bs.exe("qemu-img"), "create", "-q", "-f", fmt, "-o", f"preallocation={preallocation}", str(image),
                   str(nbytes)], timeout=timeout)
         return image
 
@@ -98,7 +98,7 @@ class Builder:
         return path
 
     def losetup(self, image: Path) -> str:
-        device = hs.check([hs.exe("losetup"), "--find", "--show", str(image)]).strip()
+        device = bs.checked([bs.exe("losetup"), "--find", "--show", str(image)]).strip()
         self.res.record({"type": "loop", "device": device, "backing": str(image)})
         return device
 
@@ -106,7 +106,7 @@ class Builder:
               ) -> subprocess.Popen[bytes]:
         """Start a server in its own process group, its output in a log file in the work dir."""
         log_path = self.path(name, f".{program}.log")
-        if self.die_with_owner and (setpriv := hs.which("setpriv")):
+        if self.die_with_owner and (setpriv := bs.which("setpriv")):
             argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -155,13 +155,13 @@ class Builder:
         pidfile = self.path(name, ".nbdfuse.pid")
         # allow_other: libvirt's qemu runs as another user; root may set it without /etc/fuse.conf
         options = ["-o", "allow_other"] if os.geteuid() == 0 else []
-        proc = self.start(name, "nbdfuse", [hs.exe("nbdfuse"), "-P", str(pidfile), *options, f"{mnt}/disk",
+        proc = self.start(name, "nbdfuse", [bs.exe("nbdfuse"), "-P", str(pidfile), *options, f"{mnt}/disk",
                                             "--unix", str(sock)])
         fuse = {"type": "fuse", "mountpoint": str(mnt)}
         self.res.record(fuse)
         self.drives[name]["fuse"] = fuse
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not (pidfile.exists() and pidfile.read_text().strip() and str(mnt) in hs.mounts()):
+        while not (pidfile.exists() and pidfile.read_text().strip() and str(mnt) in bs.mounts()):
             if proc.poll() is not None:
                 raise RuntimeError(f"nbdfuse exited with status {proc.returncode}: {self.log_tail('nbdfuse', proc)}")
             if time.monotonic() > deadline:

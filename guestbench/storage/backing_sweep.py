@@ -20,12 +20,12 @@ from typing import Any
 
 from guestbench.host import rundirs
 from guestbench.host.paths import RUN_PREFIX, temp_root
-from guestbench.storage import host_sys as hs
-from guestbench.storage.host_teardown import STATE_FILE, teardown, unmount
+from guestbench.storage import backing_sys as bs
+from guestbench.storage.backing_teardown import STATE_FILE, teardown, unmount
 from guestbench.host import procs
 
 _LOOP_RE = re.compile(r"/dev/loop[0-9]{1,6}")
-_VG_RE = re.compile(re.escape(hs.VG_PREFIX) + r"[0-9]{1,10}-[0-9]{1,10}")
+_VG_RE = re.compile(re.escape(bs.VG_PREFIX) + r"[0-9]{1,10}-[0-9]{1,10}")
 SHORT = 60  # at most this much of a value from a state file is quoted
 
 
@@ -78,7 +78,7 @@ def inside(path: object, workdir: Path) -> bool:
 
 def _loop_inside(device: object, workdir: Path) -> bool:
     return isinstance(device, str) and _LOOP_RE.fullmatch(device) is not None \
-        and inside(hs.loop_backing(device), workdir)
+        and inside(bs.loop_backing(device), workdir)
 
 
 def refusal(res: dict[str, Any], workdir: Path) -> str | None:
@@ -95,7 +95,7 @@ def refusal(res: dict[str, Any], workdir: Path) -> str | None:
         return None if ok else f"loop device {_short(res.get('device'))} is not backed by a file inside it"
     if kind == "vg":
         if not isinstance(res.get("vg"), str) or not _VG_RE.fullmatch(res["vg"]):
-            return f"volume group {_short(res.get('vg'))} is not named {hs.VG_PREFIX}<pid>-<n>"
+            return f"volume group {_short(res.get('vg'))} is not named {bs.VG_PREFIX}<pid>-<n>"
         ok = _loop_inside(res.get("pv"), workdir)
         return None if ok else f"volume group {res['vg']} is not on a loop device backed by a file inside it"
     if kind == "server":
@@ -104,7 +104,7 @@ def refusal(res: dict[str, Any], workdir: Path) -> str | None:
             return f"server pid {_short(pid)} start {_short(start)} is not a process record"
         if not procs.same_process(pid, start):
             return None  # gone already: nothing will be done to it
-        if procs.proc_comm(pid) not in hs.SERVER_PROGRAMS or not procs.names(pid, workdir):
+        if procs.proc_comm(pid) not in bs.SERVER_PROGRAMS or not procs.names(pid, workdir):
             return f"process {pid} is not a server of the user's naming it"
         return None
     return f"unknown resource type {_short(kind)}"
@@ -127,19 +127,19 @@ def sweep_workdir(workdir: Path, state: dict[str, Any]) -> list[str]:
     prefix = str(workdir).rstrip("/") + "/"
     # unmount first: a dead FUSE mount makes even looking at its directory fail
     for mnt in sorted({str(r["mountpoint"]) for r in resources if r["type"] == "fuse"}
-                      | {m for m in hs.mounts() if m.startswith(prefix)}):
+                      | {m for m in bs.mounts() if m.startswith(prefix)}):
         unmount(mnt, log)
     for res in reversed(resources):
         if res["type"] == "server":
             teardown(res, None, log)
-    for pid in hs.servers_under(workdir):
+    for pid in bs.servers_under(workdir):
         teardown({"type": "server", "program": procs.proc_comm(pid), "pid": pid, "start": procs.proc_start(pid)},
                  None, log)
     for res in reversed(resources):
         if res["type"] == "vg":
             teardown(res, None, log)
     loops = {(str(r["device"]), str(r["backing"])) for r in resources if r["type"] == "loop"}
-    for device, backing in sorted(loops | set(hs.loops_under(workdir))):
+    for device, backing in sorted(loops | set(bs.loops_under(workdir))):
         teardown({"type": "loop", "device": device, "backing": backing}, None, log)
     for res in reversed(resources):
         if res["type"] in ("image", "path"):
@@ -178,7 +178,8 @@ def _storage(run_dir: Path) -> tuple[list[str], list[Path], bool]:
         if owner_alive(state):
             all_dead = False
             continue
-        owner = state.get("owner") if isinstance(state.get("owner"), dict) else {}
+        raw_owner = state.get("owner")
+        owner = raw_owner if isinstance(raw_owner, dict) else {}
         done = sweep_workdir(workdir, state)
         log += [f"{workdir} (owner pid {_short(owner.get('pid', '?'))} gone): {line}" for line in done]
         swept.append(workdir)
@@ -192,7 +193,7 @@ def _remove_run_dir(run_dir: Path) -> list[str]:
         return log + [f"kept {run_dir}: a process of that run still holds host storage in it"]
     log += [f"{run_dir}: {line}" for line in sweep_workdir(run_dir, {})]  # mounts, servers, loops at any depth
     prefix = str(run_dir) + "/"
-    if any(m.startswith(prefix) for m in hs.mounts()):
+    if any(m.startswith(prefix) for m in bs.mounts()):
         return log + [f"failed: kept {run_dir}: something is still mounted in it"]
     if users := procs.users(run_dir):  # an orphan of that run (a hypervisor) still works in it
         return log + [f"kept {run_dir}: process {users[0]} still uses it"]

@@ -1,6 +1,6 @@
 """What the host has and how to ask it: programs, device nodes, processes, mounts and loop devices.
 
-Shared by the host storage kinds (guestbench.storage.host_kinds), the building and tearing down of their
+Shared by the host storage kinds (guestbench.storage.backing_kinds), the building and tearing down of their
 pieces, and the sweep of what dead runs left. Everything here only looks, or runs one short command.
 """
 
@@ -13,11 +13,12 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
+from guestbench.host import commands
 from guestbench.host.procs import names, proc_comm
 from guestbench.util.errors import Unavailable
 
 SERVER_PROGRAMS = ("qemu-nbd", "nbdkit", "nbdfuse")
-VG_PREFIX = "guestbench-"  # volume groups guestbench makes: guestbench-<pid>-<serial> (host_kinds.lvm)
+VG_PREFIX = "guestbench-"  # volume groups guestbench makes: guestbench-<pid>-<serial> (backing_kinds.lvm)
 COMMAND_TIMEOUT_S = 60.0
 _SBIN_PATH = "/usr/local/sbin:/usr/sbin:/sbin"
 
@@ -104,12 +105,9 @@ def run(argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> subprocess.Compl
         raise RuntimeError(f"{' '.join(argv)} did not finish within {timeout:.0f} s") from None
 
 
-def check(argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> str:
+def checked(argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> str:
     """Run a short command that must succeed; its stdout."""
-    r = run(argv, timeout)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed (exit {r.returncode}): {r.stderr.strip() or r.stdout.strip()}")
-    return r.stdout
+    return commands.checked(argv, " ".join(argv), timeout, env=dict(os.environ, LVM_SUPPRESS_FD_WARNINGS="1"))
 
 
 def servers_under(directory: Path) -> list[int]:

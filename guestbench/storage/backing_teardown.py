@@ -1,5 +1,5 @@
-"""Undoing host storage: one recorded resource at a time (HostStorage.close, power cuts, and `sweep_stale` in
-guestbench.storage.host_sweep, which undoes what runs whose owner died left behind).
+"""Undoing host storage: one recorded resource at a time (Backings.close, power cuts, and `sweep_stale` in
+guestbench.storage.backing_sweep, which undoes what runs whose owner died left behind).
 
 A resource is a dict in the state file with a "type": fuse (a mount), server (a process), vg (a volume
 group), loop (a loop device), image or path (a file or an empty directory). Each undo acts only on what is
@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from guestbench.storage import host_sys as hs
+from guestbench.storage import backing_sys as bs
 from guestbench.host import procs
 
 STATE_FILE = "host-storage.json"
@@ -25,16 +25,16 @@ NBDFUSE_GRACE_S = 2.0
 # ------------------------------------------------------------------ one resource
 
 def unmount(mountpoint: str, log: list[str]) -> bool:
-    if mountpoint not in hs.mounts():
+    if mountpoint not in bs.mounts():
         return True
-    fusermount = hs.which("fusermount3") or "fusermount3"
-    r = hs.run([fusermount, "-u", mountpoint])
-    if r.returncode == 0 and mountpoint not in hs.mounts():
+    fusermount = bs.which("fusermount3") or "fusermount3"
+    r = bs.run([fusermount, "-u", mountpoint])
+    if r.returncode == 0 and mountpoint not in bs.mounts():
         log.append(f"unmounted {mountpoint}")
         return True
     # busy: a hypervisor still has the file open. Detach it now; the kernel ends it when the last user goes.
-    r = hs.run([fusermount, "-u", "-z", mountpoint])
-    if mountpoint not in hs.mounts():
+    r = bs.run([fusermount, "-u", "-z", mountpoint])
+    if mountpoint not in bs.mounts():
         log.append(f"unmounted {mountpoint} (lazily: it was busy)")
         return True
     log.append(f"failed: could not unmount {mountpoint}: {r.stderr.strip()}")
@@ -64,7 +64,7 @@ def stop_server(res: dict[str, Any], proc: subprocess.Popen[bytes] | None, log: 
         procs.killpg(pid, signal.SIGKILL)  # anything it left in its group
         return True
     # not our child (a sweep): act only if the pid is still the very process we started
-    if not procs.same_process(pid, start) or procs.proc_comm(pid) not in hs.SERVER_PROGRAMS:
+    if not procs.same_process(pid, start) or procs.proc_comm(pid) not in bs.SERVER_PROGRAMS:
         return True
     procs.kill(pid, signal.SIGKILL)
     if procs.wait_gone(pid, start, STOP_TIMEOUT_S):
@@ -76,10 +76,10 @@ def stop_server(res: dict[str, Any], proc: subprocess.Popen[bytes] | None, log: 
 
 def _detach_loop(res: dict[str, Any], log: list[str]) -> bool:
     device, backing = str(res["device"]), str(res["backing"])
-    if hs.loop_backing(device) != backing:
+    if bs.loop_backing(device) != backing:
         return True  # already detached (and maybe reused by someone else: never touch it then)
-    r = hs.run([hs.which("losetup") or "losetup", "-d", device])
-    if r.returncode == 0 or hs.loop_backing(device) != backing:
+    r = bs.run([bs.which("losetup") or "losetup", "-d", device])
+    if r.returncode == 0 or bs.loop_backing(device) != backing:
         log.append(f"detached {device}")
         return True
     log.append(f"failed: losetup -d {device}: {r.stderr.strip()}")
@@ -90,13 +90,13 @@ def _remove_vg(res: dict[str, Any], log: list[str]) -> bool:
     vg, pv = str(res["vg"]), str(res["pv"])
     devices = ["--devices", pv]
     ok = True
-    r = hs.run([hs.which("vgremove") or "vgremove", *devices, "-ff", "-y", vg])
+    r = bs.run([bs.which("vgremove") or "vgremove", *devices, "-ff", "-y", vg])
     if r.returncode == 0:
         log.append(f"removed volume group {vg}")
     elif "not found" not in (r.stderr + r.stdout).lower() and "no such" not in r.stderr.lower():
         log.append(f"failed: vgremove {vg}: {r.stderr.strip()}")
         ok = False
-    r = hs.run([hs.which("pvremove") or "pvremove", *devices, "-ff", "-y", pv])
+    r = bs.run([bs.which("pvremove") or "pvremove", *devices, "-ff", "-y", pv])
     if r.returncode == 0:
         log.append(f"removed physical volume {pv}")
     return ok

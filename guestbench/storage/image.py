@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import tempfile
 import uuid as _uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from guestbench.storage.host_kinds.base import FORMATS
+from guestbench.host import commands
+from guestbench.storage.backing_kinds.base import FORMATS
 
 FILESYSTEMS = ("ext2", "ext3", "ext4")
 FIXED_TIME = 1700000000  # every timestamp in an image (2023-11-14)
@@ -102,11 +102,4 @@ def _os_tree(root: Path, spec: ImageSpec) -> None:
 
 
 def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
-    except FileNotFoundError:
-        raise ImageError(f"{argv[0]} is not installed (needed to make disk images)") from None
-    except subprocess.TimeoutExpired:
-        raise ImageError(f"{what} did not finish within 120 s") from None
-    if proc.returncode != 0:
-        raise ImageError(f"{what} failed: {' '.join((proc.stderr or proc.stdout).split())[:300]}")
+    commands.checked(argv, what, 120, env=env, error=ImageError, missing="to make disk images")

@@ -236,7 +236,7 @@ def _loader(text: str, aliases: int, nodes: int, depth: int, fast: bool) -> Any:
     if _Parser is None or not fast:
         return _PyLoader(text, aliases, nodes, depth)
 
-    class _CLoader(_BoundedComposer, _Parser, _BoundedConstructor, yaml.resolver.Resolver):  # type: ignore[misc]
+    class _CLoader(_BoundedComposer, _Parser, _BoundedConstructor, yaml.resolver.Resolver):
         def __init__(self) -> None:
             _Parser.__init__(self, text)
             _BoundedComposer.__init__(self, aliases, nodes, depth)

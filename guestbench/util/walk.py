@@ -21,7 +21,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,7 +169,8 @@ def _listing(fd: int, path: str, suffix: str, budget: Budget) -> tuple[list[tupl
                                                                         list[tuple[str, tuple[int, int]]]]:
     """The regular `suffix` files and the subdirectories of the directory open at `fd`, by name, with the device
     and inode each had when listed (links and everything else passed over); entries counted one by one."""
-    found, dirs = [], []
+    found: list[tuple[str, tuple[int, int]]] = []
+    dirs: list[tuple[str, tuple[int, int]]] = []
     with os.scandir(fd) as entries:
         for e in entries:
             budget.counted_entries += 1
@@ -186,7 +187,7 @@ def _listing(fd: int, path: str, suffix: str, budget: Budget) -> tuple[list[tupl
     return found, dirs
 
 
-def files(top: str | Path, suffix: str, budget: Budget, newest_first: bool = False) -> Iterator[Listed]:
+def files(top: str | Path, suffix: str, budget: Budget, newest_first: bool = False) -> Generator[Listed, None, None]:
     """The regular `suffix` files below `top` (a directory the user named), each directory's in name order
     (reversed with `newest_first`: results files are named by their start) before its subdirectories', down to
     budget.depth levels. Use it with contextlib.closing: it holds a descriptor per level while it walks."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections import deque
 from dataclasses import dataclass
 
 from guestbench.workloads import Metric
@@ -55,9 +56,8 @@ def parse(text: str) -> dict[str, float]:
 
     Raise ValueError when the line is missing (dbench failed or was cut short) or reports nothing.
     """
-    m = None
-    for m in _THROUGHPUT_RE.finditer(text):
-        pass  # the last one
+    last = deque(_THROUGHPUT_RE.finditer(text), maxlen=1)  # the last one
+    m = last[0] if last else None
     if m is None:
         raise ValueError(f"no dbench 'Throughput ... MB/sec' line in the output: {_excerpt(text)}")
     throughput = float(m.group("mb"))

@@ -200,7 +200,7 @@ def parse_verify(text: str) -> TreeCount:
     return TreeCount(int(m.group(1)), int(m.group(2)), h.group(1) if h else None)
 
 
-def check(tree: TarTree, count: TreeCount) -> None:
+def confirm(tree: TarTree, count: TreeCount) -> None:
     """Raise ValueError when the extracted tree (as verify_command saw it) is not `tree`."""
     problems = []
     if count.files != tree.files:

@@ -25,8 +25,8 @@ POLL_S = 0.01
 
 
 @dataclass(frozen=True)
-class Step:
-    """What one iteration does; exactly one of seconds, fail, hang and crash."""
+class Cue:
+    """What one iteration does (a cue of the script); exactly one of seconds, fail, hang and crash."""
 
     seconds: float | None = None  # a sample of this many seconds (for a start-up: the launch too)
     fail: str | None = None  # a failed iteration, with the worker's reason; the worker goes on
@@ -37,7 +37,7 @@ class Step:
     then: Callable[[], None] | None = field(default=None, compare=False)  # called once its message is sent
 
 
-Script = Callable[[str, Request, int], Step]
+Script = Callable[[str, Request, int], Cue]
 
 
 class ScriptedExecutor:
@@ -90,11 +90,11 @@ class _Worker:
             granted = self._take_turn(i)
             if granted is not None:
                 if granted == turns.GO:
-                    step = self.ex.script(self.backend.name, self.req, i)
-                    if (ended := self._iteration(i, step)) is not None:
+                    cue = self.ex.script(self.backend.name, self.req, i)
+                    if (ended := self._iteration(i, cue)) is not None:
                         return ended
-                    if step.then is not None:
-                        step.then()
+                    if cue.then is not None:
+                        cue.then()
                     continue
                 if self.ex.aborted.is_set():
                     return WorkerExit("crash", reason="killed: the run was stopped", index=i)
@@ -119,22 +119,22 @@ class _Worker:
             time.sleep(POLL_S)
         return None
 
-    def _iteration(self, i: int, step: Step) -> WorkerExit | None:
-        """Send the iteration's messages; how the worker ended when the step ended it."""
-        if step.hang is not None:
-            limit = self.req.timeout if step.hang == "launch" else self.req.sample_timeout
-            return WorkerExit("timeout", what=step.hang, limit_s=limit, index=i)
-        if step.crash is not None:
-            return WorkerExit("crash", reason=step.crash, index=i)
-        if step.fail is not None:
-            self.say(Msg.FAILURE, i=i, reason=step.fail)
+    def _iteration(self, i: int, cue: Cue) -> WorkerExit | None:
+        """Send the iteration's messages; how the worker ended when the cue ended it."""
+        if cue.hang is not None:
+            limit = self.req.timeout if cue.hang == "launch" else self.req.sample_timeout
+            return WorkerExit("timeout", what=cue.hang, limit_s=limit, index=i)
+        if cue.crash is not None:
+            return WorkerExit("crash", reason=cue.crash, index=i)
+        if cue.fail is not None:
+            self.say(Msg.FAILURE, i=i, reason=cue.fail)
             return None
-        assert step.seconds is not None, "a step needs seconds, fail, hang or crash"
+        assert cue.seconds is not None, "a cue needs seconds, fail, hang or crash"
         if self.m.launches and (self.m.times_launch or not self.launched):
-            self.say(Msg.LAUNCHED, s=step.seconds, first=not self.launched)
+            self.say(Msg.LAUNCHED, s=cue.seconds, first=not self.launched)
             self.launched = True
-        self.say(Msg.SAMPLE, i=i, s=step.seconds, **({"metrics": step.metrics} if step.metrics else {}))
-        if step.powercut:
+        self.say(Msg.SAMPLE, i=i, s=cue.seconds, **({"metrics": cue.metrics} if cue.metrics else {}))
+        if cue.powercut:
             self.say(Msg.POWERCUT, i=i)  # the runner cuts the power and kills this worker
             self.ex.killed.wait(60)
             return WorkerExit("crash", reason="killed: the power was cut", index=i)

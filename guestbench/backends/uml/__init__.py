@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from guestbench.host import fingerprint as host
+from guestbench.host import fingerprint
 from guestbench.backends.appliance import UML_KERNEL, ApplianceError, appliance_dir, prebuilt, uml_kernel_version
 from guestbench.backends.base import (Availability, Backend, HandleConfig, hv_path, install_script,
                                       libguestfs_available)
@@ -92,7 +92,7 @@ class Uml(Backend):
         return {**super().software(), "uml_modes": list(modes())}
 
     def probe_key(self) -> dict[str, Any]:
-        v = host.versions()
+        v = fingerprint.versions()
         return {"libguestfs": v.get("libguestfs"), "uml": uml_kernel_version(), "kernel": v.get("kernel"),
                 "appliance": _built(self.appliance_flavour), "channel": self.channel, "modes": list(modes())}
 

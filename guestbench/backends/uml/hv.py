@@ -171,7 +171,8 @@ def run(args: list[str]) -> int:
     launch = parse(args)
     channel = os.environ.get(CHANNEL_ENV, "virtio")
     base = os.environ.get(WORKDIR_ENV) or "/var/tmp"
-    if len(base) + len("/uml-12345678/disk999.sock") >= SUN_PATH_MAX:  # a deep work dir (a fleet worker's, a long label)
+    # a deep work dir (a fleet worker's, a long label)
+    if len(base) + len("/uml-12345678/disk999.sock") >= SUN_PATH_MAX:
         base = "/tmp"  # the sockets must fit in an AF_UNIX address; the guardian removes this dir as any
     tmp = Path(tempfile.mkdtemp(prefix="uml-", dir=base))
     peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -227,7 +228,7 @@ def run(args: list[str]) -> int:
             # is unreaped: its group id is not ours after that), and the relay (_end_relay: libguestfs reads no more)
             signalled.append(signum)
             if uml.returncode is None:
-                _kill_group(uml.pid, signal.SIGKILL)
+                procs.killpg(uml.pid, signal.SIGKILL)
 
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(s, forward)
@@ -235,7 +236,7 @@ def run(args: list[str]) -> int:
         watching.set()  # UML is gone: what the daemon does now is its shutdown, not a failure
         if watcher is not None:
             watcher.join(2 * WATCH_S)  # its last look is over before its verdict is read
-        _kill_group(uml.pid, signal.SIGKILL)  # UML's helper processes, if any outlived it
+        procs.killpg(uml.pid, signal.SIGKILL)  # UML's helper processes, if any outlived it
         _tell(guardian, "r")  # reaped and killed: the guardian must not kill that group id later
         if relay is not None:
             _end_relay(*relay, stop, signalled, DRAIN_S + 2 * POLL_S)
@@ -247,7 +248,7 @@ def run(args: list[str]) -> int:
         stop.set()
         watching.set()
         if uml is not None and uml.returncode is None:  # an exception between its start and its reaping
-            _kill_group(uml.pid, signal.SIGKILL)
+            procs.killpg(uml.pid, signal.SIGKILL)
             uml.wait()
         if disks is not None:
             disks.stop()
@@ -278,7 +279,8 @@ def _say_drive_paths(drives: list[Drive]) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(workdir, DRIVE_PATHS_FILE))
         return
-    sys.stderr.write(f"guestbench-uml: drives: {', '.join(f'{d.path} via {d.route}' for d in drives if not d.appliance)}\n")
+    said = ", ".join(f"{d.path} via {d.route}" for d in drives if not d.appliance)
+    sys.stderr.write(f"guestbench-uml: drives: {said}\n")
     if workdir and os.path.isdir(workdir):
         fd, name = tempfile.mkstemp(dir=workdir, prefix=".drive-paths-")
         with os.fdopen(fd, "w") as f:
@@ -298,7 +300,7 @@ def _disks_failed(why: str, uml: subprocess.Popen[bytes]) -> None:
     """The storage daemon stopped serving: UML would wait on its disks for ever. End UML, then say why (a full disk
     or console must not keep UML alive)."""
     if uml.returncode is None:
-        _kill_group(uml.pid, signal.SIGKILL)
+        procs.killpg(uml.pid, signal.SIGKILL)
     try:
         sys.stderr.write(f"guestbench-uml: error: {why}\n")
         sys.stderr.flush()
@@ -360,7 +362,7 @@ def _start_guardian(tmp: Path) -> int:
                 said += chunk
             group = re.search(rb"g(\d+);", said)
             if group is not None and b"r" not in said:
-                _kill_group(int(group.group(1)), signal.SIGKILL)
+                procs.killpg(int(group.group(1)), signal.SIGKILL)
             shutil.rmtree(tmp, ignore_errors=True)
         finally:
             os._exit(0)
@@ -369,16 +371,10 @@ def _start_guardian(tmp: Path) -> int:
     return w
 
 
-def _kill_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def note_refusal(reason: str, what: str = "refused a launch") -> None:
     """Keep why a launch was refused (or ended: `what`) in the work dir too: libguestfs shows the hypervisor's
-    stderr only in verbose mode, so `guestbench exec` prints it from there after the command (guestbench.run.command)."""
+    stderr only in verbose mode, so `guestbench exec` prints it from there after the command
+    (guestbench.run.command)."""
     workdir = os.environ.get(WORKDIR_ENV)
     if workdir and os.path.isdir(workdir):
         with open(os.path.join(workdir, REFUSALS_FILE), "a") as f:

@@ -117,14 +117,17 @@ _USED = struct.Struct("<II")
 _CTRL = struct.Struct("<IHH")
 
 
-def _fence(_lock: threading.Lock = threading.Lock()) -> None:
+_FENCE = threading.Lock()
+
+
+def _fence() -> None:
     """A full memory barrier between a store to a ring and the load that follows it.
 
     The event-index handshake is store-then-load on both sides; x86 may reorder those. Taking a lock
     runs a locked instruction, which x86 orders as a full barrier (UML exists only on x86).
     """
-    _lock.acquire()
-    _lock.release()
+    _FENCE.acquire()
+    _FENCE.release()
 
 
 def _need_event(event: int, new: int, old: int) -> bool:

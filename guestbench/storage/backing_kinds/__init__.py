@@ -5,8 +5,8 @@ Adding a kind: a module here with a HostKind subclass (see base.py), and one lin
 
 from __future__ import annotations
 
-from guestbench.storage.host_kinds import file, loop, lvm, nbdkit, qemu_nbd
-from guestbench.storage.host_kinds.base import FORMATS, HostKind, Image, NbdKind
+from guestbench.storage.backing_kinds import file, loop, lvm, nbdkit, qemu_nbd
+from guestbench.storage.backing_kinds.base import FORMATS, HostKind, Image, NbdKind
 
 KINDS: dict[str, HostKind] = {kind.name: kind for kind in (
     file.File(),

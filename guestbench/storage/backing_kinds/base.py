@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from guestbench.storage.drive import Drive
-from guestbench.storage.host_build import Builder
+from guestbench.storage.backing_build import Builder
 
 FORMATS = ("raw", "qcow2")
 
@@ -32,7 +32,7 @@ class HostKind:
     """One way the host presents an image to the hypervisor.
 
     A new kind is a module with a subclass that sets the class attributes and `present`, and one line in
-    guestbench.storage.host_kinds.KINDS; HostStorage.add, `availability` and the workload's `host`
+    guestbench.storage.backing_kinds.KINDS; Backings.add, `availability` and the workload's `host`
     parameter take it from there.
     """
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from guestbench.storage.drive import Drive
-from guestbench.storage.host_build import Builder
-from guestbench.storage.host_kinds.base import HostKind, Image
+from guestbench.storage.backing_build import Builder
+from guestbench.storage.backing_kinds.base import HostKind, Image
 
 
 class File(HostKind):

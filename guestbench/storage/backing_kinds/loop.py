@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from guestbench.storage import host_sys as hs
+from guestbench.storage import backing_sys as bs
 from guestbench.storage.drive import Drive
-from guestbench.storage.host_build import Builder
-from guestbench.storage.host_kinds.base import HostKind, Image
+from guestbench.storage.backing_build import Builder
+from guestbench.storage.backing_kinds.base import HostKind, Image
 
 
 class Loop(HostKind):
@@ -18,7 +18,7 @@ class Loop(HostKind):
     formats: ClassVar[tuple[str, ...]] = ("raw",)
 
     def problem(self, delay: bool) -> str | None:
-        problem = hs.loop_problem()
+        problem = bs.loop_problem()
         return f"host {self.name} storage: {problem}" if problem else None
 
     def format_refusal(self, fmt: str) -> str:

@@ -8,11 +8,11 @@ import os
 import time
 
 from guestbench.util.errors import Unavailable
-from guestbench.storage import host_sys as hs
+from guestbench.storage import backing_sys as bs
 from guestbench.storage.drive import Drive
-from guestbench.storage.host_build import READY_TIMEOUT_S, Builder
-from guestbench.storage.host_kinds.base import Image
-from guestbench.storage.host_kinds.loop import Loop
+from guestbench.storage.backing_build import READY_TIMEOUT_S, Builder
+from guestbench.storage.backing_kinds.base import Image
+from guestbench.storage.backing_kinds.loop import Loop
 
 LV_NAME = "disk"
 _vg_serial = itertools.count(1)
@@ -30,7 +30,7 @@ class Lvm(Loop):
     def problem(self, delay: bool) -> str | None:
         if problem := super().problem(delay):
             return problem
-        problem = hs.device_mapper_problem()
+        problem = bs.device_mapper_problem()
         return _dm_refusal(problem) if problem else None
 
     def present(self, b: Builder, image: Image, as_file: bool, delay_ms: int | None) -> Drive:
@@ -42,15 +42,15 @@ class Lvm(Loop):
 def _make_lv(b: Builder, image: Image) -> str:
     """A VG of its own on a loop device over the image, and one LV of all of it; the LV's device path."""
     # checked before anything was created (availability); checked again in case the host changed
-    if problem := hs.device_mapper_problem():
+    if problem := bs.device_mapper_problem():
         raise Unavailable(_dm_refusal(problem))
     pv = b.losetup(image.path)
-    vg = f"{hs.VG_PREFIX}{os.getpid()}-{next(_vg_serial)}"  # the prefix tells a sweep it is guestbench's
+    vg = f"{bs.VG_PREFIX}{os.getpid()}-{next(_vg_serial)}"  # the prefix tells a sweep it is guestbench's
     devices = ["--devices", pv]  # look at our PV only: no scan of the host's disks, no devices file
     b.res.record({"type": "vg", "vg": vg, "pv": pv})
-    hs.check([hs.exe("pvcreate"), *devices, "-ff", "-y", pv])
-    hs.check([hs.exe("vgcreate"), *devices, vg, pv])
-    hs.check([hs.exe("lvcreate"), *devices, "-y", "-n", LV_NAME, "-l", "100%FREE", vg])
+    bs.checked([bs.exe("pvcreate"), *devices, "-ff", "-y", pv])
+    bs.checked([bs.exe("vgcreate"), *devices, vg, pv])
+    bs.checked([bs.exe("lvcreate"), *devices, "-y", "-n", LV_NAME, "-l", "100%FREE", vg])
     lv = f"/dev/{vg}/{LV_NAME}"
     mapper = f"/dev/mapper/{vg.replace('-', '--')}-{LV_NAME}"
     deadline = time.monotonic() + READY_TIMEOUT_S

@@ -9,15 +9,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from guestbench.storage import host_sys as hs
-from guestbench.storage.host_build import Builder
-from guestbench.storage.host_kinds.base import Image, NbdKind
+from guestbench.storage import backing_sys as bs
+from guestbench.storage.backing_build import Builder
+from guestbench.storage.backing_kinds.base import Image, NbdKind
 
 
 def serve(b: Builder, name: str, image: Path, filters: list[str], params: list[str]) -> Path:
     """Serve `image` with nbdkit's file plugin behind `filters`; the socket, once nbdkit answers on it."""
     sock = b.socket(name)
-    argv = [hs.exe("nbdkit"), "--foreground", "--unix", str(sock), *[f"--filter={f}" for f in filters],
+    argv = [bs.exe("nbdkit"), "--foreground", "--unix", str(sock), *[f"--filter={f}" for f in filters],
             "file", f"file={image}", *params]
     env = dict(os.environ, TMPDIR=str(b.workdir))  # the cache filter's scratch file goes here
     proc = b.start(name, "nbdkit", argv, env)
@@ -33,15 +33,15 @@ class Nbdkit(NbdKind):
     delay = True
 
     def problem(self, delay: bool) -> str | None:
-        if not hs.nbdkit_has("plugin", "file"):
+        if not bs.nbdkit_has("plugin", "file"):
             return "nbdkit has no file plugin on this host"
-        if delay and not hs.nbdkit_has("filter", "delay"):
+        if delay and not bs.nbdkit_has("filter", "delay"):
             return "nbdkit has no delay filter on this host"
         return None
 
     def format_refusal(self, fmt: str) -> str:
-        version = hs.nbdkit_config().get("version", "?")
-        why = ("its qcow2dec filter only reads" if hs.nbdkit_has("filter", "qcow2dec")
+        version = bs.nbdkit_config().get("version", "?")
+        why = ("its qcow2dec filter only reads" if bs.nbdkit_has("filter", "qcow2dec")
                else f"nbdkit {version} has no qcow2dec filter (newer ones have a read-only one)")
         return f"nbdkit serves raw images only here: {why}; use qemu-nbd to serve qcow2"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from guestbench.storage import host_sys as hs
-from guestbench.storage.host_build import Builder
-from guestbench.storage.host_kinds.base import Image, NbdKind
+from guestbench.storage import backing_sys as bs
+from guestbench.storage.backing_build import Builder
+from guestbench.storage.backing_kinds.base import Image, NbdKind
 
 
 class QemuNbd(NbdKind):
@@ -19,7 +19,7 @@ class QemuNbd(NbdKind):
         sock = b.socket(image.name)
         # --cache=writeback: the host page cache, flushes honoured, as for the file kind (qemu's default
         # drive cache mode); --persistent: libguestfs connects once per launch, and our readiness probe too
-        proc = b.start(image.name, "qemu-nbd", [hs.exe("qemu-nbd"), f"--socket={sock}", f"--format={image.format}",
+        proc = b.start(image.name, "qemu-nbd", [bs.exe("qemu-nbd"), f"--socket={sock}", f"--format={image.format}",
                                                 "--cache=writeback", "--aio=threads", "--persistent", "--shared=16",
                                                 str(image.path)])
         b.wait_nbd(sock, proc, "qemu-nbd")

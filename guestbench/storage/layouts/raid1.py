@@ -42,7 +42,8 @@ class Raid1(Layout):
         stack.layers = [f"{disks[0]}: disk", f"{disks[1]}: disk"]
         if self.slow:
             q = shlex.quote(legs[1])
-            sh_exclusive(g, f"dmsetup remove {SLOW_LEG} >/dev/null 2>&1; modprobe dm-delay && s=$(blockdev --getsz {q}) && "
+            sh_exclusive(g, f"dmsetup remove {SLOW_LEG} >/dev/null 2>&1; modprobe dm-delay && "
+                  f"s=$(blockdev --getsz {q}) && "
                   f"echo \"0 $s delay {q} 0 {b.delay_ms} {q} 0 {b.delay_ms}\" | dmsetup create {SLOW_LEG} && "
                   f"udevadm settle", "making the slow leg with dm-delay")
             stack.resources.append(("dm", SLOW_LEG))
