@@ -19,8 +19,10 @@ from rich.console import Console
 
 from guestbench.analysis import compare
 from guestbench.host.fingerprint import fingerprint as this_host
-from guestbench.analysis import stats
-from guestbench.analysis.compare import CI_METHOD, TEST_METHOD
+from guestbench.analysis import machines, stats
+from guestbench.cli.common import percent
+from guestbench.analysis.compare import CI_METHOD
+from guestbench.analysis.stats import TEST_METHOD
 from guestbench.output.export.csv import COMPARISON_HEADER as CSV_HEADER
 from guestbench.util.errors import UserError
 from guestbench.output.render import terminal
@@ -93,7 +95,7 @@ def test_identical_files_ratio_one(tmp_path: Path, fingerprint: dict[str, Any], 
         assert r.p_value == 1.0
         assert r.verdict == "no significant change"
         assert not r.is_regression(10)
-    assert compare.check_hosts(doc, doc) == []
+    assert machines.machine_differences(doc, doc) == []
     status, out, err = run(capsys, base, base, "--fail-above", "10%")
     assert (status, err) == (0, "")
     assert "1.00×" in out and "REGRESSION" not in out
@@ -134,7 +136,7 @@ def test_three_vs_three_notes_too_few_samples_but_threshold_still_fails(tmp_path
     base = write_results(tmp_path / "b.json", {("tcg", "startup"): [10.0, 10.1, 9.9]}, fingerprint)
     other = write_results(tmp_path / "o.json", {("tcg", "startup"): [12.0, 12.1, 11.9]}, fingerprint)
     [r] = compare.compare_docs(load_results(base), load_results(other))
-    assert compare.min_attainable_p(3, 3) == pytest.approx(0.1)
+    assert stats.min_attainable_p(3, 3) == pytest.approx(0.1)
     assert r.p_value == pytest.approx(0.1)  # as separated as 3 vs 3 can be
     assert r.verdict == "no significant change"
     assert r.note is not None and "too few samples for the test to reach p<0.05" in r.note
@@ -151,23 +153,23 @@ def test_three_vs_three_notes_too_few_samples_but_threshold_still_fails(tmp_path
 
 def test_small_n_against_many_gets_a_milder_note() -> None:
     r = compare.compare_samples(("tcg", "host", "startup"), [10.0, 10.1, 9.9], SLOWER8)
-    assert compare.min_attainable_p(3, 8) < 0.05
+    assert stats.min_attainable_p(3, 8) < 0.05
     assert r.verdict == "slower" and r.note is not None and "few samples" in r.note
     assert "too few" not in r.note
 
 
 def test_ties_use_the_normal_approximation() -> None:
-    assert compare.mann_whitney([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])[:2] == (pytest.approx(0.1), "exact")
-    p, method, other_larger = compare.mann_whitney([1.0, 2.0, 3.0], [3.0, 5.0, 6.0])
+    assert stats.mann_whitney([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])[:2] == (pytest.approx(0.1), "exact")
+    p, method, other_larger = stats.mann_whitney([1.0, 2.0, 3.0], [3.0, 5.0, 6.0])
     assert method == "asymptotic" and other_larger and 0.05 < p < 1
 
 
 def test_parse_fail_above() -> None:
-    assert compare.parse_fail_above("10%") == compare.parse_fail_above("10") == 10.0
-    assert compare.parse_fail_above("0.1") == 0.1  # a bare number is percent, always
+    assert percent("10%") == percent("10") == 10.0
+    assert percent("0.1") == 0.1  # a bare number is percent, always
     for bad in ("abc", "-5", "0", "nan", "inf", "", "%"):
         with pytest.raises(UserError, match="--fail-above"):
-            compare.parse_fail_above(bad)
+            percent(bad)
 
 
 def test_param_differences_are_reported(tmp_path: Path, fingerprint: dict[str, Any]) -> None:
@@ -247,8 +249,8 @@ def test_software_update_is_compared_and_named(tmp_path: Path, fingerprint: dict
     changed["kernel"] = "9.9.9-test"
     changed["versions"]["qemu"] = "99.0.0"
     other = write_results(tmp_path / "o.json", {("tcg", "startup"): SLOWER8}, changed)
-    assert compare.check_hosts(load_results(base), load_results(other)) == []
-    assert compare.software_changes(load_results(base), load_results(other)) == [
+    assert machines.machine_differences(load_results(base), load_results(other)) == []
+    assert machines.software_changes(load_results(base), load_results(other)) == [
         f"kernel: {fingerprint['kernel']!r} vs '9.9.9-test'",
         f"qemu: {fingerprint['versions']['qemu']!r} vs '99.0.0'"]
     status, out, err = run(capsys, base, other, "--fail-above", "10")
@@ -260,7 +262,7 @@ def test_different_machine_refused_then_forced(tmp_path: Path, fingerprint: dict
     changed = copy.deepcopy(fingerprint)
     changed["cores"] = 64
     other = write_results(tmp_path / "o.json", {("tcg", "startup"): SLOWER8}, changed)
-    assert compare.check_hosts(load_results(base), load_results(other)) == [
+    assert machines.machine_differences(load_results(base), load_results(other)) == [
         f"cores: {fingerprint['cores']!r} vs 64"]
     status, out, err = run(capsys, base, other, "--fail-above", "10")
     assert status == 2 and out == ""

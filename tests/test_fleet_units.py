@@ -16,7 +16,7 @@ from rich.console import Console
 from guestbench.output.export import json as json_export
 from guestbench.output.tables import fleet as fleet_report
 from guestbench.analysis.fleet import analyze_fleet
-from guestbench.analysis import compare
+from guestbench.analysis import compare, machines
 from guestbench.util.errors import UserError
 from guestbench.results import Cell, Run, load_results
 from guestbench.results.hosts import differences, names, view
@@ -257,8 +257,8 @@ def test_compare_matches_two_fleet_runs_host_by_host() -> None:
     rows = compare.compare_docs(base, other)
     assert sorted(f"{r.backend}/{r.placement}/{r.measurement}" for r in rows) == ["uml/host@alpha/startup",
                                                                                  "uml/host@beta/startup"]
-    assert compare.check_hosts(base, other) == []
-    assert compare.software_changes(base, other) == [f"host beta: kernel: {base.host['kernel']!r} vs '6.99'"]
+    assert machines.machine_differences(base, other) == []
+    assert machines.software_changes(base, other) == [f"host beta: kernel: {base.host['kernel']!r} vs '6.99'"]
 
 
 def test_only_each_hosts_newest_message_is_read_replays_and_superseded_ones_never(tmp_path: Path) -> None:

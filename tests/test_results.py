@@ -123,6 +123,38 @@ def test_finish_interrupted_marks_unfinished_cells(tmp_path: Path) -> None:
     assert [s.to_dict() for s in run.cells[1].samples] == [{"rep": 1, "seconds": 1.0, "utc": "x"}]
 
 
+def test_the_writer_keeps_its_json_apart_from_the_typed_records(tmp_path: Path) -> None:
+    """A cell's lists change only through add_sample and add_failure; a field set to an empty list is not the typed
+    record's own (a sample appended later would be an object json cannot write, and no save would succeed after
+    it); a merged remote cell without status or failures still ends and takes a failure (review of issue 49)."""
+    from guestbench.results import Cell, Failure, Run, Sample
+
+    rf = make(tmp_path / "run.json")
+    cell = rf.add(Cell.from_dict({"backend": "tcg", "label": "a", "measurement": "startup", "placement": "host"}))
+    with pytest.raises(TypeError, match="add_sample and add_failure"):
+        rf.update_cell(cell, samples=[])
+    rf.update_cell(cell, drive_paths=[])
+    cell.drive_paths.append("ubd")
+    rf.add_sample(cell, "rep", Sample.checked(rep=1, seconds=1.0, utc="x", seq=1))
+    rf.add_failure(cell, Failure.from_dict({"rep": 2, "reason": "r"}, "failure"))
+    rf.finish("interrupted")
+    kept = read(tmp_path / "run.json")["cells"][0]
+    assert kept["drive_paths"] == [] and kept["samples"] == [{"rep": 1, "seconds": 1.0, "utc": "x", "seq": 1}]
+    assert kept["failures"] == [{"rep": 2, "reason": "r"}] and kept["status"] == "interrupted"
+
+    remote = make(tmp_path / "remote.json")
+    remote.add_cell({"backend": "uml", "label": "b"})
+    sent = read(tmp_path / "remote.json")
+    for name in ("status", "failures"):
+        del sent["cells"][0][name]
+    rf = make(tmp_path / "merged.json")
+    rf.merge_remote("placement", "nested", Run.from_dict(sent), ())
+    (theirs,) = rf.cells_where("placement", "nested")
+    rf.add_failure(theirs, Failure.from_dict({"rep": 1, "reason": "lost"}, "failure"))
+    rf.finish("failed")
+    assert read(tmp_path / "merged.json")["cells"][0]["failures"] == [{"rep": 1, "reason": "lost"}]
+
+
 # ---------------------------------------------------------------- atomic_write_json
 
 

@@ -100,6 +100,18 @@ def test_a_deferred_probe_decided_by_the_first_launch_skips_the_backends_other_c
     assert "did not finish within" in doc["cells"][0]["failures"][0]["reason"]
 
 
+def test_a_density_item_on_a_backend_its_first_launch_refused_is_passed_over_and_the_run_ends(tmp_path: Path) -> None:
+    """A density item's planned cell is only its levels' template: refused, it is not recorded (review of issue 49's
+    writer: recording its skip once stopped the run with a KeyError)."""
+    def script(backend: str, req: Request, i: int) -> Cue:
+        return Cue(hang="launch")
+    doc, _ = _run(tmp_path, {"repetitions": 1, "measurements": ["startup", {"measurement": "density",
+                                                                             "max_appliances": 2}]},
+                  script, defer_probe=True)
+    assert doc["status"] == "complete" and doc["backends"]["tcg"]["usable"] is False
+    assert [c["measurement"] for c in doc["cells"]] == ["startup"] and not doc.get("density")
+
+
 def test_a_worker_that_dies_mid_cell_is_replaced_and_the_iteration_fails(tmp_path: Path) -> None:
     calls = Counter()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from guestbench.analysis import compare, history, software
+from guestbench.analysis import history, machines, software
 from guestbench.results.model import Cell, Run, system_name
 from guestbench.plan import dryrun, cells as plan
 from guestbench.execute import supervisor
@@ -214,7 +214,7 @@ def _run(libguestfs: str, host_mode: str) -> Run:
 
 def test_compare_and_history_name_a_stacks_software_and_umls_own_mode_that_changed() -> None:
     was, now = _run("1.60.1", "ptrace"), _run("1.62.0", "seccomp")
-    lines = compare.software_changes(was, now)
+    lines = machines.software_changes(was, now)
     assert "stack sid: libguestfs: '1.60.1' vs '1.62.0'" in lines and "uml: UML's mode 'ptrace' vs 'seccomp'" in lines
     assert len([ln for ln in lines if "libguestfs" in ln]) == 1 and not [ln for ln in lines if "uml+ptrace" in ln]
     machine = history.Machine({}, "m", [history.RunEntry("a", None, history._software(was, {}), None),

@@ -11,28 +11,23 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 import numpy as np
-from guestbench.host import fingerprint
-from guestbench.util.errors import UserError, clip
+from guestbench.util.errors import UserError
 from guestbench.analysis.cells import cores_text, status
 from guestbench.results.figures import load_figures
 from guestbench.results import figures as cell_figures
 from guestbench.results.figures import SECONDS, figures
-from guestbench.results import hosts as fleet_hosts
 from guestbench.results.model import Cell, Run
-from guestbench.analysis.stats import RATIO_CI_METHOD, paired_p, paired_ratio_ci, permutation_p, ratio_ci
-from guestbench.util.units import NONE, fmt_seconds
+from guestbench.analysis.machines import machine_differences, software_changes
+from guestbench.analysis.stats import (RATIO_CI_METHOD, mann_whitney, min_attainable_p, paired_p,
+                                      paired_ratio_ci, permutation_p, ratio_ci)
+from guestbench.util.units import NONE
 
 
 ALPHA = 0.05
 
 
 MIN_N_NOTE = 4
-
-
-TEST_METHOD = ("two-sided Mann-Whitney U test (scipy.stats.mannwhitneyu; exact when there are no ties, "
-               "else normal approximation with continuity correction)")
 
 
 CI_METHOD = RATIO_CI_METHOD
@@ -125,20 +120,6 @@ class Comparison:
     by: str = "mann-whitney"  # the verdict's test: "mann-whitney" (compare) or "permutation" (ab)
 
 
-def parse_fail_above(text: str, flag: str = "--fail-above") -> float:
-    """`10%` and `10` both mean 10 percent: one reading only, so `0.1` is 0.1 percent, never 10."""
-    raw = text.strip()
-    number = raw[:-1].strip() if raw.endswith("%") else raw
-    try:
-        pct = float(number)
-    except ValueError:
-        pct = math.nan
-    if not math.isfinite(pct) or pct <= 0:
-        raise UserError(f"{text!r} is not a positive percentage; allowed: a number > 0 of percent, e.g. 10 or 10%",
-                        source="command line", key=flag)
-    return pct
-
-
 def cell_name(key: Key) -> str:
     return "/".join(part or NONE for part in key)
 
@@ -163,22 +144,6 @@ def cells_by_key(run: Run, source: str | None = None) -> dict[Key, Cell]:
                             source=source, key="cells")
         out[key] = cell
     return out
-
-
-def mann_whitney(base: Sequence[float], other: Sequence[float]) -> tuple[float, str, bool]:
-    """(p, "exact"|"asymptotic", other tends larger). Exact unless ties: scipy's exact p ignores ties."""
-    from scipy import stats as scipy_stats  # here, not at import: a second of every guestbench command's start
-
-    combined = list(base) + list(other)
-    method = "exact" if len(set(combined)) == len(combined) else "asymptotic"
-    result = scipy_stats.mannwhitneyu(other, base, alternative="two-sided", method=method)
-    p = float(result.pvalue)
-    return p, method, float(result.statistic) > len(base) * len(other) / 2
-
-
-def min_attainable_p(n_base: int, n_other: int) -> float:
-    """Smallest two-sided exact p with these sizes (total separation): 2 / C(n1+n2, n1), capped at 1."""
-    return min(1.0, 2 / math.comb(n_base + n_other, n_base))
 
 
 def _few_samples_note(n_base: int, n_other: int, rounds: int | None = None) -> str | None:
@@ -320,78 +285,6 @@ def unmatched(base: Run, other: Run) -> tuple[list[str], list[str]]:
     return only_base, only_other
 
 
-def _differences(base: Run, other: Run, key: Any) -> list[str]:
-    """What differs between the machines that ran the two sides; for two fleet runs, host by host (for the
-    hosts both ran), each line naming its host."""
-    def key_of(fp: Any) -> dict[str, Any]:
-        return key(fp if isinstance(fp, dict) else {})
-
-    def diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
-        return [f"{prefix}{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-
-    if fleet_hosts.is_fleet(base) and fleet_hosts.is_fleet(other):
-        both = [n for n in fleet_hosts.names(base) if n in fleet_hosts.names(other)]
-        return [line for n in both for line in diff(key_of(base.hosts[n].host), key_of(other.hosts[n].host),
-                                                     f"host {n}: ")]
-    return diff(key_of(base.host), key_of(other.host))
-
-
-def check_hosts(base: Run, other: Run) -> list[str]:
-    """Machine differences (CPU, cores, memory, VM, /dev/kvm), as `key: 'baseline' vs 'other'`: these make
-    timings incomparable. Empty when the machine is the same."""
-    return _differences(base, other, fingerprint.machine_key)
-
-
-def software_changes(base: Run, other: Run) -> list[str]:
-    """Kernel and libguestfs/qemu/libvirt/UML versions that changed: what a regression run is about; and a
-    stack's, where both runs ran cells on it (its cells record its software: results.model.Cell.software)."""
-    return _differences(base, other, fingerprint.software_key) + _cells_software(base, other)
-
-
-def _cells_software(base: Run, other: Run) -> list[str]:
-    """A stack's software that changed (its cells record it), and the UML mode a cell's UML chose itself."""
-    def of(run: Run) -> dict[tuple[str, str], Cell]:
-        found: dict[tuple[str, str], Cell] = {}
-        for c in run.cells:
-            if c.software and set(c.software) > {"stack"}:  # it ran (a planned cell records its stack only)
-                found.setdefault((c.host or "", c.system), c)
-        return found
-    was, now = of(base), of(other)
-    out: list[str] = []
-    for key in sorted(was.keys() & now.keys()):
-        system = key[1] if not key[0] else f"{key[1]} on host {key[0]}"
-        a, b = was[key].software or {}, now[key].software or {}
-        for k in sorted(a.keys() & b.keys()):
-            if a[k] == b[k] or k == "stack":
-                continue
-            if k == "uml_mode":
-                if was[key].uml_mode is None:  # the mode UML chose itself (one a scenario names never changes)
-                    out.append(f"{system}: UML's mode {clip(a[k])} vs {clip(b[k])}")
-            elif was[key].stack_name != "host" and (line := f"stack {was[key].stack_name}: {k}: {clip(a[k])} vs "
-                                                            f"{clip(b[k])}") not in out:
-                out.append(line)
-    return out
-
-
-def gate_hosts(base_path: str, base: Run, others: Sequence[tuple[str, Run]], *,
-               force: bool) -> list[str]:
-    """Refuse (UserError) to compare timings from different hosts unless forced; forced, one warning per file.
-
-    Every file is checked before anything is printed, so a refusal never follows half a report.
-    """
-    warnings: list[str] = []
-    for path, doc in others:
-        diffs = check_hosts(base, doc)
-        if not diffs:
-            continue
-        text = f"machine differs from the baseline {base_path}: {'; '.join(diffs)}"
-        if not force:
-            raise UserError(f"{text}; timings from different machines are not comparable; --force compares anyway",
-                            source=path)
-        warnings.append(f"{path}: {text}; comparing anyway (--force)")
-    return warnings
-
-
 def build_comparison(base: Run, other: Run, base_path: str,
                      other_path: str, noise_pct: float | None = None, by: str = "mann-whitney",
                      gate_resources: bool = False) -> Comparison:
@@ -400,7 +293,8 @@ def build_comparison(base: Run, other: Run, base_path: str,
     only_base, only_other = unmatched(base, other)
     rows = compare_docs(base, other, noise_pct, by, gate_resources)
     return Comparison(base_path=base_path, other_path=other_path, rows=rows,
-                      only_in_base=only_base, only_in_other=only_other, host_differences=check_hosts(base, other),
+                      only_in_base=only_base, only_in_other=only_other,
+                      host_differences=machine_differences(base, other),
                       software_changes=software_changes(base, other),
                       busy=busy_cells(base, "baseline") + busy_cells(other, "other"), noise_pct=noise_pct,
                       by=by)
@@ -418,22 +312,7 @@ def busy_cells(doc: Run, side: str) -> list[str]:
     return out
 
 
-def regressions(comparisons: Iterable[Comparison], fail_above_pct: float | None) -> list[str]:
-    """One line per regressed row, for the closing list and for the CI log."""
-    return [f"{r.cell}: median {r.ratio:.2f}× baseline ({fmt_value(r, r.median_base)}"
-            f"{' s' if r.figure == 'seconds' else ''} → {fmt_value(r, r.median_other)}"
-            f"{' s' if r.figure == 'seconds' else ''}) in {c.other_path}"
-            for c in comparisons for r in c.rows if r.is_regression(fail_above_pct)]
-
-
-def fmt_threshold(fail_above_pct: float | None) -> str:
-    if fail_above_pct is None:
-        return "no --fail-above threshold: nothing is flagged as a regression"
-    return (f"regression: ratio > {1 + fail_above_pct / 100:.4g} for seconds and lower-is-better figures, "
-            f"ratio < 1/{1 + fail_above_pct / 100:.4g} for higher-is-better ones (--fail-above {fail_above_pct:g}%), "
-            "whatever p says")
-
-
-def fmt_value(r: ComparisonRow, x: float) -> str:
-    """Seconds as every table prints them; another figure with its unit."""
-    return fmt_seconds(x) if r.figure == "seconds" else f"{x:.4g} {r.unit}".strip()
+def regressed(comparisons: Iterable[Comparison],
+              fail_above_pct: float | None) -> list[tuple[Comparison, ComparisonRow]]:
+    """The rows past the threshold, with their comparison: the exit status of `compare` and `ab`."""
+    return [(c, r) for c in comparisons for r in c.rows if r.is_regression(fail_above_pct)]

@@ -293,3 +293,23 @@ def paired_ratio_ci(base: Sequence[float], other: Sequence[float]) -> tuple[floa
         return math.nan, math.nan
     low, high = np.percentile(got, [2.5, 97.5])
     return float(low), float(high)
+
+
+TEST_METHOD = ("two-sided Mann-Whitney U test (scipy.stats.mannwhitneyu; exact when there are no ties, "
+               "else normal approximation with continuity correction)")
+
+
+def mann_whitney(base: Sequence[float], other: Sequence[float]) -> tuple[float, str, bool]:
+    """(p, "exact"|"asymptotic", other tends larger). Exact unless ties: scipy's exact p ignores ties."""
+    from scipy import stats as scipy_stats  # here, not at import: a second of every guestbench command's start
+
+    combined = list(base) + list(other)
+    method = "exact" if len(set(combined)) == len(combined) else "asymptotic"
+    result = scipy_stats.mannwhitneyu(other, base, alternative="two-sided", method=method)
+    p = float(result.pvalue)
+    return p, method, float(result.statistic) > len(base) * len(other) / 2
+
+
+def min_attainable_p(n_base: int, n_other: int) -> float:
+    """Smallest two-sided exact p with these sizes (total separation): 2 / C(n1+n2, n1), capped at 1."""
+    return min(1.0, 2 / math.comb(n_base + n_other, n_base))

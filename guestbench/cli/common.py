@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,3 +43,17 @@ def check_probe_timeout(args: argparse.Namespace) -> None:
         from guestbench.scenario import Checker
 
         args.probe_timeout = Checker("command line").seconds("--probe-timeout", args.probe_timeout)
+
+
+def percent(text: str, flag: str = "--fail-above") -> float:
+    """`10%` and `10` both mean 10 percent: one reading only, so `0.1` is 0.1 percent, never 10."""
+    raw = text.strip()
+    number = raw[:-1].strip() if raw.endswith("%") else raw
+    try:
+        pct = float(number)
+    except ValueError:
+        pct = math.nan
+    if not math.isfinite(pct) or pct <= 0:
+        raise UserError(f"{text!r} is not a positive percentage; allowed: a number > 0 of percent, e.g. 10 or 10%",
+                        source="command line", key=flag)
+    return pct

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from guestbench.cli.common import write_json
+from guestbench.cli.common import percent, write_json
 from guestbench.output import formats
 from guestbench.results import load_results
 from guestbench.util.errors import UserError, one_line as _one_line
@@ -15,6 +15,8 @@ from guestbench.util.lazy import on_first_use
 compare = on_first_use("guestbench.analysis.compare")
 results_doc = on_first_use("guestbench.output.results_doc")
 compare_doc = on_first_use("guestbench.output.compare_doc")
+comparison_table = on_first_use("guestbench.output.tables.comparison")
+machines = on_first_use("guestbench.analysis.machines")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -23,19 +25,19 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    fail_above = None if args.fail_above is None else compare.parse_fail_above(args.fail_above)
+    fail_above = None if args.fail_above is None else percent(args.fail_above)
     if args.format == "csv" and len(args.others) > 1:
         raise UserError("--csv compares one OTHER file (the CSV has no column naming the file); "
                         "run once per file or use --json", source="command line")
     base = load_results(args.baseline)
     others = [(path, load_results(path)) for path in args.others]
-    for warning in compare.gate_hosts(args.baseline, base, others, force=args.force):
+    for warning in machines.gate_machines(args.baseline, base, others, force=args.force):
         sys.stderr.write(f"guestbench: warning: {_one_line(warning)}\n")
-    noise = None if args.noise is None else compare.parse_fail_above(args.noise, "--noise")
+    noise = None if args.noise is None else percent(args.noise, "--noise")
     comparisons = [compare.build_comparison(base, doc, args.baseline, path, noise, gate_resources=args.gate_resources)
                    for path, doc in others]
     formats.emit(compare_doc.printable(comparisons, fail_above), args.format)
-    found = compare.regressions(comparisons, fail_above)
+    found = comparison_table.regression_lines(comparisons, fail_above)
     if found and formats.FORMATS[args.format].whole:  # the terminal's and Markdown's documents say them
         sys.stderr.write(f"guestbench: {len(found)} regression(s): {_one_line('; '.join(found))}\n")
     return 1 if found else 0
@@ -75,7 +77,7 @@ def _floors(given: list[str] | None) -> tuple[dict[str, float], float | None]:
     default = None
     for text in given or []:
         name, sep, pct = text.rpartition("=")
-        value = compare.parse_fail_above(pct if sep else text, "--noise")
+        value = percent(pct if sep else text, "--noise")
         if sep and name:
             floors[name] = value
         else:

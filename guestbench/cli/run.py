@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guestbench.analysis import ab
-from guestbench.cli.common import check_probe_timeout
+from guestbench.cli.common import check_probe_timeout, percent
 from guestbench.host.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.output import formats
 from guestbench.scenario import ab as scenario_ab, apply_overrides, load_scenario
@@ -124,8 +124,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from guestbench.run.runner import exit_status
 
     a, b = scenario_ab.parse_side(args.a, "--a"), scenario_ab.parse_side(args.b, "--b")
-    noise = compare.parse_fail_above(args.noise, "--noise")
-    fail_above = None if args.fail_above is None else compare.parse_fail_above(args.fail_above)
+    noise = percent(args.noise, "--noise")
+    fail_above = None if args.fail_above is None else percent(args.fail_above)
     sc = scenario_ab.ab_scenario(_scenario_from_args(args), a, b)
     err = rich_console.Console(stderr=True)
     rf = _run(args, sc, err)
@@ -139,7 +139,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     formats.emit(compare_doc.printable([c], fail_above), args.format)
     err.print("results: ", inert(rf.path), sep="", highlight=False)
     status = exit_status(run)
-    return status or (1 if compare.regressions([c], fail_above) else 0)
+    return status or (1 if compare.regressed([c], fail_above) else 0)
 
 
 def cmd_nested(args: argparse.Namespace) -> int:

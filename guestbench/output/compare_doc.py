@@ -21,7 +21,7 @@ def printable(comparisons: Sequence[compare.Comparison], fail_above_pct: float |
 
 def compare_document(comparisons: Sequence[compare.Comparison], fail_above_pct: float | None) -> Document:
     sections = [_section(c, fail_above_pct) for c in comparisons]
-    found = compare.regressions(comparisons, fail_above_pct)
+    found = comparison_table.regression_lines(comparisons, fail_above_pct)
     tail = Section("", parts=[Bullets(found, title="Regressions", lead="REGRESSION", style="regression")] if found
                    else [Heading("Regressions"),
                          Para(comparison_table.no_regression_text(fail_above_pct),

@@ -87,8 +87,9 @@ class Chart:
 
 
 @dataclass(frozen=True)
-class Figure:
-    """A chart (only `guestbench report` draws them: matplotlib is slow to import)."""
+class ChartPart:
+    """A chart in a document, with its file stem and caption (only `guestbench report` draws them: matplotlib is
+    slow to import). Not a results figure (guestbench.results.figures): a figure is a measured quantity."""
 
     chart: Chart
     stem: str  # file name without extension
@@ -99,7 +100,7 @@ class Figure:
         return f"{self.stem}.png"
 
 
-Part = Union[Heading, Para, Table, Bullets, Figure]
+Part = Union[Heading, Para, Table, Bullets, ChartPart]
 
 
 @dataclass
@@ -120,17 +121,17 @@ class Document:
     def tables(self) -> list[Table]:
         return [p for s in self.sections for p in s.parts if isinstance(p, Table)]
 
-    def figures(self) -> list[Figure]:
-        return [p for s in self.sections for p in s.parts if isinstance(p, Figure)]
+    def chart_parts(self) -> list[ChartPart]:
+        return [p for s in self.sections for p in s.parts if isinstance(p, ChartPart)]
 
-    def distinct_figures(self) -> None:
-        """Give each figure a file stem no other figure of the document has: `slug` maps labels that differ only
+    def distinct_stems(self) -> None:
+        """Give each chart part a file stem no other one of the document has: `slug` maps labels that differ only
         in punctuation ("a b", "a/b") to one stem, and one chart's files would silently replace the other's. The
         first keeps its stem; a later one adds a hash of its chart's title (the whole label), then a number."""
         taken: set[str] = set()
         for s in self.sections:
             for i, p in enumerate(s.parts):
-                if not isinstance(p, Figure):
+                if not isinstance(p, ChartPart):
                     continue
                 stem = p.stem
                 if stem in taken:

@@ -5,9 +5,10 @@ line gets its flag from here."""
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
+
+from guestbench.util.lazy import on_first_use
 
 if TYPE_CHECKING:
     from guestbench.output.document import Document
@@ -42,4 +43,4 @@ DEFAULT = "table"
 
 
 def emit(p: Printable, fmt: str) -> None:
-    importlib.import_module(FORMATS[fmt].module).emit(p)
+    on_first_use(FORMATS[fmt].module).emit(p)

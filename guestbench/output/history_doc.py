@@ -9,7 +9,7 @@ from pathlib import Path
 
 from guestbench.analysis.history import MAX_RUNS
 from guestbench.analysis.history_gate import HistoryFindings
-from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Section, slug
+from guestbench.output.document import Bullets, Document, ChartPart, Heading, Para, Part, Section, slug
 from guestbench.output.export import json as json_export
 from guestbench.output.formats import Printable
 from guestbench.output.tables import history as history_table
@@ -29,12 +29,12 @@ def page(f: HistoryFindings, out_dir: Path) -> None:
     from guestbench.output import charts  # matplotlib: only the page pays for importing it
     from guestbench.output.render import html
 
-    figs = {(s.machine, s.key): Figure(chart, f"{chart.name}", chart.caption)
+    figs = {(s.machine, s.key): ChartPart(chart, f"{chart.name}", chart.caption)
             for s in f.history.series if len(s.points) > 1 for chart in [charts.trend_chart(f, s)]}
     html.write_document(document(f, charts=figs), out_dir, key="--html")
 
 
-def document(f: HistoryFindings, *, charts: dict[tuple[int, str], Figure] | None = None) -> Document:
+def document(f: HistoryFindings, *, charts: dict[tuple[int, str], ChartPart] | None = None) -> Document:
     """`charts`: a trend chart per machine and series key (the HTML page)."""
     h, judged = f.history, f.baseline
     sections = []

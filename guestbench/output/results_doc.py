@@ -30,7 +30,7 @@ from guestbench.results.model import Run
 from guestbench.output.tables import cost as cost_table
 from guestbench.output.tables import software as software_table
 from guestbench.util.reasons import short_reason
-from guestbench.output.document import Bullets, Document, Figure, Para, Part, Section, Table, slug
+from guestbench.output.document import Bullets, Document, ChartPart, Para, Part, Section, Table, slug
 from guestbench.output.formats import Printable
 from guestbench.util.units import NONE
 
@@ -215,8 +215,8 @@ def _charts(s: Findings) -> Any:  # a charts.DocumentCharts
     return charts.document_charts(s)
 
 
-def _figure(chart: Any, stem: str | None) -> Figure:
-    return Figure(chart, f"{stem}-{chart.name}", chart.encoding)
+def _figure(chart: Any, stem: str | None) -> ChartPart:
+    return ChartPart(chart, f"{stem}-{chart.name}", chart.encoding)
 
 
 def _unique_stem(path: str, taken: set[str]) -> str:

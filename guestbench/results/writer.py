@@ -51,12 +51,18 @@ def _put(record: Record, out: dict[str, Any], name: str, value: Any) -> None:
     if name in record.FIELDS:
         typed = value if isinstance(value, Record) else record.FIELDS[name](value, name)
         setattr(record, name, typed)
-        out[name] = plain(typed)
+        out[name] = _detached(plain(typed), typed)
     else:  # a field this guestbench does not know: kept as it came (a newer worker's)
         record.extra[name] = value
         out[name] = value
     if name not in record.source_keys:
         record.source_keys += (name,)
+
+
+def _detached(value: Any, typed: Any) -> Any:
+    """The JSON of a field, never the typed record's own list (an empty list's plain form is the list itself): a
+    record appended to it later would otherwise land in the document as an object json cannot write."""
+    return list(value) if isinstance(value, list) and value is typed else value
 
 
 def _update(out: dict[str, Any], cls: type[Record], fields: dict[str, Any]) -> None:
@@ -142,8 +148,8 @@ class ResultsWriter:
     def batch(self) -> Iterator[None]:
         """Several changes, one rewrite at the end (a batch of fleet snapshots, a host written off)."""
         with self.lock:
-            self._held += 1
             try:
+                self._held += 1
                 yield
             finally:
                 self._held -= 1
@@ -175,6 +181,8 @@ class ResultsWriter:
         with self.lock:
             before = self._density.get(id(density))
             out = density.to_dict()
+            if "levels" in out:
+                out["levels"] = _detached(out["levels"], density.levels)
             others = [d for d in self.doc.get("density") or [] if before is None or d is not before[1]]
             self.doc["density"] = [*others, out]
             self._density[id(density)] = (density, out)
@@ -186,7 +194,7 @@ class ResultsWriter:
             self.doc["status"] = status
             self.doc["finished_utc"] = utc_now()
             for out in self.doc["cells"]:
-                if out["status"] in UNFINISHED:
+                if out.get("status") in UNFINISHED:
                     out["status"] = "interrupted" if status == "interrupted" else out["status"]
                     if (cell := self._typed.get(id(out))) is not None:
                         cell.status = out["status"]
@@ -248,6 +256,8 @@ class ResultsWriter:
     def update_cell(self, cell: Cell, **fields: Any) -> None:
         """Facts about a cell learned while it runs (its software, set-up record, verification, disk, precision),
         each read as a file's value is; a field it did not have goes after the rest."""
+        if refused := sorted(set(fields) & set(LISTS)):
+            raise TypeError(f"{', '.join(refused)}: recorded by add_sample and add_failure, not update_cell")
         with self.lock:
             out = self._json[id(cell)]
             for name, value in fields.items():
@@ -257,16 +267,16 @@ class ResultsWriter:
     def add_sample(self, cell: Cell, kind: str, sample: Sample) -> None:
         """A timed iteration: a measured repetition (`kind` "rep"), or a warm-up."""
         name = "samples" if kind == "rep" else "warmups"
-        with self.lock:
+        with self.lock:  # the JSON first: what is saved never lags the typed record
+            self._json[id(cell)].setdefault(name, []).append(sample.to_dict())
             getattr(cell, name).append(sample)
-            self._json[id(cell)][name].append(sample.to_dict())
             self._changed()
 
     def add_failure(self, cell: Cell, failure: Failure) -> None:
         """An iteration that produced no sample, and why."""
-        with self.lock:
+        with self.lock:  # a remote cell may lack the list (only backend and label are required of it)
+            self._json[id(cell)].setdefault("failures", []).append(failure.to_dict())
             cell.failures.append(failure)
-            self._json[id(cell)]["failures"].append(failure.to_dict())
             self._changed()
 
     def cells_where(self, key: str, value: str) -> list[Cell]:

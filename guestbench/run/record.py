@@ -113,15 +113,23 @@ class Recorder:
 
     def update(self, cell: Cell, **fields: Any) -> None:
         """Facts about the cell learned while it runs: its set-up record, its verification, its disk, its
-        precision (each read as a results file's value is)."""
-        self.results.update_cell(cell, **fields)
+        precision (each read as a results file's value is). One the model refuses is left out and said: the run
+        goes on, and its file stays one every reader takes."""
+        for name, value in fields.items():
+            self._update(cell, name, value)
+
+    def _update(self, cell: Cell, name: str, value: Any) -> None:
+        try:
+            self.results.update_cell(cell, **{name: value})
+        except ModelError as e:
+            self._say("[yellow]![/] ", f"{system_of(cell)} · {cell.label}: not recorded: {e}")
 
     # ------------------------------------------------------------------ iterations
     def cold(self, cell: Cell, seconds: float) -> None:
         """A measurement that does not time the launch keeps its first launch's time apart."""
         with self.lock:
             if cell.cold_s is None:
-                self.results.update_cell(cell, cold_s=seconds)
+                self._update(cell, "cold_s", seconds)
 
     def sample(self, cell: Cell, it: Iteration, seconds: float, *, phases: list[dict[str, Any]] | None = None,
                metrics: dict[str, float | str] | None = None, extra: dict[str, Any] | None = None) -> None:
@@ -129,7 +137,7 @@ class Recorder:
         refused = None
         with self.lock:
             if kind == "cold":
-                self.results.update_cell(cell, cold_s=seconds)
+                self._update(cell, "cold_s", seconds)
             else:
                 extra = self._shared(seconds, dict(extra or {}))
                 utc, seq = utc_now(), self._next_seq()

@@ -161,8 +161,9 @@ class Runner:
         if not measurement_of(g.cells[0]).launches:
             ctx.gate.probe_deferred(g.backend)  # a command's exit is no verdict: probe it first
         if (refusal := ctx.gate.refusal(g.backend)) is not None:
-            for cell in g.cells:
-                ctx.recorder.skip(cell, len(g.iterations), refusal)
+            if not measurement_of(g.cells[0]).density:  # a density group's cell is a template, never recorded
+                for cell in g.cells:
+                    ctx.recorder.skip(cell, len(g.iterations), refusal)
             return False
         return True
 

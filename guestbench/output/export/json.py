@@ -19,8 +19,9 @@ from guestbench.analysis.history_gate import HistoryFindings
 from guestbench.analysis.steps import METHOD as HISTORY_METHOD
 from guestbench.analysis.stats import CI_METHOD, OUTLIER_METHOD, RATIO_CI_METHOD, Summary
 from guestbench.output.tables.phases import phase_tables
-from guestbench.analysis.compare import ALPHA, Comparison, ComparisonRow, TEST_METHOD, fmt_threshold, regressions
-from guestbench.analysis.stats import PAIRED_METHOD, PERMUTATION_METHOD
+from guestbench.analysis.compare import ALPHA, Comparison, ComparisonRow
+from guestbench.output.tables.comparison import fmt_threshold, regression_lines
+from guestbench.analysis.stats import PAIRED_METHOD, PERMUTATION_METHOD, TEST_METHOD
 from collections.abc import Sequence
 from guestbench.analysis.cells import Row
 from guestbench.util.units import number
@@ -185,7 +186,7 @@ def comparison_summary(comparisons: Sequence[Comparison], fail_above_pct: float 
             "only_in_baseline": c.only_in_base, "only_in_other": c.only_in_other,
             "rows": [_comparison_row(r, fail_above_pct) for r in c.rows],
         } for c in comparisons],
-        "regressions": regressions(comparisons, fail_above_pct),
+        "regressions": regression_lines(comparisons, fail_above_pct),
     }
 
 

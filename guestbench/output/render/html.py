@@ -21,7 +21,7 @@ from pathlib import Path
 
 from guestbench.host import safe_write
 from guestbench.util.errors import UserError, printable
-from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Table, slug
+from guestbench.output.document import Bullets, Document, ChartPart, Heading, Para, Part, Table, slug
 from guestbench.output.render.markdown import to_markdown
 from guestbench.output.results_doc import report_document
 from guestbench.results import Run, atomic_write_bytes
@@ -104,7 +104,7 @@ def _part(p: Part, level: int) -> str:
             return head + f"<p>{_e(p.empty)}</p>" if p.title else ""
         cls = f' class="{p.style}"' if p.style else ""
         return head + "<ul>\n" + "\n".join(f"<li{cls}>{_e(i)}</li>" for i in p.items) + "\n</ul>"
-    if isinstance(p, Figure):
+    if isinstance(p, ChartPart):
         data = base64.b64encode(p.chart.png).decode("ascii")
         return (f'<figure>\n<img src="data:image/png;base64,{data}" width="{_png_width(p.chart.png)}" '
                 f'alt="{_e(p.chart.title)}">\n<figcaption>{_e(p.caption)} Files: {_e(p.stem)}.png, '
@@ -144,9 +144,9 @@ def write_document(document: Document, out_dir: Path, key: str = "--output") -> 
     """A document as index.html, report.md and its charts (PNG and SVG) in `out_dir`, each file replacing only
     a regular file of this user's (host.safe_write); the paths written."""
     safe_write.resolve_dir(out_dir, "report directory", make=True)
-    document.distinct_figures()  # one file per chart, whatever its label: before the pages name the files
+    document.distinct_stems()  # one file per chart, whatever its label: before the pages name the files
     files: list[tuple[str, bytes]] = []
-    for fig in document.figures():
+    for fig in document.chart_parts():
         files += [(fig.png_name, fig.chart.png), (f"{fig.stem}.svg", fig.chart.svg)]
     files += [(INDEX, to_html(document).encode()), (MARKDOWN, to_markdown(document).encode())]
     for name, _ in files:

@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from guestbench.util.errors import printable
-from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Table
+from guestbench.output.document import Bullets, Document, ChartPart, Heading, Para, Part, Table
 
 if TYPE_CHECKING:
     from guestbench.output.formats import Printable
@@ -81,7 +81,7 @@ def _part(p: Part, level: int) -> list[str]:
         if p.kind == "meta":
             return [f"{md_text(p.text)}  "]
         return [f"**{md_text(p.text)}**" if p.kind == "bad" else md_text(p.text)]
-    if isinstance(p, Figure):
+    if isinstance(p, ChartPart):
         return [f"![{md_text(p.chart.title)}]({p.png_name})", "",
                 f"Chart: {md_text(p.caption)} (also {md_text(p.stem)}.svg)"]
     raise TypeError(f"not a document part: {p!r}")

@@ -15,7 +15,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from guestbench.util.errors import inert, printable
-from guestbench.output.document import Bullets, Document, Figure, Heading, Para, Part, Table
+from guestbench.output.document import Bullets, Document, ChartPart, Heading, Para, Part, Table
 
 if TYPE_CHECKING:
     from guestbench.output.formats import Printable
@@ -53,7 +53,7 @@ def _part(p: Part, console: Console) -> None:
         console.print(_text(p.text, style="bold"))
     elif isinstance(p, Para):
         _para(p, console)
-    elif isinstance(p, Figure):
+    elif isinstance(p, ChartPart):
         pass  # charts are files of `guestbench report`
 
 

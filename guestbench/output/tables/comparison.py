@@ -3,10 +3,11 @@ notes (`guestbench compare`, `guestbench ab`)."""
 
 from __future__ import annotations
 import math
-from guestbench.analysis.stats import PAIRED_METHOD, PERMUTATION_METHOD
-from guestbench.util.units import NONE
-from guestbench.analysis.compare import (ALPHA, CI_METHOD, Comparison, ComparisonRow, TEST_METHOD, fmt_value,
-                                         fmt_threshold)
+from guestbench.analysis.stats import PAIRED_METHOD, PERMUTATION_METHOD, TEST_METHOD
+from guestbench.util.units import NONE, fmt_seconds
+from collections.abc import Iterable
+
+from guestbench.analysis.compare import ALPHA, CI_METHOD, Comparison, ComparisonRow, regressed
 
 
 COLUMNS = ("backend", "placement", "measurement", "n base", "n other", "median base", "median other",
@@ -79,3 +80,24 @@ def no_regression_text(fail_above_pct: float | None) -> str:
     if fail_above_pct is None:
         return "None flagged: no --fail-above threshold given."
     return f"None: no ratio above {1 + fail_above_pct / 100:.4g}."
+
+
+def regression_lines(comparisons: Iterable[Comparison], fail_above_pct: float | None) -> list[str]:
+    """One line per regressed row, for the closing list and for the CI log."""
+    return [f"{r.cell}: median {r.ratio:.2f}× baseline ({fmt_value(r, r.median_base)}"
+            f"{' s' if r.figure == 'seconds' else ''} → {fmt_value(r, r.median_other)}"
+            f"{' s' if r.figure == 'seconds' else ''}) in {c.other_path}"
+            for c, r in regressed(comparisons, fail_above_pct)]
+
+
+def fmt_threshold(fail_above_pct: float | None) -> str:
+    if fail_above_pct is None:
+        return "no --fail-above threshold: nothing is flagged as a regression"
+    return (f"regression: ratio > {1 + fail_above_pct / 100:.4g} for seconds and lower-is-better figures, "
+            f"ratio < 1/{1 + fail_above_pct / 100:.4g} for higher-is-better ones (--fail-above {fail_above_pct:g}%), "
+            "whatever p says")
+
+
+def fmt_value(r: ComparisonRow, x: float) -> str:
+    """Seconds as every table prints them; another figure with its unit."""
+    return fmt_seconds(x) if r.figure == "seconds" else f"{x:.4g} {r.unit}".strip()
