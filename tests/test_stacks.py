@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from guestbench.host import os_release
 from guestbench.stacks import sandbox, sources, store
 from guestbench.util.errors import UserError
 
@@ -89,7 +90,7 @@ def test_a_suites_sources_are_the_machines_debian_ones_with_the_suite_replaced(t
         "deb [trusted=yes] http://local.example/debian trixie main"]  # no vendor's, no disc, no backports
     sid = [s.suite for s in sources.for_suite("sid", found, "bookworm", lists)]
     assert sid == ["sid", "sid", "sid"]  # unstable has no -updates or -security
-    assert sources.host_codename('PRETTY_NAME="Debian GNU/Linux 12"\nVERSION_CODENAME=bookworm\n') == "bookworm"
+    assert os_release.codename('PRETTY_NAME="Debian GNU/Linux 12"\nVERSION_CODENAME=bookworm\n') == "bookworm"
 
 
 @pytest.mark.parametrize("suite, why", [("tri xie", "is not a Debian suite name"), ("../x", "is not a Debian suite"),

@@ -16,7 +16,7 @@ from typing import Any
 from guestbench.host import fingerprint, owned
 from guestbench.util.errors import UserError
 from guestbench.backends.appliance import appliance_dir, host_kernel_version
-from guestbench.stacks.sources import host_codename
+from guestbench.host import os_release
 from guestbench.host.paths import WORKDIR_ENV, scratch_env
 
 QEMU = "qemu-system-x86_64"
@@ -231,7 +231,7 @@ def install_script(path: Path, text: str) -> Path:
 def _suite() -> str:
     """The machine's Debian suite ('' on a machine whose os-release names none)."""
     try:
-        return host_codename()
+        return os_release.codename()
     except UserError:
         return ""
 

@@ -31,7 +31,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
-from guestbench.host import locks, procs, rundirs
+from guestbench.host import locks, os_release, procs, rundirs
 from guestbench.stacks import sources as apt_sources
 from guestbench.stacks import store
 from guestbench.util.errors import UserError
@@ -170,7 +170,7 @@ def build(name: str, suite: str, packages: str, force: bool, say: Callable[[str]
         say(line)
     out = base / store.check_name(name)
     lines = [s.line() for s in apt_sources.for_suite(suite, apt_sources.machine_sources(),
-                                                     apt_sources.host_codename())]
+                                                     os_release.codename())]
     builder = builder_version()
     try:
         with locks.exclusive(base / ".lock", "the stacks", LOCK_WAIT_S):

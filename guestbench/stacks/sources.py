@@ -48,18 +48,6 @@ class Source:
         return None
 
 
-def host_codename(os_release: str | None = None) -> str:
-    try:
-        text = os_release if os_release is not None else Path("/etc/os-release").read_text()
-    except OSError as e:
-        raise UserError(f"cannot read it ({e.strerror})", source="/etc/os-release", key="VERSION_CODENAME") from None
-    found = re.search(r"^VERSION_CODENAME=\"?([a-z]+)\"?$", text, re.M)
-    if not found:
-        raise UserError("/etc/os-release names no VERSION_CODENAME: cannot tell which suite the machine's apt "
-                        "sources are for", source="/etc/os-release", key="VERSION_CODENAME")
-    return found.group(1)
-
-
 def parse_deb822(text: str) -> list[Source]:
     """The `deb` entries of a deb822 .sources file (one per URI and suite); `Enabled: no` stanzas skipped."""
     out: list[Source] = []
