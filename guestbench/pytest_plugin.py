@@ -26,7 +26,8 @@ import contextlib
 import statistics
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -158,7 +159,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture
-def guestbench_backend(request: pytest.FixtureRequest) -> Iterator["BackendUnderTest"]:
+def guestbench_backend(request: pytest.FixtureRequest) -> Iterator[BackendUnderTest]:
     """A usable guestbench backend (parametrised over all of them; unusable ones are skipped with the reason)."""
     name = getattr(request, "param", None)
     if name is None:

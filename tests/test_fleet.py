@@ -14,7 +14,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
@@ -34,7 +35,7 @@ START_S = 300.0  # a worker probes its backends first (cached verdicts make that
 _wait = functools.partial(wait_for, every=0.2)  # a cluster's state is asked over RPC: no more often than this
 
 
-def _zombies(f: "Fleet") -> list[str]:
+def _zombies(f: Fleet) -> list[str]:
     """Ended children of the fleet's keepers (`guestbench worker`) that were never reaped."""
     return [f"{name}: {pid}" for name, keeper in f.procs.items() for pid in unreaped_children(keeper.pid)]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +30,7 @@ def write_runs(directory: Path, startup: list[float], seed: int = 1) -> list[Pat
     template = json.dumps(results("@WHEN@", {"tcg/startup": ["@S0@", "@S1@", "@S2@"],
                                              "tcg/upload-no-write": ["@U0@", "@U1@", "@U2@"]}))
     noise = 1 + 0.02 * np.random.default_rng(seed).standard_normal((len(startup), 6))
-    t0 = datetime(2020, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2020, 1, 1, tzinfo=UTC)
     directory.mkdir(parents=True)
     paths = []
     for i, level in enumerate(startup):

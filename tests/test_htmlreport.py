@@ -110,7 +110,7 @@ class Written:
     out: Path
     html: str
     markdown: str
-    page: "Page"
+    page: Page
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ import shutil
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 

@@ -7,7 +7,8 @@ import ast
 import json
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import pytest
 from rich.console import Console

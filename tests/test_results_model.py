@@ -16,7 +16,8 @@ import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import jsonschema
 import pytest

@@ -12,7 +12,8 @@ import json
 import os
 import random
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
 import pytest

@@ -19,7 +19,7 @@ import statistics
 from dataclasses import dataclass
 
 from guestbench.analysis.cells import Row
-from guestbench.scenario.prices import Prices
+from guestbench.scenario.prices import Prices as Prices  # what the cost tables say of the prices
 
 MIB_PER_GIB = 1024.0
 

@@ -17,7 +17,7 @@ from guestbench.analysis.software import Software
 from guestbench.analysis import workloads as tools
 from guestbench.analysis.cells import Row
 from guestbench.analysis.placements import Level1, Placements, placements
-from guestbench.results.hosts import Member
+from guestbench.results.hosts import Member as Member  # a fleet host's share, as output reads it
 from guestbench.results.model import Density, Placement, Run
 from guestbench.scenario.prices import Prices
 from guestbench.util.units import number

@@ -15,7 +15,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from typing import Any
 
 from guestbench.analysis import steps
@@ -185,7 +185,7 @@ def build(stored: list[Stored], floors: dict[str, float] | None = None,
         raise UserError(f"names {', '.join(unknown)}, which no series has; allowed: a cell as the table names it "
                         f"(e.g. {series[0].key if series else 'tcg/host/startup'})", source="command line",
                         key="--noise")
-    until = datetime.fromtimestamp(limit, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    until = datetime.fromtimestamp(limit, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return History([machines[mk] for mk in order], series, floors,
                    sorted((t[0] for _, t in apart), key=lambda e: (e.path, e.member or "")), until)
 
@@ -197,7 +197,7 @@ def _when(started: str | None) -> float | None:
         return None
     try:
         when = datetime.fromisoformat(started.replace("Z", "+00:00"))
-        return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+        return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
     except (ValueError, OverflowError, OSError):
         return None
 

@@ -4,11 +4,13 @@ share, in boot order across hypervisor families (the cutting of one sample is gu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from guestbench.instruments.markers import MARKERS, host_side_names
+from guestbench.instruments.markers import MARKERS
+from guestbench.instruments.markers import host_side_names as host_side_names  # the charts name them too
 from guestbench.analysis.cells import Row
 from guestbench.results.model import Cell, Sample
 

@@ -30,7 +30,8 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar
+from collections.abc import Iterable, Mapping
 
 from guestbench.host import locks
 from guestbench.host import owned

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +121,7 @@ def explain_kvm_failure(reason: str, timed_out: bool) -> str:
     return reason
 
 
-@lru_cache(maxsize=None)
+@cache
 def msr_quirk_needed(qemu: str) -> str:
     """'not-needed', 'needed' or 'unfixable': start qemu paused with KVM and `-cpu max`, then quit by QMP.
 

@@ -9,7 +9,8 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, TypeVar, cast
+from typing import Any, TypeVar, cast
+from collections.abc import Callable
 
 from guestbench.host import daemons, procs
 from guestbench.host import fingerprint

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from typing import Sequence
+from collections.abc import Sequence
 
 from guestbench.cli.common import EXIT_INTERNAL, EXIT_USAGE, HOST_PROBLEMS
 from guestbench.cli.doctor import cmd_doctor

@@ -10,7 +10,8 @@ console, as the evidence of a failed launch).
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Protocol
+from collections.abc import Callable
 
 from guestbench.backends.base import Backend
 from guestbench.execute.protocol import Message, Request, WorkerExit

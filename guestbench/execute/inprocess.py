@@ -19,7 +19,8 @@ import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
 
 from guestbench.backends import BACKENDS, Backend
 from guestbench.measurements import get as get_measurement
@@ -28,7 +29,8 @@ from guestbench.host.paths import WORKDIR_ENV, cache_dir, remove_tree, scratch_e
 from guestbench.measurements.payload import payload
 from guestbench.scenario import DEFAULT_SAMPLE_TIMEOUT_S, DEFAULT_TIMEOUT_S
 from guestbench.execute.protocol import Request
-from guestbench.execute.supervisor import LIBGUESTFS_OVERRIDES, alive, descendants, kill_processes
+from guestbench.backends.base import LIBGUESTFS_OVERRIDES
+from guestbench.execute.supervisor import alive, descendants, kill_processes
 from guestbench.execute.worker import SHUTDOWN_TIMEOUT_S, Handle, failure_reason
 
 _SEQ = itertools.count(1)
@@ -145,7 +147,7 @@ class InProcessCell:
         self.verification: dict[str, Any] | None = None
         self.watchdog: Watchdog | None = None
 
-    def __enter__(self) -> "InProcessCell":
+    def __enter__(self) -> InProcessCell:
         self.env.apply()
         self.watchdog = Watchdog(self.backend, self.workdir)
         return self

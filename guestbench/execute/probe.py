@@ -10,7 +10,8 @@ import contextlib
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from guestbench.host import locks
 from guestbench.backends import Availability, Backend

@@ -22,7 +22,8 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from guestbench.host import procs
 from guestbench.host import cgroups
@@ -384,7 +385,7 @@ class TrapSignals:
             signal.signal(s, signal.SIG_IGN)
         raise Interrupted(signum)
 
-    def __enter__(self) -> "TrapSignals":
+    def __enter__(self) -> TrapSignals:
         for s in TRAPPED:
             self.old[s] = signal.signal(s, self._handler)
         return self

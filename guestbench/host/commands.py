@@ -17,7 +17,7 @@ from guestbench.host import procs
 FACT_TIMEOUT_S = 10.0
 """Upper bound for a command that reads a fact; a hung tool must not hang the fingerprint."""
 
-DETAIL_CHARS = 300  # of a failed tool's own words, squashed onto one line
+DETAIL_CHARS = 300  # of a failed tool's last words, squashed onto one line (its warnings come first)
 
 
 def output(argv: list[str], timeout: float = FACT_TIMEOUT_S,
@@ -53,6 +53,6 @@ def checked(argv: list[str], what: str, timeout: float, *, env: dict[str, str] |
     except subprocess.TimeoutExpired:
         raise error(f"{what} did not finish within {timeout:.0f} s") from None
     if proc.returncode != 0:
-        said = " ".join((proc.stderr or proc.stdout).split())[:DETAIL_CHARS] or "no output"
+        said = " ".join((proc.stderr or proc.stdout).split())[-DETAIL_CHARS:] or "no output"  # the end: the error
         raise error(f"{what} failed (exit {proc.returncode}): {said}")
     return proc.stdout

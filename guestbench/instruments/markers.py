@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, NamedTuple
+from collections.abc import Iterable, Sequence
 
 
 # Kernel command line words added to a launch that records phases.

@@ -12,7 +12,8 @@ The sample is the whole sequence; the seconds of each kind and the number of cal
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from guestbench.measurements.base import CellContext, Measurement, int_param
 from guestbench.workloads import Metric

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 READ_MAX = 256 * 2**10  # new bytes relayed per read: half a second's worth of a busy boot, many times over
 DRAIN_MAX = 2**20  # relayed once the guest is gone: its last words; what comes before them is passed over

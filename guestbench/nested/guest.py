@@ -21,7 +21,8 @@ import time
 import uuid as uuidlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 from xml.sax.saxutils import escape
 
 from guestbench.util.errors import one_line

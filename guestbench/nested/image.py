@@ -25,7 +25,8 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from guestbench.backends import appliance
 from guestbench.host import commands, locks
@@ -129,8 +130,11 @@ class Image:
 def _package_versions() -> dict[str, str]:
     said = commands.output(["dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Status}\\n", *PACKAGES],
                            timeout=60)  # exit 1 when a package is unknown: what it listed still counts
+    if said is None:
+        raise BuildError("dpkg-query could not run (or did not answer within 60 s): the level-1 guest is built from "
+                         "this host's Debian packages")
     found = {}
-    for line in (said[1] if said else "").splitlines():
+    for line in said[1].splitlines():
         name, version, status = (line.split() + ["", "", ""])[:3]
         if status == "installed":
             found[name] = version

@@ -3,7 +3,7 @@ and notes, then the regressions, so the terminal and Markdown print the same ver
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from guestbench.analysis import compare
 from guestbench.output.export import csv as csv_export, json as json_export

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field, replace
-from typing import Union
 
 NONE_TEXT = "None."
 
@@ -100,7 +99,7 @@ class ChartPart:
         return f"{self.stem}.png"
 
 
-Part = Union[Heading, Para, Table, Bullets, ChartPart]
+Part = Heading | Para | Table | Bullets | ChartPart
 
 
 @dataclass

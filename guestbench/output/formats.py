@@ -6,7 +6,8 @@ line gets its flag from here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 from guestbench.util.lazy import on_first_use
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from guestbench.host import fingerprint
 from guestbench.backends import BACKENDS
-from guestbench.measurements import Measurement
+from guestbench.measurements.base import Measurement
 from guestbench.results.model import HOST_STACK, Cell, system_name
 from guestbench.measurements import get as get_measurement
 from guestbench.scenario import SIDE, MeasurementSpec, Scenario

@@ -9,7 +9,8 @@ import dataclasses
 import json
 import math
 from dataclasses import MISSING, Field, dataclass, field, fields
-from typing import Any, Callable, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
+from collections.abc import Callable
 
 SECONDS = "a finite number of seconds >= 0"
 

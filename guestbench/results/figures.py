@@ -9,7 +9,7 @@ lower being better; a comparison reads them like seconds, a precision target doe
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,8 +94,13 @@ def resources(cell: Cell) -> list[Figure]:
 def by_rep(cell: Cell, key: str) -> dict[int, float]:
     """One figure of the cell's samples by repetition number (seconds, cpu_s, peak_mib or a workload's key): what
     pairs a sample with the other side's of the same round."""
-    read = {SECONDS: lambda s: float(s.seconds), "cpu_s": lambda s: cpu_s(s.resources),
-            "peak_mib": lambda s: peak_mib(s.resources)}.get(key, lambda s: number((s.metrics or {}).get(key)))
+    readers: dict[str, Callable[[Sample], float | None]] = {
+        SECONDS: lambda s: float(s.seconds), "cpu_s": lambda s: cpu_s(s.resources),
+        "peak_mib": lambda s: peak_mib(s.resources)}
+
+    def metric(s: Sample) -> float | None:
+        return number((s.metrics or {}).get(key))
+    read = readers.get(key, metric)
     return {s.rep: v for s in cell.samples if (v := read(s)) is not None}
 
 

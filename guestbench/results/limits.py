@@ -19,7 +19,8 @@ import math
 import re
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from guestbench.util import bounded
 from guestbench.util.errors import UserError

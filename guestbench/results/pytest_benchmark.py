@@ -22,7 +22,7 @@ import json
 import math
 import re
 import statistics
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 from guestbench.util.errors import UserError, clip
@@ -103,7 +103,7 @@ def _utc_to_iso(utc: Any) -> str | None:
     if not isinstance(utc, str):
         return None
     try:
-        return datetime.strptime(utc, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).isoformat()
+        return datetime.strptime(utc, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).isoformat()
     except ValueError:
         return utc
 
@@ -190,8 +190,8 @@ def _iso_to_utc(text: Any) -> str | None:
     except ValueError:
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _host_from_machine_info(mi: dict[str, Any]) -> dict[str, Any]:

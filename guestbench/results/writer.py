@@ -17,7 +17,8 @@ import contextlib
 import json
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import guestbench.results.validate as validate
 from guestbench.results import limits

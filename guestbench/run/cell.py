@@ -9,7 +9,8 @@ import contextlib
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from guestbench.host import space
 from guestbench.backends.appliance import ApplianceError

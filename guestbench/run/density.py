@@ -10,7 +10,8 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from guestbench.measurements.density import Density
 from guestbench.results import Cell, DensityLevel, Spread

@@ -16,7 +16,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from guestbench.host import procs
 from guestbench.host.paths import temp_root

@@ -29,7 +29,7 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from guestbench.host import locks, os_release, procs, rundirs
 from guestbench.stacks import sources as apt_sources
@@ -234,7 +234,7 @@ def _build(name: str, suite: str, packages: str, base: Path, out: Path, lines: l
             raise UserError(f"{_failure(suite, log.read_text(errors='replace'))} (the whole log: {kept})",
                             source="stack build", key=name)
         stack = store.Stack(name, root, suite=suite, packages=packages, builder=builder, sources=lines, venv=VENV,
-                            built_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                            built_utc=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                             versions=versions(root))
         store.write_record(stack)
         if os.path.lexists(out):  # --force: the old one goes aside (into this build's directory, deleted with it)

@@ -10,7 +10,7 @@ import os
 import re
 import shutil
 import subprocess
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from guestbench.host import commands
@@ -37,7 +37,7 @@ def exe(program: str) -> str:
     return path
 
 
-@lru_cache(maxsize=None)
+@cache
 def nbdkit_config() -> dict[str, str]:
     """`nbdkit --dump-config` as a dict (filterdir, plugindir, version...); empty without nbdkit."""
     path = which("nbdkit")

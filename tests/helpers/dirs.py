@@ -11,7 +11,7 @@ import stat
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

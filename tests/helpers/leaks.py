@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from guestbench.execute.supervisor import socket_dirs_of
 from guestbench.host import cgroups

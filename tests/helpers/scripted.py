@@ -14,7 +14,8 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from guestbench.backends.base import Backend
 from guestbench.measurements import get as get_measurement

@@ -14,7 +14,7 @@ import resource
 import stat
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from timeline import Timeline, who_made
 

@@ -4,7 +4,8 @@ fails the test saying what never happened."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 120.0, every: float = 0.1) -> Any:

@@ -182,7 +182,7 @@ def qemu_img(path: str, *args: str) -> object:
         raise TranslateError(f"qemu-img {args[0]} cannot read {path}: {' '.join(str(said).split())}") from None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def probed_format(path: str) -> str:
     """The format qemu would probe for an image given without one; asked once a launch (the hypervisor program is one
     launch), however many of choose(), unguarded() and the storage daemon's nodes want it."""

@@ -14,7 +14,7 @@ import time
 import zlib
 from collections import Counter
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from guestbench.host import locks, procs
 from guestbench.host.paths import INSTANCE_ENV, WORKDIR_ENV, cache_dir

@@ -21,7 +21,8 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from guestbench.util.errors import printable
 from guestbench.backends.uml.drives import (CACHE_MODES, URL_PROTOCOLS, Drive, TranslateError, backing_of,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from typing import Callable
+from collections.abc import Callable
 
 from guestbench.util.errors import UserError
 from guestbench.run.fleet.tls import DOC

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 TOPIC_KEPT = 0  # events the scheduler keeps of a run's topic: none (Dask keeps 1,000 of every topic, for ever);
 # each goes to the coordinator as it comes, which needs none of the past

@@ -5,7 +5,8 @@ still reads the scheduler."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from guestbench.backends import BACKENDS
 from guestbench.run.fleet import address as fleet_address

@@ -14,7 +14,8 @@ import datetime
 import ipaddress
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 CA_FILE = "ca.pem"
 DASK_ROLES = ("SCHEDULER", "WORKER", "CLIENT")  # the slots of Dask's TLS settings
@@ -63,7 +64,7 @@ def make(directory: Path, hosts: Sequence[str] = ()) -> dict[str, dict[str, str]
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    now = datetime.datetime.now(tz=datetime.timezone.utc).replace(tzinfo=None) - datetime.timedelta(minutes=5)
+    now = datetime.datetime.now(tz=datetime.UTC).replace(tzinfo=None) - datetime.timedelta(minutes=5)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"guestbench fleet local CA {os.getpid()}")])
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())

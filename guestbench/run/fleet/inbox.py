@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from guestbench.run.fleet import seal
 

@@ -17,7 +17,8 @@ import sys
 import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 _lock = threading.Lock()
 _state = {"installed": False, "refusing": 0}

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from guestbench.run.fleet.task import TOPIC_PREFIX
 from guestbench.util.errors import UserError

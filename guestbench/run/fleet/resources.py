@@ -8,7 +8,8 @@ scheduler sends it only to a host that can launch them.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from guestbench.backends import BACKENDS
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from guestbench.run.fleet import admission
 
@@ -94,7 +95,7 @@ def identity_of_file(path: str | None) -> tuple[str | None, str]:
     except (OSError, ValueError):  # Dask says what is wrong with it when it loads it
         return None, ""
     names = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
-    return identity({"subject": tuple(((("commonName", n),) for n in names))})
+    return identity({"subject": tuple((("commonName", n),) for n in names)})
 
 
 def worker_problem(cert_file: str | None, name: str) -> str | None:
@@ -189,7 +190,7 @@ def guard_stream(op: str, handler: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
-class Guarded(dict):
+class Guarded(dict[str, Any]):
     """A handler table whose every entry, those added later (extensions, plugins) too, is guarded."""
 
     def __init__(self, table: dict[str, Any], guard: Callable[[str, Any], Any]) -> None:
@@ -209,7 +210,7 @@ class Guarded(dict):
             self[op] = handler
         return self[op]
 
-    def __ior__(self, other: Any) -> "Guarded":  # type: ignore[misc]
+    def __ior__(self, other: Any) -> Guarded:  # type: ignore[override,misc]
         self.update(other)
         return self
 
