@@ -1,7 +1,7 @@
 """Shared test set-up: a private cache and temp root per test session (helpers.session), the leak checks' fixture,
-and the suite's hooks: its timeline, each phase's CPU seconds, the modules' order, what is left on the host at
-its end. Helpers the tests call live in tests/helpers (imported as `from helpers.x import y`); only fixtures and
-hooks are here.
+the fixtures several modules take (a sticky shared directory, the nested run's printer), and the suite's hooks: its
+timeline, each phase's CPU seconds, the modules' order, what is left on the host at its end. Helpers the tests call
+live in tests/helpers (imported as `from helpers.x import y`); only fixtures and hooks are here.
 
 Tests launch real appliances (TCG here; User-Mode Linux later). Everything guestbench creates on the
 host lives under GUESTBENCH_TMPDIR, so "nothing leaked" is checkable: no run directory left there,
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +23,11 @@ from helpers.dirs import sticky_dir
 from helpers.leaks import socket_dirs, wait_no_leftovers
 from suite_day import SuiteDay
 from timeline import scratch_files
+
+if TYPE_CHECKING:
+    import io
+
+    from guestbench.run.nested import Merger, NestedPlacement
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -137,3 +143,22 @@ def shared() -> Iterator[Path]:
     files (pytest's tmp_path is under a 0700 directory nobody cannot reach)."""
     with sticky_dir() as d:
         yield d
+
+
+@pytest.fixture
+def placement(tmp_path: Path) -> tuple[NestedPlacement, io.StringIO, Merger]:
+    """Placement nested's printer (verbose, on a terminal: helpers.terminal), what it printed, and the merger of the
+    level-1 guest's results into the host run's (helpers.nested): for the tests of what a nested run shows. Imported
+    here, not at the top: the session's start (and the xdist controller, which runs no test) need none of it."""
+    from guestbench.nested import job as nested_job
+    from guestbench.plan.gate import Gate
+    from guestbench.run.nested import Merger, NestedPlacement
+    from guestbench.scenario import parse_scenario
+    from helpers.nested import host_results
+    from helpers.terminal import terminal
+
+    sc = parse_scenario({"name": "n", "backends": ["uml"], "placement": ["nested"], "measurements": ["startup"]}, "n")
+    rf = host_results(tmp_path)
+    console, out = terminal()
+    gate = Gate(rf, console, None, tmp_path, probe_timeout=60)  # type: ignore[arg-type]  # nothing is probed
+    return NestedPlacement(sc, gate, verbose=True), out, Merger(rf, nested_job.plan(sc, False, None), "img")

@@ -19,7 +19,7 @@ from guestbench.execute.supervisor import Supervisor
 
 from helpers.cli import guestbench
 from helpers.session import session_tmp_path
-from test_supervisor import HV, ScriptBackend
+from helpers.hv import HV, ScriptBackend
 
 
 def _echo(tmp_path: Path) -> Path:

@@ -4,10 +4,8 @@ the run, and `guestbench fleet local`."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -20,34 +18,18 @@ from collections.abc import Iterator
 import pytest
 
 from helpers.cli import guestbench, start_guestbench, write_scenario
-from helpers.fleet import scheduler_address
+from helpers.fleet import (START_S, TMP, cluster_workers, fleet_wait, scheduler_address, tls_settings,
+                           worker_homes)
 from helpers.leaks import leftover_sockdirs, processes_mentioning, socket_dirs, unreaped_children
 from helpers.paths import ROOT
 from helpers.session import session_tmp_path
-from helpers.waits import wait_for
 
 pytestmark = pytest.mark.launch
-
-TMP = session_tmp_path() / "tmp"
-START_S = 300.0  # a worker probes its backends first (cached verdicts make that quick)
-
-
-_wait = functools.partial(wait_for, every=0.2)  # a cluster's state is asked over RPC: no more often than this
 
 
 def _zombies(f: Fleet) -> list[str]:
     """Ended children of the fleet's keepers (`guestbench worker`) that were never reaped."""
     return [f"{name}: {pid}" for name, keeper in f.procs.items() for pid in unreaped_children(keeper.pid)]
-
-
-def _cluster_workers(address: str, security: Any = None) -> dict[str, dict[str, Any]]:
-    """`security`: a distributed.Security (else Dask's settings from the environment)."""
-    from distributed import Client
-
-    with Client(address, timeout=20, set_as_default=False, security=security) as c:
-        info = c.sync(c.scheduler.identity, n_workers=-1, callback_timeout=20)  # not the client's cache
-        return {str(w["name"]): {"address": a, "resources": w["resources"], "pid": w.get("pid")}
-                for a, w in info["workers"].items()}
 
 
 def _daskworker_pid(address: str, name: str) -> int | None:
@@ -69,7 +51,7 @@ class Fleet:
                                            "127.0.0.1", "--port", "0", "--protocol", protocol, "--no-dashboard",
                                            "--scheduler-file", str(sched_file)], stdin=subprocess.DEVNULL,
                                           stderr=open(tmp / "scheduler.log", "wb"))
-        self.address = _wait("the scheduler's address", lambda: scheduler_address(sched_file), 60)
+        self.address = fleet_wait("the scheduler's address", lambda: scheduler_address(sched_file), 60)
 
     def start_worker(self, name: str, backend: str, tmpdir: Path | None = None, *, wait: bool = True) -> None:
         env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir else None
@@ -82,8 +64,8 @@ class Fleet:
 
     def joined(self, name: str) -> None:
         """Wait until worker `name` is in the cluster (it probes its backend first)."""
-        _wait(f"worker {name} to join", lambda: name in _cluster_workers(self.address) or self._died(name), START_S,
-              every=1.0)
+        fleet_wait(f"worker {name} to join", lambda: name in cluster_workers(self.address) or self._died(name),
+                   START_S, every=1.0)
         assert self.procs[name].poll() is None, (self.tmp / f"{name}.log").read_text()
 
     def _died(self, name: str) -> bool:
@@ -105,19 +87,6 @@ class Fleet:
         self.scheduler.wait(timeout=30)
 
 
-def _tls_settings(tmp: Path) -> dict[str, str]:
-    """Dask's TLS settings as environment variables, with a certificate made here that is its own CA (as
-    docs/fleet.md says to set them; tcp:// connections ignore them)."""
-    cert, key = tmp / "cert.pem", tmp / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                    str(cert), "-days", "2", "-subj", "/CN=guestbench-test"], check=True, capture_output=True)
-    env = {"DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(cert)}
-    for role in ("SCHEDULER", "WORKER", "CLIENT"):
-        env[f"DASK_DISTRIBUTED__COMM__TLS__{role}__CERT"] = str(cert)
-        env[f"DASK_DISTRIBUTED__COMM__TLS__{role}__KEY"] = str(key)
-    return env
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """The module's fleet speaks TLS: scheduler, workers, the runs and this test process all read Dask's
@@ -125,7 +94,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     import dask.config
 
     tmp = tmp_path_factory.mktemp("fleet")
-    settings = _tls_settings(tmp)
+    settings = tls_settings(tmp)
     old = {k: os.environ.get(k) for k in settings}
     os.environ.update(settings)
     dask.config.refresh()
@@ -144,11 +113,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             else:
                 os.environ[k] = v
         dask.config.refresh()
-    assert _worker_homes() == [], "a worker's directory was left behind"
-
-
-def _worker_homes() -> list[Path]:
-    return sorted(TMP.glob("gbw-*"))
+    assert worker_homes() == [], "a worker's directory was left behind"
 
 
 def _tmp_entries(tmpdir: Path) -> set[str]:
@@ -209,7 +174,7 @@ def test_the_coordinator_sees_every_worker_at_every_check_however_often_its_clie
 
 def test_one_scenario_on_two_hosts_gives_one_results_file_with_both_named(fleet: Fleet, tmp_path: Path) -> None:
     assert fleet.address.startswith("tls://")  # encrypted, both ends authenticated by certificate
-    workers = _cluster_workers(fleet.address)
+    workers = cluster_workers(fleet.address)
     assert workers["alpha"]["resources"] == {"bench": 1, "uml": 1}
     assert workers["beta"]["resources"] == {"bench": 1, "tcg": 1}
     sc = write_scenario(tmp_path / "s.yaml", SCENARIO.format(reps=2, backends="uml, tcg", measurement=UPLOADS))
@@ -227,7 +192,7 @@ def test_one_scenario_on_two_hosts_gives_one_results_file_with_both_named(fleet:
         assert len(cells[0]["samples"]) == 2 and all(s["seconds"] > 0 for s in cells[0]["samples"])
     # each keeper reaps what its worker's launches hand it (UML's helper processes end orphaned) as they end
     assert fleet.procs["alpha"].poll() is None
-    _wait("the keepers' orphans to be reaped", lambda: not _zombies(fleet), 10)
+    fleet_wait("the keepers' orphans to be reaped", lambda: not _zombies(fleet), 10)
     # show: the hosts side by side, then each host's own tables
     shown = guestbench("show", str(next((tmp_path / "r").glob("*.json"))))
     assert shown.returncode == 0, shown.stderr
@@ -259,7 +224,7 @@ def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(t
     """A fleet of its own (the worker it kills is gone for good): beta is SIGKILLed after its first sample. Both
     hosts offer uml (3 s a launch; what is proven is the loss, not the backend: routing is the test above's), and
     each launches once: uploads into memory, a second or so each, are the samples."""
-    homes = _worker_homes()  # the module's fleet may be up: its workers' directories are not this test's
+    homes = worker_homes()  # the module's fleet may be up: its workers' directories are not this test's
     sockdirs = socket_dirs()  # libguestfs's, in /tmp as root whatever TMPDIR says; the rest go to the workers' own
     tmpdir = Path(tempfile.mkdtemp(prefix="t-", dir=session_tmp_path()))  # short: sockets are made in it
     f = Fleet(tmp_path)
@@ -267,7 +232,7 @@ def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(t
         f.start_worker("alpha", "uml", tmpdir)
         f.start_worker("beta", "uml", tmpdir)
         run = _start_run(tmp_path, f.address, reps=REPS, backends="uml", measurement=UPLOADS)
-        _wait("beta's first sample", lambda: _in_results(tmp_path, lambda doc: any(
+        fleet_wait("beta's first sample", lambda: _in_results(tmp_path, lambda doc: any(
             c.get("host") == "beta" and c["samples"] for c in doc["cells"])), 600, every=0.5)
         pid = _daskworker_pid(f.address, "beta")
         assert pid is not None
@@ -287,10 +252,10 @@ def test_a_worker_killed_mid_run_costs_only_its_own_samples_and_leaves_nothing(t
         # beta's keeper cleaned up after its worker: no hypervisor, no directory, and it exited
         f.procs["beta"].wait(timeout=300)
         assert "the Dask worker ended by signal 9" in f.log("beta")
-        _wait("beta's hypervisors to be gone", lambda: not [p for p in _hypervisors() if "beta" in p], 30)
+        fleet_wait("beta's hypervisors to be gone", lambda: not [p for p in _hypervisors() if "beta" in p], 30)
     finally:
         f.close()
-    assert _worker_homes() == homes and _hypervisors() == []
+    assert worker_homes() == homes and _hypervisors() == []
     assert _tmp_entries(tmpdir) == set(), "the killed worker's task left files in the temp directory"
     assert leftover_sockdirs(sockdirs) == set(), "the killed worker's launch left its socket directory"
 
@@ -299,8 +264,9 @@ def test_ctrl_c_of_a_cluster_run_stops_the_hosts_and_keeps_every_sample(fleet: F
     # alpha's samples come after one launch; enough of them that the run is still going when the SIGINT comes: with
     # 20 the coordinator's file showed two samples only as the run ended (CI E8, beside the suite's stack builds)
     run = _start_run(tmp_path, fleet.address, reps=200, measurement=UPLOADS)
-    _wait("two samples", lambda: _in_results(tmp_path, lambda doc: sum(len(c["samples"]) for c in doc["cells"]) >= 2),
-          600, every=0.5)
+    fleet_wait("two samples",
+               lambda: _in_results(tmp_path, lambda doc: sum(len(c["samples"]) for c in doc["cells"]) >= 2),
+               600, every=0.5)
     run.send_signal(signal.SIGINT)
     t0 = time.monotonic()
     out, err = run.communicate(timeout=300)
@@ -313,34 +279,8 @@ def test_ctrl_c_of_a_cluster_run_stops_the_hosts_and_keeps_every_sample(fleet: F
     assert 2 <= kept < 400  # stopped before the 2 × 200 it planned
     assert took < 120, f"the hosts took {took:.0f} s to stop"
     # the workers are still there, idle and clean: no host run, no hypervisor
-    _wait("the hosts' runs to end", lambda: not _hypervisors(), 60)
-    assert set(_cluster_workers(fleet.address)) == {"alpha", "beta"}
-
-
-def fleet_local(workers: int) -> tuple[subprocess.Popen[str], str, dict[str, str]]:
-    """`guestbench fleet local N --backend uml`: the process, its address (stdout's first line) and the client
-    settings its stderr gives in an `export` line."""
-    proc = start_guestbench("fleet", "local", str(workers), "--backend", "uml")
-    assert proc.stdout is not None and proc.stderr is not None
-    try:
-        address = proc.stdout.readline().strip()
-        lines = [proc.stderr.readline() for _ in range(2)]
-        assert len(lines[1].split(": export ")) == 2, lines
-        settings = dict(word.split("=", 1) for word in shlex.split(lines[1].split(": export ")[1]))
-    except BaseException:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=300)
-        raise
-    return proc, address, settings
-
-
-def tls_security(settings: dict[str, str]) -> Any:
-    """A distributed.Security from Dask's client settings as environment variables."""
-    from distributed.security import Security
-
-    prefix = "DASK_DISTRIBUTED__COMM__TLS__"
-    return Security(require_encryption=True, tls_ca_file=settings[f"{prefix}CA_FILE"],
-                    tls_client_cert=settings[f"{prefix}CLIENT__CERT"], tls_client_key=settings[f"{prefix}CLIENT__KEY"])
+    fleet_wait("the hosts' runs to end", lambda: not _hypervisors(), 60)
+    assert set(cluster_workers(fleet.address)) == {"alpha", "beta"}
 
 
 def test_bad_cluster_input_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

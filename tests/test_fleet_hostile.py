@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +18,8 @@ from collections.abc import Iterator
 import pytest
 
 from helpers.cli import guestbench, write_scenario
-from helpers.fleet import scheduler_address
+from helpers.fleet import cluster_workers, fleet_wait, scheduler_address, stop
 from helpers.paths import ROOT
-from test_fleet import _cluster_workers, _wait
 
 HOSTILE = ROOT / "tests/fleet_hostile_worker.py"
 JOIN_S = 120.0
@@ -59,7 +57,7 @@ class Cluster:
             [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
              "--no-dashboard", "--scheduler-file", str(tmp / "scheduler.json")],
             env=dask_env, stdin=subprocess.DEVNULL, stderr=open(tmp / "scheduler.log", "wb")))
-        self.address = _wait("the scheduler's address", lambda: scheduler_address(tmp / "scheduler.json"), 60)
+        self.address = fleet_wait("the scheduler's address", lambda: scheduler_address(tmp / "scheduler.json"), 60)
         for name, backend, role in (("alpha", "uml", "hostile"), ("beta", "tcg", "honest")):
             env = {**dask_env, "GUESTBENCH_TEST_ROLE": role, "GUESTBENCH_TEST_DIR": str(self.dir),
                    "GUESTBENCH_TEST_REAL": str(REAL)}
@@ -69,8 +67,8 @@ class Cluster:
                  "--local-directory", str(tmp / name), "--preload", str(HOSTILE)], cwd=ROOT, env=env,
                 stdin=subprocess.DEVNULL,
                 stderr=open(tmp / f"{name}.log", "wb")))
-        _wait("both workers", lambda: set(_cluster_workers(self.address)) == {"alpha", "beta"} or self._died(), JOIN_S,
-              every=0.5)
+        fleet_wait("both workers", lambda: set(cluster_workers(self.address)) == {"alpha", "beta"} or self._died(),
+                   JOIN_S, every=0.5)
         assert not self._died(), [(self.tmp / f"{n}.log").read_text()[-2000:] for n in ("alpha", "beta")]
 
     def _died(self) -> bool:
@@ -94,18 +92,6 @@ class Cluster:
 
     def close(self) -> None:
         stop(self.procs)
-
-
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    """End a test cluster's processes, the workers first, then the scheduler: SIGTERM, then SIGKILL after 60 s."""
-    for p in reversed(procs):
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 @pytest.fixture(scope="module")

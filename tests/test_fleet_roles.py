@@ -21,10 +21,8 @@ from collections.abc import Iterator
 import pytest
 
 from helpers.cli import guestbench, write_scenario
-from helpers.fleet import scheduler_address
+from helpers.fleet import cluster_workers, fleet_local, fleet_wait, scheduler_address, stop
 from helpers.paths import ROOT
-from test_fleet import _cluster_workers, _wait
-from test_fleet_hostile import stop
 
 HOSTILE = ROOT / "tests/fleet_hostile_worker.py"
 REAL = ROOT / "tests/data/results/20261121T211449Z-startup.json"
@@ -59,7 +57,8 @@ class RoleFleet:
         try:
             self._spawn("scheduler", local.scheduler_command(self.tls["scheduler"], tmp / "scheduler.json"),
                         {**clean, **self.tls["scheduler"]})
-            self.address = _wait("the scheduler's address", lambda: scheduler_address(tmp / "scheduler.json"), 60)
+            self.address = fleet_wait("the scheduler's address", lambda: scheduler_address(tmp / "scheduler.json"),
+                                      60)
             for name, backend, role in (("alpha", "uml", "hostile"), ("beta", "tcg", "honest")):
                 env = {**clean, **self.tls[f"worker.{name}"],
                        "DASK_DISTRIBUTED__WORKER__PRELOAD": json.dumps([str(HOSTILE)]),
@@ -68,7 +67,7 @@ class RoleFleet:
                 self._spawn(name, [sys.executable, "-m", "guestbench.run.fleet.daskworker", self.address, name,
                                    "127.0.0.1", json.dumps({"bench": 1, backend: 1}), str(tmp / name)], env)
             self.coordinator = _security(self.tls["coordinator"])
-            self.workers = _wait("both workers", lambda: self._joined(), JOIN_S, every=0.5)
+            self.workers = fleet_wait("both workers", lambda: self._joined(), JOIN_S, every=0.5)
         except BaseException:
             self.close()
             raise
@@ -79,7 +78,7 @@ class RoleFleet:
 
     def _joined(self) -> dict[str, dict[str, Any]] | None:
         assert all(p.poll() is None for p in self.procs), self.logs()
-        workers = _cluster_workers(self.address, self.coordinator)
+        workers = cluster_workers(self.address, self.coordinator)
         return workers if set(workers) == {"alpha", "beta"} else None
 
     def logs(self) -> str:
@@ -214,7 +213,6 @@ def test_fleet_local_makes_a_certificate_per_role_and_its_scheduler_guards_by_ro
     from distributed.security import Security
 
     from guestbench.run.fleet import roles
-    from test_fleet import fleet_local
 
     proc, address, settings = fleet_local(0)
     private = Path(settings[f"{TLS}TLS__CA_FILE"]).parent
@@ -274,12 +272,12 @@ def test_a_workers_stream_speaks_for_that_worker_only(fleet: RoleFleet) -> None:
     alpha, beta = fleet.workers["alpha"]["address"], fleet.workers["beta"]["address"]
     with Client(fleet.address, timeout=20, set_as_default=False, security=fleet.coordinator) as c:
         c.submit(exec, FORGE.replace("OTHER", repr(beta)), {}, workers=[alpha], pure=False).result(timeout=ASK_S)
-        events = _wait("alpha's event", lambda: [e for e in c.get_events("worker-get-client") if e[1].get("forged")],
-                       ASK_S)
+        events = fleet_wait("alpha's event",
+                            lambda: [e for e in c.get_events("worker-get-client") if e[1].get("forged")], ASK_S)
         assert [e[1]["worker"] for e in events] == [alpha], events
-        log = _wait("the dropped op", lambda: "refused 'update-graph'" in (fleet.tmp / "scheduler.log").read_text(),
-                    ASK_S)
-        assert log and set(_cluster_workers(fleet.address, fleet.coordinator)) == {"alpha", "beta"}
+        log = fleet_wait("the dropped op",
+                         lambda: "refused 'update-graph'" in (fleet.tmp / "scheduler.log").read_text(), ASK_S)
+        assert log and set(cluster_workers(fleet.address, fleet.coordinator)) == {"alpha", "beta"}
 
 
 def test_a_workers_certificate_is_that_hosts_only(fleet: RoleFleet) -> None:
@@ -312,7 +310,7 @@ def test_a_workers_certificate_is_that_hosts_only(fleet: RoleFleet) -> None:
         with pytest.raises(Exception) as e:
             _call(fleet.address, alpha, op, **kwargs)
         assert why in str(e.value), (op, e.value)
-    assert set(_cluster_workers(fleet.address, fleet.coordinator)) == {"alpha", "beta"}
+    assert set(cluster_workers(fleet.address, fleet.coordinator)) == {"alpha", "beta"}
 
 
 def _impostor(fleet: RoleFleet, tmp: Path) -> subprocess.Popen[bytes]:
@@ -333,7 +331,7 @@ def test_the_coordinator_takes_no_other_roles_certificate_for_the_scheduler(flee
     and would have handed it every host's share and key. Now it is not reached: one line, exit 2."""
     fake_proc = _impostor(fleet, tmp_path)
     try:
-        fake = _wait("the impostor's address", lambda: scheduler_address(tmp_path / "fake.json"), 60)
+        fake = fleet_wait("the impostor's address", lambda: scheduler_address(tmp_path / "fake.json"), 60)
         for k, v in fleet.tls["coordinator"].items():
             monkeypatch.setenv(k, v)
         sc = write_scenario(tmp_path / "s.yaml", SCENARIO.format(name="impostor"))
@@ -355,14 +353,14 @@ def test_a_worker_follows_no_scheduler_that_shows_another_roles_certificate(flee
     clean = {k: v for k, v in os.environ.items() if not k.startswith(TLS)}
     procs = [_impostor(fleet, tmp_path)]
     try:
-        fake = _wait("the impostor's address", lambda: scheduler_address(tmp_path / "fake.json"), 60)
+        fake = fleet_wait("the impostor's address", lambda: scheduler_address(tmp_path / "fake.json"), 60)
         procs.append(subprocess.Popen([sys.executable, "-m", "guestbench.run.fleet.daskworker", fake, "beta",
                                        "127.0.0.1", json.dumps({"bench": 1}), str(tmp_path / "w")],
                                       env={**clean, **fleet.tls["worker.beta"]}, cwd=ROOT, stdin=subprocess.DEVNULL,
                                       stderr=open(tmp_path / "worker.log", "wb")))
-        _wait("the worker's refusal (or its registration)", lambda: "its certificate's role is worker, not "
-              "scheduler" in (tmp_path / "worker.log").read_text() or procs[1].poll() is not None or
-              "Register worker" in (tmp_path / "fake.log").read_text(), 60)
+        fleet_wait("the worker's refusal (or its registration)", lambda: "its certificate's role is worker, not "
+                   "scheduler" in (tmp_path / "worker.log").read_text() or procs[1].poll() is not None or
+                   "Register worker" in (tmp_path / "fake.log").read_text(), 60)
     finally:
         stop(procs)
     assert "Register worker" not in (tmp_path / "fake.log").read_text()
@@ -415,9 +413,9 @@ def test_the_scheduler_passes_on_only_sealed_bounded_plain_events_of_a_worker(fl
         c.submit(exec, OUTSIDE.replace("RUN", repr(run)), {}, workers=[alpha], pure=False).result(timeout=ASK_S)
         code = EVENTS.replace("RUN", repr(run)).replace("UNHEARD", repr(unheard))
         c.submit(exec, code, {}, workers=[alpha], key=task.key("roles46", "alpha")).result(timeout=ASK_S)
-        _wait("alpha's last event", lambda: [e for e in c.get_events("worker-get-client") if e[1].get("last")],
-              ASK_S)
-        _wait("the sealed events", lambda: len(got) >= 20, ASK_S)  # one stream, in order: all before them came
+        fleet_wait("alpha's last event", lambda: [e for e in c.get_events("worker-get-client") if e[1].get("last")],
+                   ASK_S)
+        fleet_wait("the sealed events", lambda: len(got) >= 20, ASK_S)  # one stream, in order: all before them came
         assert [m["seq"] for m in got] == list(range(20)), got[:3]
         assert all(m["data"] == b"sealed" and m["worker"] == alpha for m in got)
         assert len(c.get_events(run)) == admission.TOPIC_KEPT == 0  # none kept at the scheduler
@@ -432,7 +430,7 @@ def test_the_scheduler_passes_on_only_sealed_bounded_plain_events_of_a_worker(fl
                 "a topic no worker of a fleet logs ('warn')", "a topic no worker of a fleet logs ('roles-made-up')"):
         assert f"dropped an event of worker {alpha}: " in log and why in log, why
     assert log.count(f"dropped an event of worker {alpha}: an event on a run's topic that is not a sealed") == 2
-    assert set(_cluster_workers(fleet.address, fleet.coordinator)) == {"alpha", "beta"}
+    assert set(cluster_workers(fleet.address, fleet.coordinator)) == {"alpha", "beta"}
 
 
 def _openssl_fleet(tmp: Path, who: tuple[str, ...]) -> dict[str, dict[str, str]]:
@@ -468,7 +466,7 @@ def test_a_worker_certificate_that_names_no_host_joins_nowhere(tmp_path: Path) -
                              env={**clean, **tls["scheduler"], "DASK_TEMPORARY_DIRECTORY": str(tmp_path)},
                              stdin=subprocess.DEVNULL, stderr=open(tmp_path / "scheduler.log", "wb"))
     try:
-        address = _wait("the scheduler's address", lambda: scheduler_address(tmp_path / "s.json"), 60)
+        address = fleet_wait("the scheduler's address", lambda: scheduler_address(tmp_path / "s.json"), 60)
         for name in ("gamma", ""):
             with pytest.raises(Exception) as e:
                 _call(address, _security(tls["worker"]), "register-worker", name=name, address="tls://127.0.0.1:1")

@@ -23,12 +23,11 @@ from collections.abc import Callable
 import pytest
 
 from helpers.cli import guestbench, write_scenario
-from helpers.fleet import scheduler_address
+from helpers.fleet import (START_S, cluster_workers, fleet_local, fleet_wait, scheduler_address, tls_security,
+                           tls_settings, worker_homes)
 from helpers.leaks import process_tree, processes_mentioning
 from helpers.paths import ROOT
 from helpers.users import as_nobody
-from test_fleet import (START_S, _cluster_workers, _tls_settings, _wait, _worker_homes, fleet_local,
-                        tls_security)
 
 TEST_NET = "192.0.2.1"  # TEST-NET-1 (RFC 5737): no scheduler there; a connection attempt would hang or fail
 REFUSE_S = 30.0  # the refusal comes before any connection: the CLI's start-up only
@@ -156,19 +155,19 @@ def test_fleet_local_listens_on_loopback_only_and_its_worker_is_unreachable_from
     ss: on 127.0.0.1 or ::1 only. Before, the worker listened on 0.0.0.0 and [::] and ran a direct `run` RPC
     as root; the scheduler's HTTP server listened on 0.0.0.0. Also `fleet local N` itself: N workers join with
     their resources, and Ctrl-C stops them all and removes their homes."""
-    homes = _worker_homes()
+    homes = worker_homes()
     proc, address, settings = fleet_local(2)
     try:
         assert address.startswith("tls://127.0.0.1:"), address
         sec = tls_security(settings)
-        workers = _wait("two workers", lambda: (w := _cluster_workers(address, sec)) and len(w) == 2 and w, START_S,
-                        every=1.0)
+        workers = fleet_wait("two workers", lambda: (w := cluster_workers(address, sec)) and len(w) == 2 and w,
+                             START_S, every=1.0)
         assert all(w["resources"] == {"bench": 1, "uml": 1} for w in workers.values()), workers
         worker_port = int(next(iter(workers.values()))["address"].rsplit(":", 1)[1])
         # the scheduler's two and each worker's two (its server and its HTTP server, which may start just after
         # it registers): all of them are judged
-        sockets = _wait("the workers' sockets", lambda: (s := _listening(process_tree(proc.pid))) and len(s) >= 6 and s,
-                        60)
+        sockets = fleet_wait("the workers' sockets",
+                             lambda: (s := _listening(process_tree(proc.pid))) and len(s) >= 6 and s, 60)
         assert all(ipaddress.ip_address(host).is_loopback for host, _ in sockets), sockets
         assert worker_port in {port for _, port in sockets}, (worker_port, sockets)
         own = _own_address()
@@ -179,7 +178,7 @@ def test_fleet_local_listens_on_loopback_only_and_its_worker_is_unreachable_from
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=300)
     assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
-    assert processes_mentioning(address) == [] and _worker_homes() == homes  # other fleets may be up
+    assert processes_mentioning(address) == [] and worker_homes() == homes  # other fleets may be up
 
 
 def _identity(address: str, security: Any) -> dict[str, Any]:
@@ -216,7 +215,8 @@ def test_fleet_local_speaks_tls_only_to_its_own_certificate_kept_private_and_rem
     try:
         assert address.startswith("tls://127.0.0.1:"), address
         ours = tls_security(settings)
-        worker = next(iter(_wait("the worker", lambda: _cluster_workers(address, ours), START_S, every=1.0).values()))
+        worker = next(iter(fleet_wait("the worker", lambda: cluster_workers(address, ours), START_S,
+                                      every=1.0).values()))
         # a worker lets in the scheduler's certificate only (guestbench.run.fleet.roles), not the coordinator's
         scheduler = Security(require_encryption=True, tls_ca_file=str(private / "ca.pem"),
                              tls_client_cert=str(private / "scheduler.pem"),
@@ -246,7 +246,7 @@ def test_fleet_local_speaks_tls_only_to_its_own_certificate_kept_private_and_rem
 
 def _other_ca(tmp: Path) -> tuple[str, str, str]:
     """A CA of another's, self-made: its certificate, doubling as the client's, and key."""
-    env = _tls_settings(tmp)
+    env = tls_settings(tmp)
     return (env["DASK_DISTRIBUTED__COMM__TLS__CA_FILE"], env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT"],
             env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"])
 
@@ -264,16 +264,17 @@ def test_an_insecure_worker_listens_on_the_address_that_reaches_its_scheduler(tm
                               str(sched_file)], stdin=subprocess.DEVNULL, stderr=open(tmp_path / "s.log", "wb"))
     worker = None
     try:
-        address = _wait("the scheduler's address", lambda: scheduler_address(sched_file), 60)
+        address = fleet_wait("the scheduler's address", lambda: scheduler_address(sched_file), 60)
         worker = subprocess.Popen([sys.executable, "-m", "guestbench", "worker", address, "--insecure", "--backend",
                                    "uml", "--name", "insecure"], cwd=ROOT, stdin=subprocess.DEVNULL,
                                   stderr=open(tmp_path / "w.log", "wb"))
-        _wait("the worker", lambda: "insecure" in _cluster_workers(address) or worker.poll() is not None, START_S,
-              every=1.0)
+        fleet_wait("the worker", lambda: "insecure" in cluster_workers(address) or worker.poll() is not None, START_S,
+                   every=1.0)
         log = (tmp_path / "w.log").read_text()
         assert worker.poll() is None, log
         assert "warning: --insecure" in log and "run code as root on every worker" in log, log
-        sockets = _wait("the worker's sockets", lambda: len(s := _listening(process_tree(worker.pid))) >= 2 and s, 60)
+        sockets = fleet_wait("the worker's sockets", lambda: len(s := _listening(process_tree(worker.pid))) >= 2 and s,
+                             60)
         assert {host for host, _ in sockets} == {own, "127.0.0.1"}, sockets
     finally:
         if worker is not None and worker.poll() is None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 
 from guestbench.output.export import json as json_export
 from guestbench.output.tables import fleet as fleet_report
@@ -26,41 +25,7 @@ from guestbench.run.fleet import resources
 from guestbench.run.fleet.inbox import Inbox
 from guestbench.scenario import parse_scenario
 
-from helpers.paths import ROOT
-
-REAL = ROOT / "tests/data/results/20261121T211449Z-startup.json"
-
-
-def fleet_doc(split: dict[str, list[str]], **fingerprint: Any) -> dict[str, Any]:
-    """The real run's cells, each host keeping those of its backends; `fingerprint` changes host beta's."""
-    one = load_results(REAL).to_dict()
-    doc = {k: v for k, v in one.items() if k != "cells"}
-    doc["hosts"], doc["cells"] = {}, []
-    for name, backends in split.items():
-        fp = copy.deepcopy(one["host"])
-        if name == "beta":
-            fp.update(fingerprint)
-        doc["hosts"][name] = {"address": f"tcp://10.0.0.{len(doc['hosts']) + 1}:4000", "host": fp,
-                              "backends": {b: one["backends"][b] for b in backends}, "status": "complete"}
-        doc["cells"] += [{**copy.deepcopy(c), "host": name} for c in one["cells"] if c["backend"] in backends]
-    return doc
-
-
-def fleet_run(tmp_path: Path, sc: Any, doc: dict[str, Any]) -> coordinator.FleetRun:
-    """A coordinator of `doc`'s hosts, each starting, with its results file in `tmp_path` (nothing submitted)."""
-    from guestbench.results import ResultsFile
-
-    run = coordinator.FleetRun(sc, coordinator.FleetOptions(address="tcp://s:1"), Console(file=open("/dev/null", "w")))
-    run.results = ResultsFile.create(tmp_path / "r.json", scenario=doc["scenario"], host=doc["host"],
-                                     command=["t"], guestbench=doc["guestbench"])
-    run.results.doc["hosts"] = {n: {"address": h["address"], "status": "starting"} for n, h in doc["hosts"].items()}
-    run.inbox = Inbox(h["address"] for h in doc["hosts"].values())
-    return run
-
-
-def stamped(msg: dict[str, Any], address: str) -> dict[str, Any]:
-    """`msg` as the scheduler delivers a worker's event: stamped with the address of the worker that logged it."""
-    return {**msg, "worker": address}
+from helpers.fleet import REAL, fleet_doc, fleet_run, stamped
 
 
 def test_resources_a_worker_offers_and_a_host_share_asks_for() -> None:

@@ -16,8 +16,8 @@ import pytest
 
 from guestbench.analysis import history as series_of
 from guestbench.analysis import steps
-from test_history import as_json, results
-from test_hostile_results import _run_measured
+from helpers.cli import run_measured
+from helpers.history import as_json, results
 
 SERIES_BOUND_S = 30  # one series of 2,000 runs (a second cell beside it, as real runs have): 2.6 s here, idle
 FILES_BOUND_S = 60  # 10,000 files of two cells each (9.5 MB): 4.4 s here, idle
@@ -45,7 +45,7 @@ def write_runs(directory: Path, startup: list[float], seed: int = 1) -> list[Pat
 def _measured(args: list[str], bound: float) -> tuple[int, str, float, int]:
     """Exit status, stderr, seconds and peak RSS (KiB) of `guestbench history ARGS`; stopped past twice the bound."""
     start = time.monotonic()
-    status, err, peak = _run_measured(["history", *args], timeout=2 * bound)
+    status, err, peak = run_measured(["history", *args], timeout=2 * bound)
     return status, err, time.monotonic() - start, peak
 
 

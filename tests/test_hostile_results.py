@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import shutil
 import subprocess
-import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers.cli import guestbench
+from helpers.cli import guestbench, run_measured
 from helpers.paths import ROOT
 from helpers.users import as_nobody
 
@@ -89,21 +86,6 @@ def test_a_5000_digit_number_in_a_pytest_benchmark_import_is_one_line(tmp_path: 
     assert not (tmp_path / "out.json").exists()
 
 
-def _run_measured(args: list[str], timeout: float) -> tuple[int, str, int]:
-    """Exit status, stderr and the peak RSS in KiB of one guestbench process (wait4: that child's own)."""
-    with open(os.devnull, "wb") as out, subprocess.Popen([sys.executable, "-m", "guestbench", *args], cwd=ROOT,
-                                                         stdout=out, stderr=subprocess.PIPE) as proc:
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
-        try:
-            err = proc.stderr.read() if proc.stderr else b""
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
-    return proc.returncode, err.decode(errors="replace"), usage.ru_maxrss
-
-
 def test_compare_on_a_14_mb_results_file_stays_in_bounded_memory(tmp_path: Path) -> None:
     doc = _shipped()
     cell = doc["cells"][0]
@@ -113,7 +95,7 @@ def test_compare_on_a_14_mb_results_file_stays_in_bounded_memory(tmp_path: Path)
     big = tmp_path / "big.json"
     big.write_text(json.dumps(doc))
     assert 13_000_000 < big.stat().st_size < 16_000_000
-    status, err, peak_kib = _run_measured(["compare", "--json", str(SHIPPED), str(big)], timeout=90)
+    status, err, peak_kib = run_measured(["compare", "--json", str(SHIPPED), str(big)], timeout=90)
     assert status in (0, 1) and "Traceback" not in err and "internal error" not in err, err[-2000:]
     assert peak_kib < 1024 * 1024, f"peak RSS {peak_kib} KiB"
 

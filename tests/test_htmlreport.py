@@ -36,9 +36,9 @@ from guestbench.output.render import html
 from guestbench.output.render import markdown
 from guestbench.results import ResultsFile
 
-from test_phases import replay
 from guestbench.results import Run
 from helpers.cli import guestbench, main_status
+from helpers.phases import replay
 
 REAL = sorted((Path(__file__).parent / "data" / "results").glob("*.json"))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -22,8 +22,8 @@ from helpers.cli import guestbench, stop_run
 from helpers.dirs import sticky_dir, tree
 from helpers.paths import ROOT
 from helpers.session import host_path_lock, run_dirs, session_tmp_path
+from helpers.terminal import OBEYED
 from helpers.users import as_nobody, planted
-from test_untrusted_text import OBEYED, placement  # noqa: F401  (placement: a fixture, the nested run's printer)
 
 TMP = session_tmp_path()
 
@@ -78,7 +78,7 @@ HOSTILE_JOB = ("printf 'title\\033]0;pwned\\007\\n\\033[2Jcleared\\n\\033[31mred
 
 
 def test_job_runs_inside_and_its_output_and_exit_status_come_back(built: image.Image, tmp_path: Path,
-                                                                  placement: Any) -> None:  # noqa: F811 (a fixture)
+                                                                  placement: Any) -> None:
     """The job's files and exit status cross back; guestbench and libguestfs inside are the end-to-end test's.
     What the job writes to the console reaches the terminal as a nested run shows it (NestedPlacement's console
     printer): shown, never obeyed, and a long line cut."""

@@ -20,11 +20,11 @@ import yaml
 
 from guestbench.nested import job as nested_run
 from guestbench.run.nested import Merger
-from guestbench.results import ResultsFile
 from guestbench.scenario import Scenario, load_scenario, parse_scenario
 
+from helpers.nested import guest_doc, host_results
 from helpers.paths import ROOT
-from guestbench.results import SCHEMA, SCHEMA_VERSION, Run, load_results
+from guestbench.results import Run, load_results
 
 SCENARIO = """name: n
 backends: [uml, tcg]
@@ -94,28 +94,12 @@ def test_the_guest_gets_the_same_scenario_on_the_host_placement_with_scaled_time
     assert f"tar -xf /guestbench-l1/in/src.tar -C {ROOT}" in job
 
 
-def _doc(tmp_path: Path) -> ResultsFile:
-    rf = ResultsFile.create(tmp_path / "r.json", scenario={}, host={"cpu_model": "host cpu"}, command=[],
-                            guestbench={})
-    rf.add_cell({"backend": "uml", "placement": "host", "measurement": "startup", "label": "startup",
-                 "samples": [{"rep": 1, "seconds": 6.0}]})
-    return rf
-
-
-def _guest_doc(samples: int, status: str = "running") -> dict[str, Any]:
-    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION,
-            "status": status, "host": {"cpu_model": "QEMU TCG CPU"}, "backends": {"uml": {"usable": True}},
-            "cells": [{"backend": "uml", "placement": "host", "measurement": "startup", "label": "startup",
-                       "cold_s": 130.0, "samples": [{"rep": i + 1, "seconds": 107.0} for i in range(samples)],
-                       "warmups": [{"rep": 1, "seconds": 110.0}], "failures": [], "status": status}]}
-
-
 def test_merge_replaces_nested_cells_keeps_host_cells_and_saves(sc: Scenario, tmp_path: Path) -> None:
-    rf = _doc(tmp_path)
+    rf = host_results(tmp_path)
     merger = Merger(rf, nested_run.plan(sc, False, None), "abc")
     assert json.loads(rf.path.read_text())["placements"]["nested"]["status"] == "starting"
-    merger.take_bytes(json.dumps(_guest_doc(1)).encode())
-    merger.take_bytes(json.dumps(_guest_doc(2)).encode())  # a newer snapshot replaces, never duplicates
+    merger.take_bytes(json.dumps(guest_doc(1)).encode())
+    merger.take_bytes(json.dumps(guest_doc(2)).encode())  # a newer snapshot replaces, never duplicates
     merger.take_bytes(b"{half a file")  # ignored
     saved = json.loads(rf.path.read_text())
     assert [(c["placement"], len(c["samples"])) for c in saved["cells"]] == [("host", 1), ("nested", 2)]
@@ -141,10 +125,10 @@ def test_a_snapshot_no_run_writes_is_refused_and_the_file_stays_readable(sc: Sce
                                                                          damage: Any, refusal: str) -> None:
     """What the level-1 guest (or a fleet host) sends back is not trusted: a document the model refuses is not
     merged, so this run's file stays one every reader accepts, and the refusal says what was wrong."""
-    rf = _doc(tmp_path)
+    rf = host_results(tmp_path)
     merger = Merger(rf, nested_run.plan(sc, False, None), "abc")
-    assert merger.take(_guest_doc(1))
-    bad = _guest_doc(2)
+    assert merger.take(guest_doc(1))
+    bad = guest_doc(2)
     damage(bad)
     assert not merger.take(bad)
     assert merger.refused is not None and merger.refused.startswith(refusal), merger.refused
@@ -154,9 +138,9 @@ def test_a_snapshot_no_run_writes_is_refused_and_the_file_stays_readable(sc: Sce
 
 
 def test_an_interrupted_level1_run_says_so(sc: Scenario, tmp_path: Path) -> None:
-    rf = _doc(tmp_path)
+    rf = host_results(tmp_path)
     merger = Merger(rf, nested_run.plan(sc, False, None), "abc")
-    merger.take(_guest_doc(1))
+    merger.take(guest_doc(1))
     merger.finish(30.0, "interrupted by a signal", interrupted=True)
     nested = json.loads(rf.path.read_text())["placements"]["nested"]
     assert nested["status"] == "interrupted" and nested["level1"]["seconds"] == 30.0
@@ -165,7 +149,7 @@ def test_an_interrupted_level1_run_says_so(sc: Scenario, tmp_path: Path) -> None
 def test_guest_results_reads_the_output_disk_copy(tmp_path: Path) -> None:
     assert nested_run.guest_results(tmp_path) is None
     (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "20261122T000000Z-n.json").write_text(json.dumps(_guest_doc(3, "complete")))
+    (tmp_path / "results" / "20261122T000000Z-n.json").write_text(json.dumps(guest_doc(3, "complete")))
     doc = nested_run.guest_results(tmp_path)
     assert doc is not None and doc["status"] == "complete"
     # what the guest wrote is not trusted: a newer name that is a FIFO, or a file past the size cap, is passed over

@@ -9,42 +9,17 @@ chunk.
 
 from __future__ import annotations
 
-import ast
 import json
-import re
 from pathlib import Path
 
 import pytest
 
-from guestbench.output.tables import phases as phase_table
-from guestbench.analysis.findings import analyze
 from guestbench.analysis import phases
 from guestbench.instruments import markers
 
 from helpers.cli import guestbench, write_scenario
-from guestbench.util.units import fmt_seconds
-from guestbench.results import Cell, Run, Sample
-
-DATA = Path(__file__).parent / "data" / "phases"
-SOURCES = {"A": "appliance", "L": "libguestfs"}
-
-
-def replay(name: str, keep=lambda text: True) -> tuple[list[markers.Line], float]:
-    """Feed a captured log to LineClock as the worker does; returns the lines and the timed start-up."""
-    raw = (DATA / name).read_text().splitlines()
-    total = float(raw[0].split()[1])
-    clock = markers.LineClock()
-    lines: list[markers.Line] = []
-    for entry in raw[1:]:
-        t, src, chunk = re.fullmatch(r"\s*(-?[0-9.]+) (\S) (.*)", entry).groups()  # type: ignore[union-attr]
-        text = ast.literal_eval(chunk)
-        if text is None or src not in SOURCES:
-            continue
-        text = text.decode() if isinstance(text, bytes) else text
-        if not keep(text):
-            continue
-        lines += clock.feed(float(t), SOURCES[src], text if src == "A" else text + "\n")
-    return lines + clock.flush(), total
+from helpers.phases import LOGS, check_printed_phase_tables, replay
+from guestbench.results import Cell, Sample
 
 
 def names(cut: list[dict]) -> list[str]:
@@ -76,7 +51,7 @@ def test_libvirt_launch_has_every_qemu_phase() -> None:
 
 def test_kvm_launch_has_every_qemu_phase() -> None:
     """A real KVM launch: the kvm backend inside the level-1 guest (KVM on the guest's emulated AMD-V)."""
-    raw = (DATA / "kvm-verbose-launch.log").read_text()
+    raw = (LOGS / "kvm-verbose-launch.log").read_text()
     assert "-machine accel=kvm" in raw and "accel=tcg" not in raw  # qemu really ran with KVM
     by = every_phase("kvm-verbose-launch.log", "qemu")
     # the guest kernel's own work dominates there, as every guest instruction's exits go through an emulated CPU
@@ -174,18 +149,6 @@ measurements: [startup]
             # every marker of the family was found: a real boot prints them all
             assert names(s["phases"]) == [p.name for p in markers.MARKERS[cell["phase_markers"]]], s["phases"]
     check_printed_phase_tables(doc, proc.stdout)
-
-
-def check_printed_phase_tables(doc: dict, out: str) -> None:
-    """The printed table (one column per backend, the two sums, the host-side share) of a real run's phases;
-    tests/test_run_tcg.py checks qemu's with it."""
-    assert "startup: boot phases" in out and "sum of phase medians" in out and "median start-up" in out
-    for pt in phase_table.phase_tables(analyze(Run.from_dict(doc)).phases):
-        for bp in pt.summaries:
-            assert abs(bp.sum_of_medians - bp.median_total) <= 0.01 * bp.median_total
-            assert fmt_seconds(bp.median_total) in out
-            # the published claim: start-up is dominated by the appliance, not the hypervisor
-            assert bp.host_side_share < 0.5
 
 
 @pytest.mark.parametrize("ps4", ["+ ", "/init: "])  # bash's default; libguestfs 1.60's appliance (sid) sets PS4

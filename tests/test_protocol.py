@@ -23,7 +23,7 @@ from guestbench.run.runner import RunOptions, exit_status, run_scenario
 from guestbench.scenario import parse_scenario
 
 from helpers.paths import ROOT
-from test_supervisor import HV, ScriptBackend
+from helpers.hv import HV, ScriptBackend
 from guestbench.results import Run
 
 KINDS = {v for k, v in vars(Msg).items() if k.isupper()}

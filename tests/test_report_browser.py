@@ -11,47 +11,18 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 from collections import Counter
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+from helpers.browser import Text, chromium
 from helpers.cli import guestbench
 from helpers.paths import ROOT
 
 DATA = ROOT / "tests" / "data"
 FILES = [DATA / "results" / "20261121T211449Z-startup.json", DATA / "workloads" / "20261124T221938Z-workloads.json"]
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-class Text(HTMLParser):
-    """The text a reader sees: every text node outside <script> and <style>."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.parts: list[str] = []
-        self._skip = 0
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self._skip += tag in ("script", "style")
-
-    def handle_endtag(self, tag: str) -> None:
-        self._skip -= tag in ("script", "style")
-
-    def handle_data(self, data: str) -> None:
-        if not self._skip:
-            self.parts.append(data)
-
-
-def chromium(*args: str) -> subprocess.CompletedProcess[str]:
-    assert CHROMIUM, "chromium is not installed (tools/setup.sh installs it)"
-    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                           "--no-first-run", "--user-data-dir=" + args[0], *args[1:]],
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
 def numbers(text: str) -> Counter[str]:

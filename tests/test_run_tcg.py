@@ -16,7 +16,7 @@ from guestbench.instruments import markers
 from guestbench.output.export.csv import CSV_HEADER
 
 from helpers.cli import guestbench, write_scenario
-from test_phases import check_printed_phase_tables
+from helpers.phases import check_printed_phase_tables
 
 pytestmark = pytest.mark.launch
 SIZE = 8 * 2**20

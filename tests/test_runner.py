@@ -19,7 +19,7 @@ from guestbench.scenario import parse_scenario
 from helpers.cli import start_guestbench, stop_run, write_scenario
 from helpers.leaks import hypervisor_processes, processes_mentioning
 from helpers.session import session_tmp_path
-from test_supervisor import HV, ScriptBackend
+from helpers.hv import HV, ScriptBackend
 from guestbench.results import Run
 
 pytestmark = pytest.mark.launch

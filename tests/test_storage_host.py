@@ -25,6 +25,7 @@ from guestbench.storage.backing_sys import device_mapper_problem
 from helpers.leaks import processes_mentioning
 from helpers.paths import ROOT
 from helpers.session import session_tmp_path
+from helpers.storage import exercise
 
 MIB = 2**20
 TIMEOUT = 60
@@ -453,7 +454,5 @@ def test_a_tcg_appliance_sees_loop_nbd_and_fuse_drives_and_builds_a_layout_on_th
     # UML's /dev/ubdX must be mapped), over host storage: md raid1 of the host loop device and the qemu-nbd drive,
     # built, written, made fresh and torn down (raid1-mixed's slowed leg cost 40 s more here: its 5 ms on every
     # write; device-mapper's delay target is built under UML in test_storage_guest)
-    from test_storage_guest import exercise
-
     stack, took = exercise(g, "raid1", "ext2")
     print(f"tcg raid1 over loop and qemu-nbd: {stack.description}; set-up {took:.1f} s")

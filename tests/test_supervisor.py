@@ -13,30 +13,15 @@ from typing import Any
 
 import pytest
 
-from guestbench.backends.base import Availability, Backend, HandleConfig
 from guestbench.measurements import get as get_measurement
 from guestbench.host.paths import make_run_dir, remove_tree, workdir_for
 from guestbench.execute.protocol import Request
 from guestbench.execute.supervisor import Supervisor
 
+from helpers.hv import HV, ScriptBackend
 from helpers.leaks import hypervisor_processes
 
-HV = Path(__file__).parent / "hv"
 pytestmark = pytest.mark.launch
-
-
-class ScriptBackend(Backend):
-    """The direct backend with a given program as the hypervisor."""
-
-    def __init__(self, script: Path) -> None:
-        self.name = script.stem
-        self.script = script
-
-    def preconditions(self) -> Availability:
-        return Availability(True, "test hypervisor")
-
-    def handle_config(self, cache_dir: Path, workload: bool = False) -> HandleConfig:
-        return HandleConfig("direct", ["force_tcg"], hv=str(self.script))
 
 
 def run_startup(script: str, timeout: float, iterations: list[str]) -> tuple[Any, list[dict[str, Any]], float]:

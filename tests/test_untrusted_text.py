@@ -19,31 +19,20 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-import pytest
-from rich.console import Console
 
-from guestbench.nested import job as nested_job
-from guestbench.plan.gate import Gate
-from guestbench.run.nested import Merger, NestedPlacement
 from guestbench.run.record import progress_display
 from guestbench.scenario import parse_scenario
 from guestbench.util.errors import one_line, printable
 
 from helpers.cli import guestbench
+from helpers.fleet import fleet_doc, fleet_run, stamped
+from helpers.nested import guest_doc
 from helpers.paths import ROOT
-from test_fleet_units import fleet_doc, fleet_run, stamped
-from test_nested_run import _doc, _guest_doc
+from helpers.terminal import OBEYED, terminal
 
 SHIPPED = ROOT / "tests" / "data" / "results" / "20261121T211449Z-startup.json"
 HOSTILE = ["title\x1b]0;pwned\x07", "\x1b[2Jcleared", "\x1b[31mred\x1b[0m", "admin\u202eexe.txt", "\u2066iso\u2069",
            "c1\x9b31m", "del\x7f", "[/]", "[link=http://evil.example]click[/link]", "[bold]loud"]
-# what a terminal acts on
-OBEYED = ("\x1b]", "\x1b[2J", "\x1b[31m", "\u202e", "\u2066", "\x9b", "\x7f", "\x07", "\x1b]8;")
-
-
-def _terminal() -> tuple[Console, io.StringIO]:
-    out = io.StringIO()
-    return Console(file=out, force_terminal=True, color_system="truecolor", width=240), out
 
 
 _guestbench = functools.partial(guestbench, timeout=90)
@@ -73,22 +62,13 @@ def test_printable_shows_invisible_format_characters_so_no_name_can_pose_as_anot
 def test_inert_text_is_never_markup() -> None:
     from guestbench.util.errors import inert
 
-    console, out = _terminal()
+    console, out = terminal()
     console.print("[green]✓[/] ", inert("[/] [bold]x [link=http://evil.example]y[/link]"), sep="")
     assert out.getvalue().rstrip().endswith("[/] [bold]x [link=http://evil.example]y[/link]")
     assert "\x1b]8;" not in out.getvalue()  # no hyperlink made
 
 
 # ------------------------------------------------------------------------------------------------ nested
-
-
-@pytest.fixture
-def placement(tmp_path: Path) -> tuple[NestedPlacement, io.StringIO, Merger]:
-    sc = parse_scenario({"name": "n", "backends": ["uml"], "placement": ["nested"], "measurements": ["startup"]}, "n")
-    rf = _doc(tmp_path)
-    console, out = _terminal()
-    gate = Gate(rf, console, None, tmp_path, probe_timeout=60)  # type: ignore[arg-type]  # nothing is probed
-    return NestedPlacement(sc, gate, verbose=True), out, Merger(rf, nested_job.plan(sc, False, None), "img")
 
 
 def test_the_level1_console_reaches_the_terminal_shown_not_obeyed(placement: Any, tmp_path: Path) -> None:
@@ -112,7 +92,7 @@ def test_a_refused_level1_document_that_quotes_markup_is_said_not_parsed(placeme
     """A cell status of "[/]" is refused by the model, and the refusal quotes it: printed as markup, rich raised
     MarkupError and the nested run ended there (as NestedPlacement.run reports a refused document)."""
     nested, out, merger = placement
-    doc = _guest_doc(1, status="complete")
+    doc = guest_doc(1, status="complete")
     doc["cells"][0]["status"] = "[/]"
     assert not merger.take(doc)
     nested._failed(merger, 1.0, f"the level-1 guest's results file was refused: {merger.refused}")
@@ -123,7 +103,7 @@ def test_a_refused_level1_document_that_quotes_markup_is_said_not_parsed(placeme
 
 def test_a_progress_description_is_text() -> None:
     """The nested part's and a fleet host's bars show the status the remote run sent; a cell's, its label."""
-    console, out = _terminal()
+    console, out = terminal()
     with progress_display(console) as progress:
         progress.add_task("n · nested · [/] \x1b]0;x\x07 [link=http://evil.example]y", total=3)
         progress.refresh()
@@ -140,7 +120,7 @@ def test_a_hosts_refused_results_quoting_markup_fail_that_host_and_print(tmp_pat
     doc = fleet_doc({"alpha": ["uml"], "beta": ["tcg"]})
     sc = parse_scenario({"name": "t", "backends": ["uml", "tcg"], "measurements": ["startup"]}, "t")
     run = fleet_run(tmp_path, sc, doc)
-    run.console, out = _terminal()
+    run.console, out = terminal()
     hostile = copy.deepcopy(fleet_doc({"beta": ["tcg"]}))
     hostile["cells"][0]["status"] = "[/]"
     hostile["cells"][0]["label"] = "x\x1b]0;pwned\x07\u202e"
@@ -275,7 +255,7 @@ def test_a_host_named_with_markup_or_escapes_is_printed_as_text_when_lost_or_idl
     doc = fleet_doc({name: ["tcg"], "beta": ["uml"]})
     sc = parse_scenario({"name": "t", "backends": ["uml", "tcg"], "measurements": ["startup"]}, "t")
     run = fleet_run(tmp_path, sc, doc)
-    run.console, out = _terminal()
+    run.console, out = terminal()
     run.write_off(cluster.HostPlan(name, "tcp://10.0.0.1:4000", {"bench": 1, "tcg": 1}, ["tcg"]), "gone")
     assert "host [/]\\x1b]0;owned\\x07 lost: gone" in out.getvalue() and "\x1b]0;" not in out.getvalue()
     assert json.loads((tmp_path / "r.json").read_text())["hosts"][name]["status"] == "lost"

@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import guestbench
+from helpers.history import results, write_series
 from helpers.paths import ROOT
 from guestbench.results import pytest_benchmark as pbj
 from guestbench.results import store
 from guestbench.results.model import Run
-from test_history import results, write_series
 
 SECRET_DATE = "2026-11-13T13:13:13"  # root's own run: never in the output of a history of nobody's directory
 SLOW_SAMPLES = 200_000  # ~6.5 MB: root parses it for about a second, while nobody swaps the next name

@@ -272,7 +272,8 @@ def _extract(archive: Path, dest: Path, max_members: int, max_bytes: int, skippe
                     _write_member(tar, member, dest, parts)
             except OSError:  # a second member of one name (the first one stays), a name too long for the host
                 skipped.append(member.name[:80])
-            tar.members.clear()  # type: ignore[attr-defined]  # tarfile's list of what it read; what was read is not kept: memory stays bounded whatever the count
+            # tarfile's list of what it read: not kept, so memory stays bounded whatever the count
+            tar.members.clear()  # type: ignore[attr-defined]
     return skipped
 
 

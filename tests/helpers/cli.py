@@ -4,8 +4,10 @@ clean-up a user sees), or in this one through `cli.main` (milliseconds, where th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,22 @@ def run_scenario_text(tmp_path: Path, text: str, *args: str,
     proc = guestbench("scenario", str(sc), *args, "--results", str(tmp_path / "r"), timeout=timeout)
     (path,) = (tmp_path / "r").glob("*.json")
     return proc, json.loads(path.read_text())
+
+
+def run_measured(args: list[str], timeout: float) -> tuple[int, str, int]:
+    """Exit status, stderr and the peak RSS in KiB of one guestbench process (wait4: that child's own); past
+    `timeout` s it is killed."""
+    with open(os.devnull, "wb") as out, subprocess.Popen([sys.executable, "-m", "guestbench", *args], cwd=ROOT,
+                                                         stdout=out, stderr=subprocess.PIPE) as proc:
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            err = proc.stderr.read() if proc.stderr else b""
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+    return proc.returncode, err.decode(errors="replace"), usage.ru_maxrss
 
 
 def main_in_process(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str, str]:
