@@ -41,8 +41,8 @@ def _cell_json(cell: Cell) -> dict[str, Any]:
     it would take every record twice)."""
     out = cell.to_dict()
     for name in LISTS:
-        if name in out and out[name] is getattr(cell, name):
-            out[name] = list(out[name])
+        if name in out:
+            out[name] = _detached(out[name], getattr(cell, name))
     return out
 
 

@@ -114,9 +114,10 @@ class Recorder:
     def update(self, cell: Cell, **fields: Any) -> None:
         """Facts about the cell learned while it runs: its set-up record, its verification, its disk, its
         precision (each read as a results file's value is). One the model refuses is left out and said: the run
-        goes on, and its file stays one every reader takes."""
-        for name, value in fields.items():
-            self._update(cell, name, value)
+        goes on, and its file stays one every reader takes. One rewrite of the file for them all."""
+        with self.results.batch():
+            for name, value in fields.items():
+                self._update(cell, name, value)
 
     def _update(self, cell: Cell, name: str, value: Any) -> None:
         try:
